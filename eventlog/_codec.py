@@ -1,0 +1,118 @@
+"""The stored form of an event and its hash chain: one encoder, one decoder, built once.
+
+A stored record is the msgpack array of an `Envelope`, hash first. Its hash is
+``blake3(previous hash || every byte after the hash field)``, so the hash covers exactly the stored
+bytes that follow it and verifying never re-encodes anything. This module must never touch storage.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import blake3
+import msgspec
+
+from eventlog.errors import IntegrityError
+from eventlog.events import AnyEvent, event_type_name
+
+HASH_BYTES = 32
+GENESIS_HASH = bytes(HASH_BYTES)
+# msgpack: fixarray of 7, then bin8 of 32 bytes; the hash sits at [3:35] and the body follows it.
+_RECORD_PREFIX = b"\x97\xc4\x20"
+HASH_START = len(_RECORD_PREFIX)
+BODY_START = HASH_START + HASH_BYTES
+
+
+class Envelope(msgspec.Struct, frozen=True, array_like=True):
+    """One recorded event: where it sits in the log and in its stream, when, and its payload."""
+
+    hash: bytes
+    position: int
+    stream: str
+    version: int
+    recorded_at: datetime
+    meta: dict[str, Any]
+    data: AnyEvent
+
+    @property
+    def type(self) -> str:
+        """The event's tag, e.g. ``message_injected``."""
+        return event_type_name(self.data)
+
+
+_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_decoder = msgspec.msgpack.Decoder(Envelope)
+
+
+def encode_meta(meta: dict[str, Any]) -> int:
+    """The encoded size of `meta`; raises msgspec's errors for unencodable values."""
+    return len(_encoder.encode(meta))
+
+
+def encode_record(
+    prev_hash: bytes,
+    position: int,
+    stream: str,
+    version: int,
+    recorded_at: datetime,
+    meta: dict[str, Any],
+    data: Any,
+) -> tuple[bytearray, Envelope]:
+    """Encode one record chained to `prev_hash`; returns the stored bytes and the record as read.
+
+    Raises msgspec's EncodeError/TypeError/ValueError for an unencodable payload and
+    DecodeError/ValidationError when the payload does not decode back to its own type (a wrongly
+    typed field would otherwise poison the log); the caller turns those into
+    `InvalidArgumentError` naming the event's place in the call.
+    """
+    placeholder = Envelope(GENESIS_HASH, position, stream, version, recorded_at, meta, data)
+    buf = bytearray()
+    _encoder.encode_into(placeholder, buf)
+    if buf[:HASH_START] != _RECORD_PREFIX:  # our own invariant: seven fields, 32-byte hash
+        raise AssertionError("record prefix changed; the envelope layout is broken")
+    hasher = blake3.blake3(prev_hash)
+    hasher.update(memoryview(buf)[BODY_START:])
+    buf[HASH_START:BODY_START] = hasher.digest()
+    return buf, _decoder.decode(buf)
+
+
+def stored_hash(record: bytes | bytearray | memoryview) -> bytes:
+    return bytes(record[HASH_START:BODY_START])
+
+
+def chain_hash(prev_hash: bytes | memoryview, record: bytes | bytearray | memoryview) -> bytes:
+    """The hash a record must carry when it follows a record hashed `prev_hash`."""
+    hasher = blake3.blake3(prev_hash)
+    hasher.update(memoryview(record)[BODY_START:])
+    return hasher.digest()
+
+
+def check_record(
+    prev_hash: bytes | memoryview, record: bytes | bytearray | memoryview, position: int
+) -> bytes:
+    """Check one stored record against the chain; returns its hash or raises IntegrityError."""
+    view = memoryview(record)
+    if len(view) <= BODY_START or view[:HASH_START] != _RECORD_PREFIX:
+        raise IntegrityError(f"event at position {position}: not a sessionlog record", position)
+    hasher = blake3.blake3(prev_hash)
+    hasher.update(view[BODY_START:])
+    digest = hasher.digest()
+    if digest != view[HASH_START:BODY_START]:
+        raise IntegrityError(
+            f"event at position {position}: hash chain broken (stored bytes were changed)", position
+        )
+    return digest
+
+
+def decode_record(record: bytes | bytearray | memoryview, position: int) -> Envelope:
+    """Decode a record already checked against the chain."""
+    try:
+        envelope = _decoder.decode(record)
+    except msgspec.DecodeError as exc:
+        raise IntegrityError(f"event at position {position}: cannot decode: {exc}", position) from exc
+    if envelope.position != position:
+        raise IntegrityError(
+            f"event at position {position} says it is at position {envelope.position}", position
+        )
+    return envelope

@@ -1,0 +1,371 @@
+"""The LMDB backend: one environment per store directory, four sub-databases, durable commits.
+
+`events` maps an 8-byte big-endian position to a record; `streams` maps a stream prefix and an 8-byte
+version to a position; `kv` holds projection state; `meta` holds the format marker. This module owns
+every `lmdb` call and translates `lmdb.Error` into `eventlog.errors`; it must never hold a read
+transaction longer than one call, because long readers pin pages and make the file grow.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import lmdb
+
+from eventlog import limits
+from eventlog._storage import Buffer, StorageTxn, position_key
+from eventlog.errors import (
+    CorruptStoreError,
+    LogClosedError,
+    SessionLogError,
+    StorageError,
+    StoreFullError,
+)
+
+FORMAT = b"sessionlog-log/1"
+_T = TypeVar("_T")
+
+
+def translate(exc: lmdb.Error, doing: str) -> SessionLogError:
+    """One place that maps LMDB's errors onto ours."""
+    if isinstance(exc, lmdb.MapFullError):
+        return StoreFullError(f"{doing}: the store's map is full; it has been grown, retry")
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError)):
+        return CorruptStoreError(f"{doing}: the data file is damaged: {exc}")
+    if isinstance(exc, lmdb.VersionMismatchError):
+        return CorruptStoreError(f"{doing}: written by an incompatible LMDB version: {exc}")
+    return StorageError(f"{doing}: {exc}")
+
+
+class _Gate:
+    """Counts this process's open transactions so the map is only resized when there are none,
+    which is what LMDB requires of `mdb_env_set_mapsize`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._resizing = False
+
+    def enter(self) -> None:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    def exclusive(self, action: Callable[[], _T], *, own: int = 0) -> _T:
+        """Run `action` when only `own` transactions (the caller's) are open."""
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            try:
+                while self._active > own:
+                    self._cond.wait()
+                return action()
+            finally:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class LmdbStorage:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int,
+        sync: bool,
+        readonly: bool,
+        headroom_bytes: int,
+    ) -> None:
+        self.path = Path(path)
+        self.headroom_bytes = headroom_bytes
+        self.grow_before_next_write = False
+        self._gate = _Gate()
+        self._closed = False
+        data_file = self.path / "data.mdb"
+        existed = data_file.exists()
+        _refuse_damaged_file(data_file)
+        if not readonly:
+            self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                subdir=True,
+                readonly=readonly,
+                sync=sync,
+                metasync=sync,
+                writemap=False,
+                max_dbs=8,
+                create=not readonly,
+            )
+        except lmdb.Error as exc:
+            raise translate(exc, f"opening `{self.path}`") from exc
+        try:
+            self._check_size(data_file)
+            self.env.reader_check()
+            self._open_dbs(existed, readonly)
+        except BaseException:
+            self.env.close()
+            raise
+
+    def _check_size(self, data_file: Path) -> None:
+        # Mapping pages past the end of a truncated file would crash the process (SIGBUS) on the
+        # first read; refuse such a file before anything touches those pages.
+        info = self.env.info()
+        needed = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+        actual = data_file.stat().st_size
+        if actual < needed:
+            raise CorruptStoreError(
+                f"`{data_file}` is truncated: {actual} bytes, but its pages need {needed}"
+            )
+
+    def _open_dbs(self, existed: bool, readonly: bool) -> None:
+        try:
+            with self.env.begin(write=False) as txn:
+                names = set(self.env.dbs(txn)) if existed else set()
+            if existed and b"meta" not in names:
+                raise CorruptStoreError(f"`{self.path}` is an LMDB store but not a sessionlog log")
+            if readonly:
+                self.events = self.env.open_db(b"events", create=False)
+                self.streams = self.env.open_db(b"streams", create=False)
+                self.kv = self.env.open_db(b"kv", create=False)
+                self.meta = self.env.open_db(b"meta", create=False)
+                return
+            with self.env.begin(write=True) as txn:
+                self.events = self.env.open_db(b"events", txn=txn)
+                self.streams = self.env.open_db(b"streams", txn=txn)
+                self.kv = self.env.open_db(b"kv", txn=txn)
+                self.meta = self.env.open_db(b"meta", txn=txn)
+                marker = txn.get(b"format", db=self.meta)
+                if marker is None and not existed:
+                    txn.put(b"format", FORMAT, db=self.meta)
+                    marker = FORMAT
+            if marker != FORMAT:
+                raise CorruptStoreError(
+                    f"`{self.path}` has format {marker!r}; this version reads {FORMAT!r}"
+                )
+        except lmdb.Error as exc:
+            raise translate(exc, f"opening `{self.path}`") from exc
+
+    @contextmanager
+    def reader(self) -> Iterator[StorageTxn]:
+        txn = self._begin(write=False)
+        try:
+            yield _LmdbTxn(self, txn, write=False, counted=False)
+        finally:
+            txn.abort()
+            self._gate.leave()
+
+    def begin_write(self) -> StorageTxn:
+        self._ensure_room()
+        return _LmdbTxn(self, self._begin(write=True), write=True, counted=True)
+
+    def _begin(self, *, write: bool) -> lmdb.Transaction[memoryview]:
+        self._check_open()
+        for _attempt in range(3):
+            self._gate.enter()
+            try:
+                return self.env.begin(write=write, buffers=True)
+            except lmdb.MapResizedError:
+                # Another process grew the map past ours: adopt its size and try again.
+                self._gate.leave()
+                self._gate.exclusive(lambda: self.env.set_mapsize(0))
+            except lmdb.Error as exc:
+                self._gate.leave()
+                raise translate(exc, "beginning a transaction") from exc
+        raise StorageError("beginning a transaction: the map kept being resized by other writers")
+
+    def _ensure_room(self) -> None:
+        """Grow the map before a write transaction so at least `headroom_bytes` are free."""
+        info = self.env.info()
+        used = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+        free = info["map_size"] - used
+        if free >= self.headroom_bytes and not self.grow_before_next_write:
+            return
+        target = max(info["map_size"] * 2, used + 2 * self.headroom_bytes)
+        self._gate.exclusive(lambda: self.env.set_mapsize(target))
+        self.grow_before_next_write = False
+
+    def map_size(self) -> int:
+        return int(self.env.info()["map_size"])
+
+    def size_bytes(self) -> int:
+        return (self.path / "data.mdb").stat().st_size
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.env.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the log at `{self.path}` is closed")
+
+
+def _refuse_damaged_file(data_file: Path) -> None:
+    """An existing data file that is empty or smaller than LMDB's two meta pages would be
+    silently re-initialised by LMDB as a new, empty store. Refuse it instead."""
+    if data_file.exists() and data_file.stat().st_size < 2 * 4096:
+        raise CorruptStoreError(
+            f"`{data_file}` is {data_file.stat().st_size} bytes: truncated or not an LMDB store"
+        )
+
+
+class _LmdbTxn:
+    __slots__ = ("_store", "_txn", "_write", "_counted", "_done")
+
+    def __init__(
+        self,
+        store: LmdbStorage,
+        txn: lmdb.Transaction[memoryview],
+        *,
+        write: bool,
+        counted: bool,
+    ) -> None:
+        self._store = store
+        self._txn = txn
+        self._write = write
+        self._counted = counted
+        self._done = False
+
+    def last_position(self) -> int:
+        cursor = self._txn.cursor(self._store.events)
+        return int.from_bytes(cursor.key(), "big") if cursor.last() else 0
+
+    def record(self, position: int) -> Buffer | None:
+        return self._txn.get(position_key(position), db=self._store.events)
+
+    def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        cursor = self._txn.cursor(self._store.events)
+        if not cursor.set_range(position_key(after + 1)):
+            return
+        for count, (key, value) in enumerate(cursor.iternext()):
+            if count >= limit:
+                return
+            yield int.from_bytes(key, "big"), value
+
+    def stream_version(self, key: bytes) -> int:
+        cursor = self._txn.cursor(self._store.streams)
+        found = cursor.prev() if cursor.set_range(key + b"\xff" * 8) else cursor.last()
+        if not found:
+            return 0
+        last = cursor.key()
+        if len(last) != len(key) + 8 or last[: len(key)] != key:
+            return 0
+        return int.from_bytes(last[len(key) :], "big")
+
+    def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
+        cursor = self._txn.cursor(self._store.streams)
+        positions: list[int] = []
+        if not cursor.set_range(key + (after_version + 1).to_bytes(8, "big")):
+            return positions
+        for index_key, value in cursor.iternext():
+            if len(positions) >= limit or index_key[: len(key)] != key:
+                break
+            positions.append(int.from_bytes(value, "big"))
+        return positions
+
+    def stream_position(self, key: bytes, version: int) -> int | None:
+        value = self._txn.get(key + version.to_bytes(8, "big"), db=self._store.streams)
+        return None if value is None else int.from_bytes(value, "big")
+
+    def index_size(self) -> int:
+        return int(self._txn.stat(self._store.streams)["entries"])
+
+    def put_records(
+        self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
+    ) -> None:
+        try:
+            events = self._txn.cursor(self._store.events)
+            items = [
+                (position_key(first_position + offset), record)
+                for offset, record in enumerate(records)
+            ]
+            _, added = events.putmulti(items, append=True, overwrite=False)
+            index = self._txn.cursor(self._store.streams)
+            entries = [
+                (key + (first_version + offset).to_bytes(8, "big"), position_key(position))
+                for offset, position in enumerate(range(first_position, first_position + len(items)))
+            ]
+            _, indexed = index.putmulti(entries, overwrite=False)
+        except lmdb.Error as exc:
+            self._store.grow_before_next_write |= isinstance(exc, lmdb.MapFullError)
+            raise translate(exc, "writing events") from exc
+        if added != len(items) or indexed != len(entries):
+            raise AssertionError("a position or stream version was already taken")
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        value = self._txn.get(key, db=self._store.kv)
+        return None if value is None else bytes(value)
+
+    def kv_put(self, key: bytes, value: Buffer) -> None:
+        try:
+            self._txn.put(key, value, db=self._store.kv)
+        except lmdb.Error as exc:
+            self._store.grow_before_next_write |= isinstance(exc, lmdb.MapFullError)
+            raise translate(exc, "writing projection state") from exc
+
+    def kv_delete(self, key: bytes) -> bool:
+        return bool(self._txn.delete(key, db=self._store.kv))
+
+    def kv_scan(
+        self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
+    ) -> list[tuple[bytes, bytes]]:
+        cursor = self._txn.cursor(self._store.kv)
+        out: list[tuple[bytes, bytes]] = []
+        if reverse:
+            if stop is None:
+                found = cursor.last()
+            else:
+                found = cursor.prev() if cursor.set_range(stop) else cursor.last()
+            items = cursor.iterprev() if found else iter(())
+        else:
+            items = cursor.iternext() if cursor.set_range(start) else iter(())
+        for key, value in items:
+            if limit is not None and len(out) >= limit:
+                break
+            key_bytes = bytes(key)
+            if key_bytes < start or (stop is not None and key_bytes >= stop):
+                break
+            out.append((key_bytes, bytes(value)))
+        return out
+
+    def child(self) -> StorageTxn:
+        try:
+            txn = self._store.env.begin(write=True, parent=self._txn, buffers=True)
+        except lmdb.Error as exc:
+            raise translate(exc, "beginning a nested transaction") from exc
+        return _LmdbTxn(self._store, txn, write=True, counted=False)
+
+    def commit(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._txn.commit()
+        except lmdb.Error as exc:
+            raise translate(exc, "committing") from exc
+        finally:
+            if self._counted:
+                self._store._gate.leave()
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._txn.abort()
+        finally:
+            if self._counted:
+                self._store._gate.leave()

@@ -1,0 +1,862 @@
+"""The event log: validated, atomic appends with a hash chain, paged reads, verify, subscriptions.
+
+Everything here is shared by every backend: the backend only stores bytes under keys. This module
+decides positions and versions, enforces the limits, and delivers committed events to in-process
+subscribers in commit order. It must never let a partially validated append reach storage, and never
+hold a read transaction across calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from eventlog import _codec, limits
+from eventlog._codec import Envelope
+from eventlog._memory import MemoryStorage
+from eventlog._storage import Storage, StorageTxn, stream_key
+from eventlog.errors import (
+    ConcurrencyError,
+    IntegrityError,
+    InvalidArgumentError,
+    LimitExceededError,
+    LogClosedError,
+    StorageError,
+    StoreFullError,
+)
+from eventlog.events import Event
+
+logger = logging.getLogger("sessionlog.eventlog")
+
+
+class ExpectedVersion(enum.Enum):
+    NO_STREAM = "no_stream"
+    ANY = "any"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NO_STREAM = ExpectedVersion.NO_STREAM
+"""`expected_version` for an append that must create its stream."""
+ANY = ExpectedVersion.ANY
+"""`expected_version` for an append that does not care about the stream's version."""
+
+_open_logs: weakref.WeakSet[EventLog] = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    for log in list(_open_logs):
+        log._forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
+
+
+def check_stream(stream: object) -> bytes:
+    """Validate a stream name; returns its index prefix."""
+    if not isinstance(stream, str):
+        raise InvalidArgumentError(f"stream name must be a str, got {type(stream).__name__}")
+    if not stream:
+        raise InvalidArgumentError("stream name must not be empty")
+    if "\x00" in stream:
+        raise InvalidArgumentError(f"stream name {stream!r} contains a NUL character")
+    try:
+        key = stream_key(stream)
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"stream name {stream!r} is not valid UTF-8: {exc}") from exc
+    if len(key) - 1 > limits.stream_name_bytes_max:
+        raise LimitExceededError(
+            "stream name", "stream_name_bytes_max", limits.stream_name_bytes_max, len(key) - 1
+        )
+    return key
+
+
+def _check_expected(expected: object) -> None:
+    if isinstance(expected, ExpectedVersion):
+        return
+    if isinstance(expected, bool) or not isinstance(expected, int):
+        raise InvalidArgumentError(
+            f"expected_version must be an int, NO_STREAM or ANY, got {type(expected).__name__}"
+        )
+    if expected < 0:
+        raise InvalidArgumentError(f"expected_version must be >= 0, got {expected}")
+
+
+def _check_page(after: object, limit: object, what: str) -> tuple[int, int]:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidArgumentError(f"{what}: `after` must be an int >= 0, got {after!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgumentError(f"{what}: `limit` must be an int >= 1, got {limit!r}")
+    if limit > limits.read_page_events_max:
+        raise LimitExceededError(
+            f"{what} page", "read_page_events_max", limits.read_page_events_max, limit
+        )
+    return after, limit
+
+
+def _check_key(key: object) -> bytes:
+    if not isinstance(key, bytes):
+        raise InvalidArgumentError(f"projection key must be bytes, got {type(key).__name__}")
+    if not key or len(key) > limits.kv_key_bytes_max:
+        raise InvalidArgumentError(
+            f"projection key must be 1 to {limits.kv_key_bytes_max} bytes, got {len(key)}"
+        )
+    return key
+
+
+class LogView:
+    """A consistent read of the log and of projection state, inside one storage transaction."""
+
+    def __init__(self, log: EventLog, txn: StorageTxn) -> None:
+        self._log = log
+        self._txn = txn
+
+    @property
+    def head(self) -> int:
+        return self._txn.last_position()
+
+    def stream_version(self, stream: str) -> int:
+        return self._txn.stream_version(check_stream(stream))
+
+    def read(self, *, after: int = 0, limit: int = limits.read_page_events_default) -> list[Envelope]:
+        after, limit = _check_page(after, limit, "read")
+        txn = self._txn
+        prev = _codec.GENESIS_HASH
+        if after:
+            record = txn.record(after)
+            if record is None:
+                return []
+            prev = _codec.stored_hash(record)
+        out: list[Envelope] = []
+        expected = after + 1
+        for position, record in txn.records_after(after, limit):
+            if position != expected:
+                raise IntegrityError(f"position {expected} is missing from the log", expected)
+            prev = _codec.check_record(prev, record, position)
+            out.append(_codec.decode_record(record, position))
+            expected += 1
+        return out
+
+    def read_stream(
+        self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[Envelope]:
+        key = check_stream(stream)
+        after, limit = _check_page(after, limit, "read_stream")
+        txn = self._txn
+        out: list[Envelope] = []
+        for version, position in enumerate(txn.stream_positions(key, after, limit), after + 1):
+            record = txn.record(position)
+            if record is None:
+                raise IntegrityError(
+                    f"stream `{stream}` version {version} points at missing position {position}",
+                    position,
+                )
+            before = txn.record(position - 1) if position > 1 else None
+            prev = _codec.GENESIS_HASH if before is None else _codec.stored_hash(before)
+            _codec.check_record(prev, record, position)
+            envelope = _codec.decode_record(record, position)
+            if envelope.stream != stream or envelope.version != version:
+                raise IntegrityError(
+                    f"stream index says `{stream}` v{version} is at position {position}, which "
+                    f"holds `{envelope.stream}` v{envelope.version}",
+                    position,
+                )
+            out.append(envelope)
+        return out
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        return self._txn.kv_get(_check_key(key))
+
+    def kv_scan(
+        self,
+        prefix: bytes = b"",
+        *,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[bytes, bytes]]:
+        """Keys in ``[start, stop)`` within `prefix`, in key order (or reversed)."""
+        lo = prefix if start is None or start < prefix else start
+        hi = _prefix_end(prefix) if prefix else None
+        if stop is not None and (hi is None or stop < hi):
+            hi = stop
+        return self._txn.kv_scan(lo, hi, reverse, limit)
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The first key after every key that starts with `prefix`."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class Transaction(LogView):
+    """One atomic, durable commit: appends to any streams, plus projection state.
+
+    Obtained from `EventLog.transaction()`. Nothing is visible to other readers until the outermost
+    transaction commits; an exception leaving the `with` block writes nothing.
+    """
+
+    def __init__(self, log: EventLog, txn: StorageTxn, parent: Transaction | None) -> None:
+        super().__init__(log, txn)
+        self._parent = parent
+        self.pending: list[Envelope] = list(parent.pending) if parent else []
+        self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
+        self._versions: dict[bytes, int] = dict(parent._versions) if parent else {}
+        self._bytes = parent._bytes if parent else 0
+        self._head = parent._head if parent else -1
+        self._head_hash = parent._head_hash if parent else b""
+        self._broken = False
+
+    def _load_head(self) -> None:
+        txn = self._txn
+        self._head = txn.last_position()
+        record = txn.record(self._head) if self._head else None
+        self._head_hash = _codec.GENESIS_HASH if record is None else _codec.stored_hash(record)
+
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        """Run `hook` once the outermost transaction has committed durably (never on abort)."""
+        self._hooks.append(hook)
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | ExpectedVersion,
+        meta: dict[str, Any] | None = None,
+        recorded_at: datetime | None = None,
+    ) -> list[int]:
+        """Append `events` to `stream` atomically; returns their positions."""
+        key = check_stream(stream)
+        _check_expected(expected_version)
+        events = _check_events(events)
+        meta = _check_meta(meta)
+        at = _check_time(recorded_at)
+        txn = self._txn
+        if self._head < 0:
+            self._load_head()
+        version = self._versions.get(key)
+        if version is None:
+            version = txn.stream_version(key)
+        if expected_version is NO_STREAM and version != 0:
+            raise ConcurrencyError(stream, expected_version, version)
+        if isinstance(expected_version, int) and expected_version != version:
+            raise ConcurrencyError(stream, expected_version, version)
+        records, envelopes = self._encode(stream, events, version, meta, at)
+        size = sum(map(len, records))
+        if self._bytes + size > limits.transaction_bytes_max:
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes + size,
+            )
+        try:
+            txn.put_records(self._head + 1, records, key, version + 1)
+        except BaseException:
+            self._broken = True  # part of the call may be in the transaction: it must not commit
+            raise
+        first = self._head + 1
+        self._head += len(records)
+        self._head_hash = envelopes[-1].hash
+        self._versions[key] = version + len(records)
+        self._bytes += size
+        self.pending.extend(envelopes)
+        return list(range(first, self._head + 1))
+
+    def _encode(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        version: int,
+        meta: dict[str, Any],
+        at: datetime,
+    ) -> tuple[list[bytearray], list[Envelope]]:
+        prev = self._head_hash
+        records: list[bytearray] = []
+        envelopes: list[Envelope] = []
+        position = self._head
+        for index, event in enumerate(events):
+            position += 1
+            version += 1
+            try:
+                record, envelope = _codec.encode_record(
+                    prev, position, stream, version, at, meta, event
+                )
+            except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+                raise InvalidArgumentError(
+                    f"event {index} ({type(event).__name__}) for stream `{stream}` "
+                    f"cannot be stored: {exc}"
+                ) from exc
+            if len(record) > limits.event_bytes_max:
+                raise LimitExceededError(
+                    f"event {index} ({type(event).__name__}) for stream `{stream}`",
+                    "event_bytes_max",
+                    limits.event_bytes_max,
+                    len(record),
+                )
+            records.append(record)
+            envelopes.append(envelope)
+            prev = envelope.hash
+        return records, envelopes
+
+    def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
+        _check_key(key)
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(
+                f"projection value must be bytes, got {type(value).__name__}"
+            )
+        if len(value) > limits.kv_value_bytes_max:
+            raise LimitExceededError(
+                "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
+            )
+        self._bytes += len(key) + len(value)
+        if self._bytes > limits.transaction_bytes_max:
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes,
+            )
+        try:
+            self._txn.kv_put(key, value)
+        except BaseException:
+            self._broken = True
+            raise
+
+    def kv_delete(self, key: bytes) -> bool:
+        return self._txn.kv_delete(_check_key(key))
+
+    @property
+    def head(self) -> int:
+        if self._head < 0:
+            self._load_head()
+        return self._head
+
+    def stream_version(self, stream: str) -> int:
+        key = check_stream(stream)
+        version = self._versions.get(key)
+        return self._txn.stream_version(key) if version is None else version
+
+    def _merge_into_parent(self) -> None:
+        parent = self._parent
+        if parent is None:
+            raise AssertionError("only a nested transaction merges into a parent")
+        parent.pending = self.pending
+        parent._hooks = self._hooks
+        parent._versions = self._versions
+        parent._bytes = self._bytes
+        parent._head = self._head
+        parent._head_hash = self._head_hash
+
+
+def _check_events(events: object) -> Sequence[Event]:
+    if not isinstance(events, (list, tuple)):
+        raise InvalidArgumentError(
+            f"events must be a list or tuple of events, got {type(events).__name__}"
+        )
+    if not events:
+        raise InvalidArgumentError("append needs at least one event")
+    if len(events) > limits.events_per_append_max:
+        raise LimitExceededError(
+            "events in one append", "events_per_append_max", limits.events_per_append_max, len(events)
+        )
+    for index, event in enumerate(events):
+        if not isinstance(event, Event):
+            raise InvalidArgumentError(
+                f"event {index} must be an eventlog.events.Event, got {type(event).__name__}"
+            )
+    return events
+
+
+def _check_meta(meta: object) -> dict[str, Any]:
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise InvalidArgumentError("meta must be a dict with str keys")
+    try:
+        size = _codec.encode_meta(meta)
+    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"meta cannot be stored: {exc}") from exc
+    if size > limits.meta_bytes_max:
+        raise LimitExceededError("meta", "meta_bytes_max", limits.meta_bytes_max, size)
+    return meta
+
+
+def _check_time(at: object) -> datetime:
+    if at is None:
+        return datetime.now(UTC)
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidArgumentError(f"recorded_at must be a timezone-aware datetime, got {at!r}")
+    return at
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `EventLog.verify()` found. `ok` is False from the first problem on."""
+
+    ok: bool
+    events_checked: int
+    streams_checked: int
+    head_hash: bytes
+    first_bad_position: int | None = None
+    problem: str | None = None
+
+
+class Subscription:
+    """A live feed of committed events to one callback; `close()` (or `with`) unsubscribes."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        callback: Callable[[Envelope], object],
+        stream: str | None,
+        on_error: Callable[[BaseException, Envelope], object] | None,
+    ) -> None:
+        self._log = log
+        self._callback = callback
+        self._stream = stream
+        self._on_error = on_error
+        self.last_position = 0
+        self.errors = 0
+        self.active = True
+
+    def _offer(self, envelope: Envelope) -> None:
+        if not self.active or envelope.position <= self.last_position:
+            return
+        self.last_position = envelope.position
+        if self._stream is not None and envelope.stream != self._stream:
+            return
+        try:
+            self._callback(envelope)
+        except Exception as exc:  # a subscriber's bug must not break the log or other subscribers
+            self.errors += 1
+            if self._on_error is not None:
+                self._on_error(exc, envelope)
+            else:
+                logger.exception(
+                    "subscriber %r failed on event %d", self._callback, envelope.position
+                )
+
+    def close(self) -> None:
+        if self.active:
+            self.active = False
+            self._log._remove_subscriber(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventLog:
+    """An append-only, hash-chained event log.
+
+    `EventLog.open(path)` is the durable LMDB log; `EventLog.memory()` is the in-memory reference
+    log with the same behaviour. Use one instance per path per process, and never across `fork()`.
+    """
+
+    def __init__(self, storage: Storage, description: str) -> None:
+        self._storage = storage
+        self.description = description
+        self._writer = threading.RLock()
+        self._local = threading.local()
+        self._subscribers: list[Subscription] = []
+        self._queue: deque[Envelope] = deque()
+        self._delivering = False
+        self._closed = False
+        self._forked = False
+        _open_logs.add(self)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 64 * 1024 * 1024,
+        sync: bool = True,
+        readonly: bool = False,
+        headroom_bytes: int = 2 * limits.transaction_bytes_max,
+    ) -> EventLog:
+        """Open (creating if missing) the LMDB log in directory `path`.
+
+        `sync=False` skips the fsync of each commit: much faster, and a power loss or kernel crash
+        may then lose the most recent commits (never corrupt older ones). A process crash loses
+        nothing either way.
+        """
+        from eventlog._lmdb import LmdbStorage  # imported here: the memory log needs no LMDB
+
+        storage = LmdbStorage(
+            path, map_size=map_size, sync=sync, readonly=readonly, headroom_bytes=headroom_bytes
+        )
+        log = cls(storage, f"lmdb:{path}")
+        try:
+            log._check_tail()
+        except BaseException:
+            log.close()
+            raise
+        return log
+
+    @classmethod
+    def memory(cls) -> EventLog:
+        """A fresh in-memory log: the reference implementation, gone when the process exits."""
+        return cls(MemoryStorage(), "memory")
+
+    def _check_tail(self) -> None:
+        """Open-time check of the newest record, so a damaged store fails at open, not later."""
+        with self._storage.reader() as txn:
+            head = txn.last_position()
+            if head:
+                view = LogView(self, txn)
+                view.read(after=head - 1, limit=1)
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._subscribers.clear()
+            self._storage.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the log {self.description} is closed")
+        if self._forked:
+            raise StorageError(
+                f"the log {self.description} was opened before fork(); open it again in the child"
+            )
+
+    def _current(self) -> Transaction | None:
+        stack: list[Transaction] | None = getattr(self._local, "stack", None)
+        return stack[-1] if stack else None
+
+    # Transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Group appends and projection writes into one atomic, durable commit.
+
+        Nested blocks are savepoints: an exception leaving an inner block undoes only that block.
+        """
+        self._check_usable()
+        current = self._current()
+        if current is not None:
+            child = Transaction(self, current._txn.child(), current)
+            with self._pushed(child):
+                try:
+                    yield child
+                except BaseException:
+                    child._txn.abort()
+                    raise
+                if child._broken:
+                    child._txn.abort()
+                    raise StorageError("a write inside this transaction failed; nothing was kept")
+                child._txn.commit()
+                child._merge_into_parent()
+            return
+        with self._writer:
+            tx = Transaction(self, self._storage.begin_write(), None)
+            with self._pushed(tx):
+                try:
+                    yield tx
+                except BaseException:
+                    tx._txn.abort()
+                    raise
+                if tx._broken:
+                    tx._txn.abort()
+                    raise StorageError("a write inside this transaction failed; nothing was kept")
+                tx._txn.commit()
+            self._deliver(tx.pending, tx._hooks)
+
+    @contextmanager
+    def _pushed(self, tx: Transaction) -> Iterator[None]:
+        stack: list[Transaction] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append(tx)
+        try:
+            yield
+        finally:
+            stack.pop()
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | ExpectedVersion,
+        meta: dict[str, Any] | None = None,
+        recorded_at: datetime | None = None,
+    ) -> list[int]:
+        """Append `events` to `stream`, all or none, and commit durably; returns their positions.
+
+        Inside `with log.transaction()` the append joins that transaction instead.
+        """
+        current = self._current()
+        if current is not None:
+            return current.append(
+                stream, events, expected_version=expected_version, meta=meta, recorded_at=recorded_at
+            )
+        for attempt in range(2):
+            try:
+                with self.transaction() as tx:
+                    return tx.append(
+                        stream,
+                        events,
+                        expected_version=expected_version,
+                        meta=meta,
+                        recorded_at=recorded_at,
+                    )
+            except StoreFullError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    # Reads
+
+    @contextmanager
+    def view(self) -> Iterator[LogView]:
+        """A consistent read-only view; inside a transaction, the transaction itself."""
+        self._check_usable()
+        current = self._current()
+        if current is not None:
+            yield current
+            return
+        with self._storage.reader() as txn:
+            yield LogView(self, txn)
+
+    @property
+    def head(self) -> int:
+        """The last position written (0 when the log is empty)."""
+        with self.view() as view:
+            return view.head
+
+    @property
+    def head_hash(self) -> bytes:
+        """The hash of the last event (32 zero bytes when the log is empty)."""
+        with self.view() as view:
+            head = view.head
+            page = view.read(after=head - 1, limit=1) if head else []
+        return page[0].hash if page else _codec.GENESIS_HASH
+
+    def stream_version(self, stream: str) -> int:
+        """The version of `stream`: the number of events in it, 0 when it does not exist."""
+        with self.view() as view:
+            return view.stream_version(stream)
+
+    def read(self, *, after: int = 0, limit: int = limits.read_page_events_default) -> list[Envelope]:
+        """Up to `limit` events with positions after `after`, in order, hash-checked."""
+        with self.view() as view:
+            return view.read(after=after, limit=limit)
+
+    def read_stream(
+        self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[Envelope]:
+        """Up to `limit` events of `stream` with versions after `after`, in order."""
+        with self.view() as view:
+            return view.read_stream(stream, after=after, limit=limit)
+
+    def iter_all(self, *, after: int = 0, page_events: int = limits.read_page_events_max) -> Iterator[Envelope]:
+        """Every event after `after`, one short read transaction per page."""
+        while True:
+            page = self.read(after=after, limit=page_events)
+            if not page:
+                return
+            yield from page
+            after = page[-1].position
+
+    def tail(
+        self,
+        *,
+        after: int = 0,
+        stream: str | None = None,
+        follow: bool = False,
+        poll_interval_s: float = 0.05,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[Envelope]:
+        """Events after `after` as they are committed, by this or any other process.
+
+        With `follow`, waits for new events (polling every `poll_interval_s`) until `stop()` is true.
+        """
+        if stream is not None:
+            check_stream(stream)
+        while True:
+            page = self.read(after=after, limit=limits.read_page_events_default)
+            for envelope in page:
+                if stream is None or envelope.stream == stream:
+                    yield envelope
+            if page:
+                after = page[-1].position
+                continue
+            if not follow or (stop is not None and stop()):
+                return
+            time.sleep(poll_interval_s)
+
+    def size_bytes(self) -> int:
+        """Bytes the store occupies on disk (or in memory)."""
+        self._check_usable()
+        return self._storage.size_bytes()
+
+    # Verification
+
+    def verify(self, *, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
+        """Walk the whole hash chain and the stream index; report the first problem found.
+
+        Never raises for damage it finds: that is what the report is for.
+        """
+        self._check_usable()
+        versions: dict[str, int] = {}
+        prev = _codec.GENESIS_HASH
+        checked = 0
+        page = limits.read_page_events_max
+
+        def report(position: int | None, problem: str | None) -> VerifyReport:
+            return VerifyReport(
+                ok=problem is None,
+                events_checked=checked,
+                streams_checked=len(versions),
+                head_hash=prev,
+                first_bad_position=position,
+                problem=problem,
+            )
+
+        while True:
+            with self._storage.reader() as txn:
+                head = txn.last_position()
+                count = 0
+                for position, record in txn.records_after(checked, page):
+                    count += 1
+                    problem = self._verify_one(txn, position, checked + 1, prev, record, versions)
+                    if problem is not None:
+                        return report(position, problem)
+                    prev = _codec.stored_hash(record)
+                    checked = position
+                if count == 0:
+                    if checked < head:
+                        return report(checked + 1, f"position {checked + 1} is missing")
+                    indexed = txn.index_size()
+                    if head == checked and indexed != checked:
+                        return report(
+                            None, f"the stream index holds {indexed} entries for {checked} events"
+                        )
+                    return report(None, None)
+            if progress is not None:
+                progress(checked, head)
+
+    @staticmethod
+    def _verify_one(
+        txn: StorageTxn,
+        position: int,
+        expected_position: int,
+        prev: bytes,
+        record: bytes | bytearray | memoryview,
+        versions: dict[str, int],
+    ) -> str | None:
+        if position != expected_position:
+            return f"position {expected_position} is missing"
+        try:
+            _codec.check_record(prev, record, position)
+            envelope = _codec.decode_record(record, position)
+        except IntegrityError as exc:
+            return str(exc)
+        version = versions.get(envelope.stream, 0) + 1
+        if envelope.version != version:
+            return (
+                f"event at position {position} has version {envelope.version} of stream "
+                f"`{envelope.stream}`, expected {version}"
+            )
+        versions[envelope.stream] = version
+        indexed = txn.stream_position(stream_key(envelope.stream), version)
+        if indexed != position:
+            return (
+                f"the stream index maps `{envelope.stream}` v{version} to {indexed}, "
+                f"but the event is at position {position}"
+            )
+        return None
+
+    # Subscriptions
+
+    def subscribe(
+        self,
+        callback: Callable[[Envelope], object],
+        *,
+        after: int | None = None,
+        stream: str | None = None,
+        on_error: Callable[[BaseException, Envelope], object] | None = None,
+    ) -> Subscription:
+        """Call `callback` with every committed event, in order, after its commit.
+
+        With `after`, first catches up on the events after that position, then goes live with no
+        gap and no repeat. A callback that raises is reported to `on_error` (or logged) and the
+        log, and every other subscriber, carry on.
+        """
+        self._check_usable()
+        if stream is not None:
+            check_stream(stream)
+        if after is not None:
+            _check_page(after, 1, "subscribe")
+        if len(self._subscribers) >= limits.subscribers_max:
+            raise LimitExceededError(
+                "subscribers", "subscribers_max", limits.subscribers_max, len(self._subscribers) + 1
+            )
+        subscription = Subscription(self, callback, stream, on_error)
+        with self._writer:  # no in-process commit can slip between the catch-up and going live
+            if after is None:
+                subscription.last_position = self.head
+            else:
+                subscription.last_position = after
+                for envelope in self.iter_all(after=after):
+                    subscription._offer(envelope)
+            self._subscribers.append(subscription)
+        return subscription
+
+    def _remove_subscriber(self, subscription: Subscription) -> None:
+        with self._writer:
+            if subscription in self._subscribers:
+                self._subscribers.remove(subscription)
+
+    def _deliver(self, envelopes: list[Envelope], hooks: list[Callable[[], None]]) -> None:
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # the commit is durable; a failing hook must not look like a failure
+                logger.exception("on_commit hook %r failed", hook)
+        if not self._subscribers or not envelopes:
+            return
+        self._queue.extend(envelopes)
+        if self._delivering:  # a subscriber appended: the outer loop delivers in order
+            return
+        self._delivering = True
+        try:
+            while self._queue:
+                envelope = self._queue.popleft()
+                for subscription in list(self._subscribers):
+                    subscription._offer(envelope)
+        finally:
+            self._delivering = False
+

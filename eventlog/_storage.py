@@ -1,0 +1,74 @@
+"""The small storage interface every backend implements, inside one transaction.
+
+Two parts: the log (records by dense position, and a per-stream index of versions) and an ordered
+key-value space where projections keep their state. Everything above this file (hashing, versions,
+limits, subscriptions, the engine) is shared by all backends. Backends translate their own errors
+into `eventlog.errors` and never decide anything about events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+Buffer = bytes | bytearray | memoryview
+
+
+def position_key(position: int) -> bytes:
+    return position.to_bytes(8, "big")
+
+
+def stream_key(stream: str) -> bytes:
+    """Index prefix of a stream; NUL is refused in stream names, so prefixes never overlap."""
+    return stream.encode("utf-8") + b"\x00"
+
+
+class StorageTxn(Protocol):
+    """One backend transaction. Read-only ones refuse the write methods."""
+
+    def last_position(self) -> int: ...
+
+    def record(self, position: int) -> Buffer | None: ...
+
+    def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]: ...
+
+    def stream_version(self, key: bytes) -> int: ...
+
+    def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]: ...
+
+    def stream_position(self, key: bytes, version: int) -> int | None: ...
+
+    def index_size(self) -> int: ...
+
+    def put_records(
+        self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
+    ) -> None: ...
+
+    def kv_get(self, key: bytes) -> bytes | None: ...
+
+    def kv_put(self, key: bytes, value: Buffer) -> None: ...
+
+    def kv_delete(self, key: bytes) -> bool: ...
+
+    def kv_scan(
+        self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
+    ) -> list[tuple[bytes, bytes]]: ...
+
+    def child(self) -> StorageTxn: ...
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class Storage(Protocol):
+    """A backend: hands out short read transactions and one write transaction at a time."""
+
+    def reader(self) -> AbstractContextManager[StorageTxn]: ...
+
+    def begin_write(self) -> StorageTxn: ...
+
+    def size_bytes(self) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,87 @@
+"""The one exception tree of sessionlog, rooted at `SessionLogError`.
+
+Subclasses also inherit the builtin a caller would expect (`ValueError`, `KeyError`, `OSError`), so
+`except ValueError` keeps working. Every layer raises from this tree; `lmdb` and `msgspec` errors are
+translated inside `eventlog/` and never escape it.
+"""
+
+from __future__ import annotations
+
+
+class SessionLogError(Exception):
+    """Root of every error sessionlog raises on purpose."""
+
+
+class InvalidArgumentError(SessionLogError, ValueError):
+    """The caller passed something malformed: a wrong type, an unknown option, a bad value."""
+
+
+class LimitExceededError(InvalidArgumentError):
+    """A value went past one of the bounds in `eventlog.limits`."""
+
+    def __init__(self, what: str, limit_name: str, limit: int, actual: int) -> None:
+        self.what = what
+        self.limit_name = limit_name
+        self.limit = limit
+        self.actual = actual
+        super().__init__(f"{what}: {actual} exceeds {limit_name} = {limit}")
+
+
+class ConcurrencyError(SessionLogError):
+    """An append expected a stream version that is no longer (or not yet) the stream's version."""
+
+    def __init__(self, stream: str, expected: object, actual: int) -> None:
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+        shown = actual if actual else "no stream"
+        super().__init__(f"expected version {expected} for stream `{stream}`, got {shown}")
+
+
+class IntegrityError(SessionLogError):
+    """Stored bytes do not match their hash chain, or the indexes disagree with the events."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        self.position = position
+        super().__init__(message)
+
+
+class CorruptStoreError(IntegrityError):
+    """A store cannot be opened because its files are not a sessionlog store, or are damaged."""
+
+
+class StorageError(SessionLogError, OSError):
+    """The storage layer failed for a reason outside the caller's input (disk, locks, map)."""
+
+
+class StoreFullError(StorageError):
+    """A transaction outgrew the space reserved for it; the map has been grown, so a retry fits."""
+
+
+class LogClosedError(SessionLogError):
+    """The log (or store) was used after `close()`."""
+
+
+class UnknownSessionError(SessionLogError, KeyError):
+    """A lifecycle verb named a session id that does not exist."""
+
+    def __init__(self, session_id: str, verb: str | None = None) -> None:
+        self.session_id = session_id
+        self.verb = verb
+        where = f"{verb}: " if verb else ""
+        super().__init__(f"{where}no session `{session_id}`")
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return str(self.args[0])
+
+
+class SessionExistsError(SessionLogError):
+    """A command asked for a new session under an id that is already taken."""
+
+
+class ControllerConflictError(SessionLogError):
+    """A live client tried to act as controller of a session another client controls."""
+
+
+class CapacityError(SessionLogError):
+    """A configured capacity (sessions, clients) is reached; nothing was written."""

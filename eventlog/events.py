@@ -1,0 +1,279 @@
+"""The event catalog: every fact sessionlog records, as frozen, explicitly tagged msgspec Structs.
+
+Schema-evolution rules (tested against stored fixture bytes in `tests/fixtures/`):
+- a tag never changes and is never reused; renaming a class changes no stored byte;
+- a new field gets a default, so events written before it still decode;
+- a field is never removed or retyped; stop writing it instead;
+- a new event is a new tagged class added to `AnyEvent`.
+Payloads hold outcomes, never requests to compute them, so replay never calls a model or a clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Union
+
+import msgspec
+
+
+class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A value inside an event: frozen, keyword-only, defaults left out of the stored bytes."""
+
+
+class Usage(_Record):
+    """Token counts of one model call or one message."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class FileRef(_Record):
+    """A file attached to a message (at most `limits.files_per_message_max` per message)."""
+
+    path: str
+    name: str | None = None
+    mime_type: str | None = None
+    size_bytes: int | None = None
+    extra: dict[str, Any] = {}
+
+
+class Message(_Record):
+    """One transcript message. Fields the catalog does not name are kept in `extra`."""
+
+    role: str
+    content: str | list[Any] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[Any] | None = None
+    files: list[FileRef] | None = None
+    usage: Usage | None = None
+    model: str | None = None
+    synthetic: bool = False
+    summary: bool = False
+    metadata: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
+    """Base of every payload. Subclasses set an explicit `tag`, which is what is stored."""
+
+    stream_kind: ClassVar[str] = "session"
+
+
+# The session stream
+
+
+class SessionOpened(Event, tag="session_opened"):
+    """First event of a session opened directly (not forked)."""
+
+    session_id: str
+    created_at: datetime
+    agent_id: str | None = None
+    title: str | None = None
+    formation: dict[str, Any] = {}
+    scope: str = "persistent"
+    system_prompt: str | None = None
+    tool_format: str | None = None
+    workspace_anchor: dict[str, Any] | None = None
+    workspace_policy: dict[str, Any] | None = None
+    metadata: dict[str, Any] = {}
+    parent_spawn_ref: dict[str, Any] | None = None
+
+
+class SessionForked(Event, tag="session_forked"):
+    """First event of a child session: it shares the parent's first `keep_first` messages as they
+    stood at `parent_version` of the parent's stream."""
+
+    session_id: str
+    parent_id: str
+    parent_version: int
+    created_at: datetime
+    keep_first: int | None = None
+    branched_at_event_index: int | None = None
+    title: str | None = None
+
+
+class MessageInjected(Event, tag="message_injected"):
+    message: Message
+
+
+class SessionReset(Event, tag="session_reset"):
+    reason: str | None = None
+
+
+class SessionTrimmed(Event, tag="session_trimmed"):
+    keep_last: int
+    kept_count: int
+
+
+class SessionCompacted(Event, tag="session_compacted"):
+    """The outcome of a compaction: messages `[replace_start, replace_end)` became `replacement`."""
+
+    strategy: str
+    replace_start: int
+    replace_end: int
+    replacement: list[Message] = []
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+
+
+class ScratchpadSet(Event, tag="scratchpad_set"):
+    scratchpad: dict[str, Any]
+    version: int
+    source: str | None = None
+    reason: str | None = None
+    metadata: dict[str, Any] = {}
+
+
+class ScratchpadCleared(Event, tag="scratchpad_cleared"):
+    version: int
+    source: str | None = None
+    reason: str | None = None
+    metadata: dict[str, Any] = {}
+
+
+class LiveSessionClient(Event, tag="live_session_client"):
+    """A live client attached, took over, detached or sent a heartbeat."""
+
+    client_id: str
+    action: str
+    mode: str | None = None
+    previous_controller_id: str | None = None
+    reason: str | None = None
+    metadata: dict[str, Any] = {}
+
+
+class LiveSessionPermissionRoute(Event, tag="live_session_permission_route"):
+    client_id: str
+    request: dict[str, Any]
+    metadata: dict[str, Any] = {}
+
+
+class WorkspaceAnchorSet(Event, tag="workspace_anchor_set"):
+    anchor: dict[str, Any] | None
+
+
+class WorkspacePolicySet(Event, tag="workspace_policy_set"):
+    policy: dict[str, Any]
+
+
+class WorkspaceRootAdded(Event, tag="workspace_root_added"):
+    root: str
+    mount_mode: str
+    mounted_at: str | None = None
+
+
+class WorkspaceRootRemoved(Event, tag="workspace_root_removed"):
+    root: str
+
+
+class SessionRenamed(Event, tag="session_renamed"):
+    title: str | None
+
+
+class SessionDeleted(Event, tag="session_deleted"):
+    reason: str | None = None
+
+
+class PromptStarted(Event, tag="prompt_started"):
+    request_id: str
+    prompt: Message
+    provider: str | None = None
+    params: dict[str, Any] = {}
+    loop_id: str | None = None
+    parent_loop_id: str | None = None
+    parallel_group: str | None = None
+
+
+class PromptCompleted(Event, tag="prompt_completed"):
+    request_id: str
+    reply: Message
+    stop_reason: str | None = None
+    usage: Usage = Usage()
+
+
+class PromptFailed(Event, tag="prompt_failed"):
+    request_id: str
+    error: str
+    kind: str | None = None
+
+
+class PromptCancelled(Event, tag="prompt_cancelled"):
+    request_id: str
+    reason: str | None = None
+
+
+class InputRejected(Event, tag="input_rejected"):
+    filter: str
+    reason: str
+    request_id: str | None = None
+
+
+class AgentSessionClosed(Event, tag="agent_session_closed"):
+    reason: str | None = None
+    status: dict[str, Any] = {}
+
+
+# The bearer stream: keyed by the token's one-way handle, never by the token.
+
+
+class BearerSessionCreated(Event, tag="bearer_session_created"):
+    stream_kind: ClassVar[str] = "bearer"
+
+    handle: str
+    principal: str
+    created_at: datetime
+    expires_at: datetime
+    attributes: dict[str, Any] = {}
+
+
+class BearerSessionTouched(Event, tag="bearer_session_touched"):
+    stream_kind: ClassVar[str] = "bearer"
+
+    last_seen_at: datetime
+
+
+class BearerSessionExpired(Event, tag="bearer_session_expired"):
+    stream_kind: ClassVar[str] = "bearer"
+
+    expired_at: datetime
+    reason: str | None = None
+
+
+AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged classes
+    SessionOpened,
+    SessionForked,
+    MessageInjected,
+    SessionReset,
+    SessionTrimmed,
+    SessionCompacted,
+    ScratchpadSet,
+    ScratchpadCleared,
+    LiveSessionClient,
+    LiveSessionPermissionRoute,
+    WorkspaceAnchorSet,
+    WorkspacePolicySet,
+    WorkspaceRootAdded,
+    WorkspaceRootRemoved,
+    SessionRenamed,
+    SessionDeleted,
+    PromptStarted,
+    PromptCompleted,
+    PromptFailed,
+    PromptCancelled,
+    InputRejected,
+    AgentSessionClosed,
+    BearerSessionCreated,
+    BearerSessionTouched,
+    BearerSessionExpired,
+]
+
+EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]
+
+
+def event_type_name(event: Event) -> str:
+    """The stored tag of an event, e.g. ``message_injected``."""
+    return str(event.__struct_config__.tag)

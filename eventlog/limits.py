@@ -1,0 +1,64 @@
+"""Every bound sessionlog enforces, in one place, each with the reason it exists.
+
+Names end with their unit. Code elsewhere imports these constants instead of writing numbers; a
+limit that is reached raises `LimitExceededError` naming the limit, the value and where it came from.
+"""
+
+from typing import Final
+
+# The log
+
+event_bytes_max: Final = 4 * 1024 * 1024
+"""One encoded event. Large tool outputs are kept verbatim, but an event this size already costs a
+noticeable slice of a transaction; bigger payloads belong in a blob store referenced by the event."""
+
+events_per_append_max: Final = 10_000
+"""Events in one `append` call. Bounds the memory a single call holds before it commits."""
+
+transaction_bytes_max: Final = 256 * 1024 * 1024
+"""Encoded bytes written by one transaction (events and projection state). The LMDB map is grown
+before each write transaction so at least twice this much is free, which is what makes growth
+automatic: a transaction that stays under this bound cannot run out of map space."""
+
+stream_name_bytes_max: Final = 256
+"""A stream name in UTF-8. It is part of LMDB keys, which must stay under 511 bytes with the version
+suffix, and of every event's stored bytes."""
+
+meta_bytes_max: Final = 4 * 1024
+"""An event's encoded `meta` (client id, causation, correlation). Meta is routing data, not payload."""
+
+read_page_events_max: Final = 10_000
+"""Events returned by one `read` or `read_stream` call. Each page is one read transaction, and long
+read transactions pin old pages and make the LMDB file grow."""
+
+read_page_events_default: Final = 1_000
+"""The page size when the caller does not choose one."""
+
+kv_key_bytes_max: Final = 480
+"""A projection key. LMDB refuses keys of 511 bytes or more; the margin leaves room for prefixes."""
+
+kv_value_bytes_max: Final = 16 * 1024 * 1024
+"""A projection value. Projections keep small records; a value this big is a bug in a projection."""
+
+subscribers_max: Final = 10_000
+"""In-process subscribers on one log. Each one runs on every commit; more is a leak, not a design."""
+
+# The engine
+
+session_id_bytes_max: Final = 128
+"""A session id in UTF-8. Ids travel in URLs, logs and LMDB keys; UUIDv7 needs 36."""
+
+messages_per_transcript_max: Final = 1_000_000
+"""Messages one transcript may hold. Far above any model context, low enough to stop a runaway loop."""
+
+files_per_message_max: Final = 10
+"""File references attached to one message, as the session semantics fix it."""
+
+# Bearer sessions
+
+token_chars_max: Final = 512
+"""A bearer token as sent in an Authorization header; headers longer than this are refused by most
+proxies anyway, and an unbounded token is a hashing cost an attacker chooses."""
+
+token_chars_min: Final = 32
+"""A caller-supplied bearer token. Shorter strings cannot carry enough entropy to be a credential."""

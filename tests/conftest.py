@@ -1,0 +1,76 @@
+"""Shared test set-up: hypothesis profiles and the log fixtures every conformance test runs on.
+
+`HYPOTHESIS_PROFILE` picks the profile: `dev` (default, quick), `ci` (bounded so CI stays well
+under 15 minutes), `deep` (a long soak, run by hand).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from eventlog import EventLog
+
+settings.register_profile(
+    "dev",
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep",
+    max_examples=2_000,
+    stateful_step_count=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+
+LOG_KINDS = ["memory", "lmdb"]
+
+
+def make_log(kind: str, path: Path) -> EventLog:
+    if kind == "memory":
+        return EventLog.memory()
+    return EventLog.open(path / "log")
+
+
+@pytest.fixture(params=LOG_KINDS)
+def log_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def log(log_kind: str, tmp_path: Path) -> Iterator[EventLog]:
+    """An empty log of each kind: the in-memory reference and LMDB in a temp dir."""
+    with make_log(log_kind, tmp_path) as opened:
+        yield opened
+
+
+@pytest.fixture
+def log_factory(tmp_path: Path) -> Iterator[Callable[[str], EventLog]]:
+    opened: list[EventLog] = []
+
+    def factory(kind: str) -> EventLog:
+        made = make_log(kind, tmp_path / f"{kind}-{len(opened)}")
+        opened.append(made)
+        return made
+
+    yield factory
+    for item in opened:
+        item.close()
