@@ -1,0 +1,132 @@
+"""One sample of every event in the catalog, with fixed times, for the stored-bytes format test.
+
+The bytes these encode to are frozen in `tests/fixtures/log-format-v1.jsonl`. Change a sample and
+the test fails: that is the point. A new event type adds a new sample at the end and a new line
+to the fixture (written by `python -m tests._format_samples > tests/fixtures/log-format-v1.jsonl`,
+once, reviewed by hand).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from eventlog import events as ev
+
+T0 = datetime(2026, 11, 22, 8, 0, 0, 123456, tzinfo=UTC)
+T1 = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)
+
+MESSAGE = ev.Message(
+    role="assistant",
+    content=[{"type": "text", "text": "done"}],
+    name="helper",
+    tool_calls=[{"id": "call_1", "name": "ls", "arguments": {"path": "."}}],
+    files=[ev.FileRef(path="src/a.py", mime_type="text/x-python", size_bytes=12)],
+    usage=ev.Usage(input_tokens=10, output_tokens=3, reasoning_tokens=1),
+    model="mock-1",
+    synthetic=True,
+    metadata={"live_session": {"client_id": "tui"}},
+    extra={"x_vendor": [1, 2]},
+)
+
+SAMPLES: list[tuple[str, ev.Event]] = [
+    (
+        "s-1",
+        ev.SessionOpened(
+            session_id="s-1",
+            created_at=T0,
+            agent_id="agent",
+            title="first",
+            formation={"kind": "explicit"},
+            system_prompt="be brief",
+            tool_format="native",
+            workspace_anchor={"root": "/w"},
+            workspace_policy={"default_mount_mode": "ro"},
+            metadata={"provider": "mock"},
+        ),
+    ),
+    ("s-1", ev.MessageInjected(message=ev.Message(role="user", content="hi"))),
+    ("s-1", ev.MessageInjected(message=MESSAGE)),
+    (
+        "s-2",
+        ev.SessionForked(
+            session_id="s-2", parent_id="s-1", parent_version=3, created_at=T0, keep_first=1,
+            branched_at_event_index=1,
+        ),
+    ),
+    ("s-2", ev.SessionReset(reason="again")),
+    ("s-1", ev.SessionTrimmed(keep_last=1, kept_count=1)),
+    (
+        "s-1",
+        ev.SessionCompacted(
+            strategy="llm",
+            replace_start=0,
+            replace_end=1,
+            replacement=[ev.Message(role="assistant", content="summary", summary=True)],
+            tokens_before=100,
+            tokens_after=10,
+        ),
+    ),
+    ("s-1", ev.ScratchpadSet(scratchpad={"plan": [1]}, version=1, source="agent")),
+    ("s-1", ev.ScratchpadCleared(version=2, reason="done")),
+    ("s-1", ev.LiveSessionClient(client_id="tui", action="attached", mode="controller")),
+    (
+        "s-1",
+        ev.LiveSessionClient(
+            client_id="mobile", action="taken_over", mode="controller",
+            previous_controller_id="tui", metadata={"reason": "handoff"},
+        ),
+    ),
+    ("s-1", ev.LiveSessionPermissionRoute(client_id="mobile", request={"tool": "rm"})),
+    ("s-1", ev.WorkspaceAnchorSet(anchor={"root": "/w2"})),
+    ("s-1", ev.WorkspacePolicySet(policy={"default_mount_mode": "rw"})),
+    ("s-1", ev.WorkspaceRootAdded(root="/data", mount_mode="ro", mounted_at="/mnt/data")),
+    ("s-1", ev.WorkspaceRootRemoved(root="/data")),
+    ("s-1", ev.SessionRenamed(title="renamed")),
+    (
+        "s-1",
+        ev.PromptStarted(
+            request_id="r1", prompt=ev.Message(role="user", content="go"), provider="mock",
+            params={"temperature": 0.5}, loop_id="l1",
+        ),
+    ),
+    (
+        "s-1",
+        ev.PromptCompleted(
+            request_id="r1", reply=ev.Message(role="assistant", content="ok"),
+            stop_reason="end_turn", usage=ev.Usage(input_tokens=5, output_tokens=2),
+        ),
+    ),
+    ("s-1", ev.PromptFailed(request_id="r2", error="boom", kind="provider")),
+    ("s-1", ev.PromptCancelled(request_id="r3", reason="user")),
+    ("s-1", ev.InputRejected(filter="no-secrets", reason="looks like a key")),
+    ("s-2", ev.SessionDeleted(reason="cleanup")),
+    ("s-1", ev.AgentSessionClosed(reason="timeout", status={"reason": "timeout"})),
+    (
+        "bearer-h1",
+        ev.BearerSessionCreated(
+            handle="h1", principal="user_123", created_at=T0, expires_at=T1,
+            attributes={"role": "operator"},
+        ),
+    ),
+    ("bearer-h1", ev.BearerSessionTouched(last_seen_at=T1)),
+    ("bearer-h1", ev.BearerSessionExpired(expired_at=T1, reason="revoked")),
+]
+
+
+def build_log_lines() -> list[str]:
+    """Append every sample to a fresh in-memory log; one JSON line per stored record."""
+    from eventlog import ANY, EventLog
+
+    lines = []
+    with EventLog.memory() as log:
+        for index, (stream, event) in enumerate(SAMPLES):
+            log.append(stream, [event], expected_version=ANY, meta={"i": index}, recorded_at=T0)
+        with log._storage.reader() as txn:
+            for position, record in txn.records_after(0, len(SAMPLES)):
+                lines.append(json.dumps({"position": position, "hex": bytes(record).hex()}))
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(build_log_lines()))
