@@ -41,13 +41,17 @@ def main() -> None:
         start = log.head
         turns = [("user", "Hello!"), ("assistant", "Hi. What are we doing?"), ("user", "Audit.")]
         for role, text in turns:
-            log.append("demo-chat", [MessageInjected(message=Message(role=role, content=text))],
-                       expected_version=ANY)
+            log.append(
+                "demo-chat",
+                [MessageInjected(message=Message(role=role, content=text))],
+                expected_version=ANY,
+            )
         print(f"appended {len(turns)} messages to demo-chat; head {start} -> {log.head}")
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(STORE)], stdout=subprocess.PIPE,
-                              text=True, env=env)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(STORE)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert writer.stdout is not None
     acknowledged: list[int] = []
     deadline = time.monotonic() + 0.5
@@ -64,8 +68,10 @@ def main() -> None:
         missing = [p for p in acknowledged if p > log.head]
         report = log.verify()
         print(f"reopened: head {log.head}, acknowledged events missing: {len(missing)}")
-        print(f"verify: ok={report.ok}, {report.events_checked} events, "
-              f"{report.streams_checked} streams, head hash {report.head_hash.hex()[:16]}")
+        print(
+            f"verify: ok={report.ok}, {report.events_checked} events, "
+            f"{report.streams_checked} streams, head hash {report.head_hash.hex()[:16]}"
+        )
         last = log.read_stream("demo-chat", after=max(0, log.stream_version("demo-chat") - 1))
         print(f"last demo-chat message: {last[0].data.message.content!r}")  # type: ignore[union-attr]
         if missing or not report.ok:

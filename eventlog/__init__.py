@@ -4,13 +4,21 @@ Imports none of the other sessionlog packages.
 """
 
 from eventlog import events, limits
-from eventlog._codec import GENESIS_HASH, Envelope
+from eventlog._codec import (
+    GENESIS_HASH,
+    Envelope,
+    StructCodec,
+    check_encodable,
+    convert,
+    to_builtins,
+)
 from eventlog._log import (
     ANY,
     NO_STREAM,
     EventLog,
     ExpectedVersion,
     LogView,
+    Projector,
     Subscription,
     Transaction,
     VerifyReport,
@@ -47,14 +55,19 @@ __all__ = [
     "LimitExceededError",
     "LogClosedError",
     "LogView",
+    "Projector",
     "SessionExistsError",
     "SessionLogError",
     "StorageError",
     "StoreFullError",
+    "StructCodec",
     "Subscription",
     "Transaction",
     "UnknownSessionError",
     "VerifyReport",
+    "check_encodable",
+    "convert",
     "events",
     "limits",
+    "to_builtins",
 ]

@@ -8,14 +8,15 @@ bytes that follow it and verifying never re-encodes anything. This module must n
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import blake3
 import msgspec
 
-from eventlog.errors import IntegrityError
+from eventlog.errors import IntegrityError, InvalidArgumentError
 from eventlog.events import AnyEvent, event_type_name
 
+T = TypeVar("T")
 HASH_BYTES = 32
 GENESIS_HASH = bytes(HASH_BYTES)
 # msgpack: fixarray of 7, then bin8 of 32 bytes; the hash sits at [3:35] and the body follows it.
@@ -110,9 +111,53 @@ def decode_record(record: bytes | bytearray | memoryview, position: int) -> Enve
     try:
         envelope = _decoder.decode(record)
     except msgspec.DecodeError as exc:
-        raise IntegrityError(f"event at position {position}: cannot decode: {exc}", position) from exc
+        raise IntegrityError(
+            f"event at position {position}: cannot decode: {exc}", position
+        ) from exc
     if envelope.position != position:
         raise IntegrityError(
             f"event at position {position} says it is at position {envelope.position}", position
         )
     return envelope
+
+
+class StructCodec(Generic[T]):
+    """Deterministic msgpack for one type, for projection state kept next to the log.
+
+    Decoding damaged bytes raises `IntegrityError`, so no msgspec error leaves `eventlog`.
+    """
+
+    def __init__(self, type_: type[T], what: str) -> None:
+        self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
+        self._what = what
+
+    def encode(self, value: T) -> bytes:
+        return _encoder.encode(value)
+
+    def decode(self, data: bytes | bytearray | memoryview) -> T:
+        try:
+            return self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise IntegrityError(f"stored {self._what} cannot be decoded: {exc}") from exc
+
+
+def convert(value: object, type_: type[T], *, what: str) -> T:
+    """Turn builtin data (dicts, lists) into `type_`, raising `InvalidArgumentError` that names
+    `what` and the path inside it on a mismatch."""
+    try:
+        return msgspec.convert(value, type_, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgumentError(f"{what}: {exc}") from exc
+
+
+def to_builtins(value: object) -> Any:
+    """Structs to dicts and lists (defaults left out), for callers who want plain data."""
+    return msgspec.to_builtins(value)
+
+
+def check_encodable(value: object, *, what: str) -> int:
+    """The encoded size of `value`; raises `InvalidArgumentError` if it cannot be stored."""
+    try:
+        return len(_encoder.encode(value))
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"{what} cannot be stored: {exc}") from exc

@@ -17,7 +17,6 @@ from typing import TypeVar
 
 import lmdb
 
-from eventlog import limits
 from eventlog._storage import Buffer, StorageTxn, position_key
 from eventlog.errors import (
     CorruptStoreError,
@@ -93,7 +92,6 @@ class LmdbStorage:
         self._gate = _Gate()
         self._closed = False
         data_file = self.path / "data.mdb"
-        existed = data_file.exists()
         _refuse_damaged_file(data_file)
         if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -114,7 +112,7 @@ class LmdbStorage:
         try:
             self._check_size(data_file)
             self.env.reader_check()
-            self._open_dbs(existed, readonly)
+            self._open_dbs(readonly)
         except BaseException:
             self.env.close()
             raise
@@ -130,11 +128,15 @@ class LmdbStorage:
                 f"`{data_file}` is truncated: {actual} bytes, but its pages need {needed}"
             )
 
-    def _open_dbs(self, existed: bool, readonly: bool) -> None:
+    def _open_dbs(self, readonly: bool) -> None:
         try:
             with self.env.begin(write=False) as txn:
-                names = set(self.env.dbs(txn)) if existed else set()
-            if existed and b"meta" not in names:
+                names = set(self.env.dbs(txn))
+                # An environment holding nothing is a log that never held anything: its creator
+                # was killed between LMDB creating the file and the write below, or is another
+                # process opening the same new path right now. Anything else needs our marker.
+                blank = not txn.cursor().first()
+            if not blank and b"meta" not in names:
                 raise CorruptStoreError(f"`{self.path}` is an LMDB store but not a sessionlog log")
             if readonly:
                 self.events = self.env.open_db(b"events", create=False)
@@ -148,7 +150,7 @@ class LmdbStorage:
                 self.kv = self.env.open_db(b"kv", txn=txn)
                 self.meta = self.env.open_db(b"meta", txn=txn)
                 marker = txn.get(b"format", db=self.meta)
-                if marker is None and not existed:
+                if marker is None and blank:
                     txn.put(b"format", FORMAT, db=self.meta)
                     marker = FORMAT
             if marker != FORMAT:
@@ -223,7 +225,7 @@ def _refuse_damaged_file(data_file: Path) -> None:
 
 
 class _LmdbTxn:
-    __slots__ = ("_store", "_txn", "_write", "_counted", "_done")
+    __slots__ = ("_counted", "_done", "_store", "_txn", "_write")
 
     def __init__(
         self,
@@ -296,7 +298,9 @@ class _LmdbTxn:
             index = self._txn.cursor(self._store.streams)
             entries = [
                 (key + (first_version + offset).to_bytes(8, "big"), position_key(position))
-                for offset, position in enumerate(range(first_position, first_position + len(items)))
+                for offset, position in enumerate(
+                    range(first_position, first_position + len(items))
+                )
             ]
             _, indexed = index.putmulti(entries, overwrite=False)
         except lmdb.Error as exc:

@@ -117,6 +117,9 @@ def _check_key(key: object) -> bytes:
     return key
 
 
+Projector = Callable[["Transaction", list[Envelope]], None]
+
+
 class LogView:
     """A consistent read of the log and of projection state, inside one storage transaction."""
 
@@ -131,7 +134,9 @@ class LogView:
     def stream_version(self, stream: str) -> int:
         return self._txn.stream_version(check_stream(stream))
 
-    def read(self, *, after: int = 0, limit: int = limits.read_page_events_default) -> list[Envelope]:
+    def read(
+        self, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[Envelope]:
         after, limit = _check_page(after, limit, "read")
         txn = self._txn
         prev = _codec.GENESIS_HASH
@@ -149,6 +154,17 @@ class LogView:
             out.append(_codec.decode_record(record, position))
             expected += 1
         return out
+
+    def event_at(self, position: int) -> Envelope | None:
+        """The event at `position`, hash-checked against its predecessor; None past the head."""
+        txn = self._txn
+        record = txn.record(position) if position >= 1 else None
+        if record is None:
+            return None
+        before = txn.record(position - 1) if position > 1 else None
+        prev = _codec.GENESIS_HASH if before is None else _codec.stored_hash(before)
+        _codec.check_record(prev, record, position)
+        return _codec.decode_record(record, position)
 
     def read_stream(
         self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
@@ -218,9 +234,9 @@ class Transaction(LogView):
         self.pending: list[Envelope] = list(parent.pending) if parent else []
         self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
         self._versions: dict[bytes, int] = dict(parent._versions) if parent else {}
-        self._bytes = parent._bytes if parent else 0
-        self._head = parent._head if parent else -1
-        self._head_hash = parent._head_hash if parent else b""
+        self._bytes: int = parent._bytes if parent else 0
+        self._head: int = parent._head if parent else -1
+        self._head_hash: bytes = parent._head_hash if parent else b""
         self._broken = False
 
     def _load_head(self) -> None:
@@ -278,6 +294,13 @@ class Transaction(LogView):
         self._versions[key] = version + len(records)
         self._bytes += size
         self.pending.extend(envelopes)
+        projector = self._log._projector
+        if projector is not None:
+            try:
+                projector(self, envelopes)
+            except BaseException:
+                self._broken = True  # the events are in, their projection is not: never commit
+                raise
         return list(range(first, self._head + 1))
 
     def _encode(
@@ -375,7 +398,10 @@ def _check_events(events: object) -> Sequence[Event]:
         raise InvalidArgumentError("append needs at least one event")
     if len(events) > limits.events_per_append_max:
         raise LimitExceededError(
-            "events in one append", "events_per_append_max", limits.events_per_append_max, len(events)
+            "events in one append",
+            "events_per_append_max",
+            limits.events_per_append_max,
+            len(events),
         )
     for index, event in enumerate(events):
         if not isinstance(event, Event):
@@ -483,7 +509,14 @@ class EventLog:
         self._delivering = False
         self._closed = False
         self._forked = False
+        self._projector: Projector | None = None
         _open_logs.add(self)
+
+    def set_projector(self, projector: Projector | None) -> None:
+        """Run `projector(tx, envelopes)` inside the transaction of every append, right after the
+        events are written, so projection state commits (or aborts) together with them."""
+        with self._writer:
+            self._projector = projector
 
     @classmethod
     def open(
@@ -542,6 +575,11 @@ class EventLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the calling thread is inside `transaction()` on this log."""
+        return self._current() is not None
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -620,7 +658,11 @@ class EventLog:
         current = self._current()
         if current is not None:
             return current.append(
-                stream, events, expected_version=expected_version, meta=meta, recorded_at=recorded_at
+                stream,
+                events,
+                expected_version=expected_version,
+                meta=meta,
+                recorded_at=recorded_at,
             )
         for attempt in range(2):
             try:
@@ -669,7 +711,9 @@ class EventLog:
         with self.view() as view:
             return view.stream_version(stream)
 
-    def read(self, *, after: int = 0, limit: int = limits.read_page_events_default) -> list[Envelope]:
+    def read(
+        self, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[Envelope]:
         """Up to `limit` events with positions after `after`, in order, hash-checked."""
         with self.view() as view:
             return view.read(after=after, limit=limit)
@@ -681,7 +725,9 @@ class EventLog:
         with self.view() as view:
             return view.read_stream(stream, after=after, limit=limit)
 
-    def iter_all(self, *, after: int = 0, page_events: int = limits.read_page_events_max) -> Iterator[Envelope]:
+    def iter_all(
+        self, *, after: int = 0, page_events: int = limits.read_page_events_max
+    ) -> Iterator[Envelope]:
         """Every event after `after`, one short read transaction per page."""
         while True:
             page = self.read(after=after, limit=page_events)
@@ -859,4 +905,3 @@ class EventLog:
                     subscription._offer(envelope)
         finally:
             self._delivering = False
-

@@ -166,7 +166,6 @@ class _MemoryTxn:
         if self.done:
             return
         self.done = True
-        if self.parent is None:
-            if self.write:
-                self.undo.clear()
-                self.store.lock.release()
+        if self.parent is None and self.write:
+            self.undo.clear()
+            self.store.lock.release()

@@ -20,7 +20,7 @@ class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A value inside an event: frozen, keyword-only, defaults left out of the stored bytes."""
 
 
-class Usage(_Record):
+class Usage(_Record, frozen=True):
     """Token counts of one model call or one message."""
 
     input_tokens: int = 0
@@ -30,7 +30,7 @@ class Usage(_Record):
     cache_write_tokens: int = 0
 
 
-class FileRef(_Record):
+class FileRef(_Record, frozen=True):
     """A file attached to a message (at most `limits.files_per_message_max` per message)."""
 
     path: str
@@ -40,7 +40,7 @@ class FileRef(_Record):
     extra: dict[str, Any] = {}
 
 
-class Message(_Record):
+class Message(_Record, frozen=True):
     """One transcript message. Fields the catalog does not name are kept in `extra`."""
 
     role: str
@@ -66,7 +66,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 # The session stream
 
 
-class SessionOpened(Event, tag="session_opened"):
+class SessionOpened(Event, tag="session_opened", frozen=True):
     """First event of a session opened directly (not forked)."""
 
     session_id: str
@@ -83,7 +83,7 @@ class SessionOpened(Event, tag="session_opened"):
     parent_spawn_ref: dict[str, Any] | None = None
 
 
-class SessionForked(Event, tag="session_forked"):
+class SessionForked(Event, tag="session_forked", frozen=True):
     """First event of a child session: it shares the parent's first `keep_first` messages as they
     stood at `parent_version` of the parent's stream."""
 
@@ -96,20 +96,20 @@ class SessionForked(Event, tag="session_forked"):
     title: str | None = None
 
 
-class MessageInjected(Event, tag="message_injected"):
+class MessageInjected(Event, tag="message_injected", frozen=True):
     message: Message
 
 
-class SessionReset(Event, tag="session_reset"):
+class SessionReset(Event, tag="session_reset", frozen=True):
     reason: str | None = None
 
 
-class SessionTrimmed(Event, tag="session_trimmed"):
+class SessionTrimmed(Event, tag="session_trimmed", frozen=True):
     keep_last: int
     kept_count: int
 
 
-class SessionCompacted(Event, tag="session_compacted"):
+class SessionCompacted(Event, tag="session_compacted", frozen=True):
     """The outcome of a compaction: messages `[replace_start, replace_end)` became `replacement`."""
 
     strategy: str
@@ -120,7 +120,7 @@ class SessionCompacted(Event, tag="session_compacted"):
     tokens_after: int | None = None
 
 
-class ScratchpadSet(Event, tag="scratchpad_set"):
+class ScratchpadSet(Event, tag="scratchpad_set", frozen=True):
     scratchpad: dict[str, Any]
     version: int
     source: str | None = None
@@ -128,14 +128,14 @@ class ScratchpadSet(Event, tag="scratchpad_set"):
     metadata: dict[str, Any] = {}
 
 
-class ScratchpadCleared(Event, tag="scratchpad_cleared"):
+class ScratchpadCleared(Event, tag="scratchpad_cleared", frozen=True):
     version: int
     source: str | None = None
     reason: str | None = None
     metadata: dict[str, Any] = {}
 
 
-class LiveSessionClient(Event, tag="live_session_client"):
+class LiveSessionClient(Event, tag="live_session_client", frozen=True):
     """A live client attached, took over, detached or sent a heartbeat."""
 
     client_id: str
@@ -146,39 +146,39 @@ class LiveSessionClient(Event, tag="live_session_client"):
     metadata: dict[str, Any] = {}
 
 
-class LiveSessionPermissionRoute(Event, tag="live_session_permission_route"):
+class LiveSessionPermissionRoute(Event, tag="live_session_permission_route", frozen=True):
     client_id: str
     request: dict[str, Any]
     metadata: dict[str, Any] = {}
 
 
-class WorkspaceAnchorSet(Event, tag="workspace_anchor_set"):
+class WorkspaceAnchorSet(Event, tag="workspace_anchor_set", frozen=True):
     anchor: dict[str, Any] | None
 
 
-class WorkspacePolicySet(Event, tag="workspace_policy_set"):
+class WorkspacePolicySet(Event, tag="workspace_policy_set", frozen=True):
     policy: dict[str, Any]
 
 
-class WorkspaceRootAdded(Event, tag="workspace_root_added"):
+class WorkspaceRootAdded(Event, tag="workspace_root_added", frozen=True):
     root: str
     mount_mode: str
     mounted_at: str | None = None
 
 
-class WorkspaceRootRemoved(Event, tag="workspace_root_removed"):
+class WorkspaceRootRemoved(Event, tag="workspace_root_removed", frozen=True):
     root: str
 
 
-class SessionRenamed(Event, tag="session_renamed"):
+class SessionRenamed(Event, tag="session_renamed", frozen=True):
     title: str | None
 
 
-class SessionDeleted(Event, tag="session_deleted"):
+class SessionDeleted(Event, tag="session_deleted", frozen=True):
     reason: str | None = None
 
 
-class PromptStarted(Event, tag="prompt_started"):
+class PromptStarted(Event, tag="prompt_started", frozen=True):
     request_id: str
     prompt: Message
     provider: str | None = None
@@ -188,31 +188,31 @@ class PromptStarted(Event, tag="prompt_started"):
     parallel_group: str | None = None
 
 
-class PromptCompleted(Event, tag="prompt_completed"):
+class PromptCompleted(Event, tag="prompt_completed", frozen=True):
     request_id: str
     reply: Message
     stop_reason: str | None = None
     usage: Usage = Usage()
 
 
-class PromptFailed(Event, tag="prompt_failed"):
+class PromptFailed(Event, tag="prompt_failed", frozen=True):
     request_id: str
     error: str
     kind: str | None = None
 
 
-class PromptCancelled(Event, tag="prompt_cancelled"):
+class PromptCancelled(Event, tag="prompt_cancelled", frozen=True):
     request_id: str
     reason: str | None = None
 
 
-class InputRejected(Event, tag="input_rejected"):
+class InputRejected(Event, tag="input_rejected", frozen=True):
     filter: str
     reason: str
     request_id: str | None = None
 
 
-class AgentSessionClosed(Event, tag="agent_session_closed"):
+class AgentSessionClosed(Event, tag="agent_session_closed", frozen=True):
     reason: str | None = None
     status: dict[str, Any] = {}
 
@@ -220,7 +220,7 @@ class AgentSessionClosed(Event, tag="agent_session_closed"):
 # The bearer stream: keyed by the token's one-way handle, never by the token.
 
 
-class BearerSessionCreated(Event, tag="bearer_session_created"):
+class BearerSessionCreated(Event, tag="bearer_session_created", frozen=True):
     stream_kind: ClassVar[str] = "bearer"
 
     handle: str
@@ -230,13 +230,13 @@ class BearerSessionCreated(Event, tag="bearer_session_created"):
     attributes: dict[str, Any] = {}
 
 
-class BearerSessionTouched(Event, tag="bearer_session_touched"):
+class BearerSessionTouched(Event, tag="bearer_session_touched", frozen=True):
     stream_kind: ClassVar[str] = "bearer"
 
     last_seen_at: datetime
 
 
-class BearerSessionExpired(Event, tag="bearer_session_expired"):
+class BearerSessionExpired(Event, tag="bearer_session_expired", frozen=True):
     stream_kind: ClassVar[str] = "bearer"
 
     expired_at: datetime

@@ -62,3 +62,16 @@ proxies anyway, and an unbounded token is a hashing cost an attacker chooses."""
 
 token_chars_min: Final = 32
 """A caller-supplied bearer token. Shorter strings cannot carry enough entropy to be a credential."""
+
+scratchpad_bytes_max: Final = 64 * 1024
+"""An encoded scratchpad. It is the agent's small working memory, rewritten whole on every set."""
+
+live_clients_per_session_max: Final = 256
+"""Live clients attached to one session at once. Each attach rewrites the session record."""
+
+list_page_sessions_max: Final = 200
+"""Sessions in one `list_sessions` page."""
+
+hot_sessions_default: Final = 128
+"""Sessions whose decoded transcripts the engine keeps in memory by default (least recently used
+go first; eviction only drops a cache, never data)."""

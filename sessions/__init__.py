@@ -1,3 +1,34 @@
-"""The public session engine (built by the engine issue). Composes `eventlog` and `projections`."""
+"""The public session engine: every verb of a session's life, as events and projections.
 
-__all__: list[str] = []
+Composes `eventlog` and `projections`. `SessionStore.open(path)` is the entry point.
+"""
+
+from eventlog import (
+    CapacityError,
+    ConcurrencyError,
+    ControllerConflictError,
+    IntegrityError,
+    InvalidArgumentError,
+    LimitExceededError,
+    SessionExistsError,
+    SessionLogError,
+    UnknownSessionError,
+)
+from sessions._ids import current_id, uuid7
+from sessions._store import SessionStore, SessionSubscription
+
+__all__ = [
+    "CapacityError",
+    "ConcurrencyError",
+    "ControllerConflictError",
+    "IntegrityError",
+    "InvalidArgumentError",
+    "LimitExceededError",
+    "SessionExistsError",
+    "SessionLogError",
+    "SessionStore",
+    "SessionSubscription",
+    "UnknownSessionError",
+    "current_id",
+    "uuid7",
+]

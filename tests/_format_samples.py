@@ -50,7 +50,11 @@ SAMPLES: list[tuple[str, ev.Event]] = [
     (
         "s-2",
         ev.SessionForked(
-            session_id="s-2", parent_id="s-1", parent_version=3, created_at=T0, keep_first=1,
+            session_id="s-2",
+            parent_id="s-1",
+            parent_version=3,
+            created_at=T0,
+            keep_first=1,
             branched_at_event_index=1,
         ),
     ),
@@ -73,8 +77,11 @@ SAMPLES: list[tuple[str, ev.Event]] = [
     (
         "s-1",
         ev.LiveSessionClient(
-            client_id="mobile", action="taken_over", mode="controller",
-            previous_controller_id="tui", metadata={"reason": "handoff"},
+            client_id="mobile",
+            action="taken_over",
+            mode="controller",
+            previous_controller_id="tui",
+            metadata={"reason": "handoff"},
         ),
     ),
     ("s-1", ev.LiveSessionPermissionRoute(client_id="mobile", request={"tool": "rm"})),
@@ -86,15 +93,20 @@ SAMPLES: list[tuple[str, ev.Event]] = [
     (
         "s-1",
         ev.PromptStarted(
-            request_id="r1", prompt=ev.Message(role="user", content="go"), provider="mock",
-            params={"temperature": 0.5}, loop_id="l1",
+            request_id="r1",
+            prompt=ev.Message(role="user", content="go"),
+            provider="mock",
+            params={"temperature": 0.5},
+            loop_id="l1",
         ),
     ),
     (
         "s-1",
         ev.PromptCompleted(
-            request_id="r1", reply=ev.Message(role="assistant", content="ok"),
-            stop_reason="end_turn", usage=ev.Usage(input_tokens=5, output_tokens=2),
+            request_id="r1",
+            reply=ev.Message(role="assistant", content="ok"),
+            stop_reason="end_turn",
+            usage=ev.Usage(input_tokens=5, output_tokens=2),
         ),
     ),
     ("s-1", ev.PromptFailed(request_id="r2", error="boom", kind="provider")),
@@ -105,7 +117,10 @@ SAMPLES: list[tuple[str, ev.Event]] = [
     (
         "bearer-h1",
         ev.BearerSessionCreated(
-            handle="h1", principal="user_123", created_at=T0, expires_at=T1,
+            handle="h1",
+            principal="user_123",
+            created_at=T0,
+            expires_at=T1,
             attributes={"role": "operator"},
         ),
     ),

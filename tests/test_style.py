@@ -71,12 +71,18 @@ def test_broad_excepts_say_why_and_never_pass_silently() -> None:
         for node in ast.walk(ast.parse(source)):
             if not isinstance(node, ast.ExceptHandler):
                 continue
-            names = {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)} if node.type else BROAD
+            names = (
+                {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)}
+                if node.type
+                else BROAD
+            )
             if not names & BROAD:
                 continue
             where = f"{path.relative_to(ROOT)}:{node.lineno}"
             reraises = any(isinstance(n, ast.Raise) for n in ast.walk(node))
-            assert reraises or "#" in lines[node.lineno - 1], f"{where}: broad except without a reason"
+            assert reraises or "#" in lines[node.lineno - 1], (
+                f"{where}: broad except without a reason"
+            )
             assert not (len(node.body) == 1 and isinstance(node.body[0], ast.Pass)), where
 
 

@@ -1,0 +1,417 @@
+"""The session projection: a fold from each committed event to key-value state, in its transaction.
+
+`project(tx, envelopes)` is installed as the log's projector, so every append, from the engine or
+from anyone else, updates the state in the same commit. It is total: an event that makes no sense
+for the current state (a message to a session that does not exist) changes nothing, so a rebuild
+can never fail half way. It reads no clock; times come from the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from eventlog import Envelope, Transaction
+from eventlog import events as ev
+from projections import _state as st
+from projections._state import (
+    ACTIVE,
+    CLOSED,
+    DELETED,
+    EMPTY_TRANSCRIPT,
+    STATE_CODEC,
+    TRANSCRIPT_CODEC,
+    LiveClient,
+    SessionState,
+    Transcript,
+)
+
+SYSTEM_STREAM_PREFIX = "$"
+"""Streams whose names start with this are not sessions (bearer tokens, runtime bookkeeping)."""
+
+
+def load_state(tx: Any, session_id: str) -> SessionState | None:
+    data = tx.kv_get(st.state_key(session_id))
+    return None if data is None else STATE_CODEC.decode(data)
+
+
+def load_transcript(tx: Any, session_id: str) -> Transcript | None:
+    data = tx.kv_get(st.transcript_key(session_id))
+    return None if data is None else TRANSCRIPT_CODEC.decode(data)
+
+
+def _save_state(tx: Transaction, state: SessionState) -> None:
+    tx.kv_put(st.state_key(state.session_id), STATE_CODEC.encode(state))
+
+
+def _save_transcript(tx: Transaction, session_id: str, transcript: Transcript) -> None:
+    tx.kv_put(st.transcript_key(session_id), TRANSCRIPT_CODEC.encode(transcript))
+
+
+def _count(tx: Transaction, key: bytes, delta: int) -> None:
+    current = tx.kv_get(key)
+    value = (int.from_bytes(current, "big") if current else 0) + delta
+    tx.kv_put(key, max(value, 0).to_bytes(8, "big"))
+
+
+def project(tx: Transaction, envelopes: list[Envelope]) -> None:
+    """Apply `envelopes` (just appended, in order) to the projection state in `tx`."""
+    for envelope in envelopes:
+        apply(tx, envelope)
+    tx.kv_put(st.POSITION_KEY, envelopes[-1].position.to_bytes(8, "big"))
+
+
+def apply(tx: Transaction, envelope: Envelope) -> None:
+    if envelope.stream.startswith(SYSTEM_STREAM_PREFIX):
+        return
+    data = envelope.data
+    opener = _OPENERS.get(type(data))
+    if opener is not None:
+        opener(tx, envelope)
+        return
+    transcript = load_transcript(tx, envelope.stream)
+    if transcript is None:
+        return  # no session has ever been opened on this stream: nothing to project
+    transcript = _touch(transcript, envelope)
+    refs = _message_refs(envelope)
+    if refs:
+        transcript = _append_refs(tx, transcript, refs)
+    shaper = _TRANSCRIPT_CHANGES.get(type(data))
+    if shaper is not None:
+        transcript = shaper(tx, transcript, envelope)
+    _save_transcript(tx, envelope.stream, transcript)
+    updater = _STATE_CHANGES.get(type(data))
+    if updater is not None:
+        state = load_state(tx, envelope.stream)
+        if state is not None:
+            _write_state_change(tx, state, updater(state, envelope))
+
+
+def _touch(transcript: Transcript, envelope: Envelope) -> Transcript:
+    return msgspec.structs.replace(
+        transcript, version=envelope.version, last_activity_at=envelope.recorded_at
+    )
+
+
+def _write_state_change(tx: Transaction, before: SessionState, after: SessionState) -> None:
+    if before.status == ACTIVE and after.status != ACTIVE:
+        _count(tx, st.ACTIVE_COUNT_KEY, -1)
+    _save_state(tx, after)
+
+
+# Opening a session: a fresh incarnation, directly or as a fork.
+
+
+def _open(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.SessionOpened)
+    previous = load_state(tx, envelope.stream)
+    if previous is not None and previous.status == ACTIVE:
+        return  # opening an open session changes nothing (the engine never writes this)
+    state = SessionState(
+        session_id=envelope.stream,
+        generation=previous.generation + 1 if previous else 1,
+        opened_version=envelope.version,
+        created_at=data.created_at,
+        last_activity_at=envelope.recorded_at,
+        agent_id=data.agent_id,
+        title=data.title,
+        formation=data.formation,
+        scope=data.scope,
+        system_prompt=data.system_prompt,
+        tool_format=data.tool_format,
+        metadata=data.metadata,
+        parent_spawn_ref=data.parent_spawn_ref,
+        workspace_anchor=data.workspace_anchor,
+        workspace_policy=data.workspace_policy or {},
+    )
+    _begin_incarnation(tx, state, _touch(EMPTY_TRANSCRIPT, envelope))
+
+
+def _fork(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.SessionForked)
+    previous = load_state(tx, envelope.stream)
+    if previous is not None and previous.status == ACTIVE:
+        return
+    parent = load_state(tx, data.parent_id)
+    parent_transcript = load_transcript(tx, data.parent_id) or EMPTY_TRANSCRIPT
+    ranges = parent_transcript.ranges
+    length = parent_transcript.length
+    if data.keep_first is not None and data.keep_first < length:
+        ranges = slice_ranges(ranges, 0, data.keep_first)
+        length = data.keep_first
+    base = dict(
+        session_id=envelope.stream,
+        generation=previous.generation + 1 if previous else 1,
+        opened_version=envelope.version,
+        created_at=data.created_at,
+        last_activity_at=envelope.recorded_at,
+        parent_id=data.parent_id,
+        branched_at_event_index=data.branched_at_event_index,
+    )
+    if parent is None:
+        state = SessionState(**base, title=data.title)  # type: ignore[arg-type]
+    else:
+        state = msgspec.structs.replace(
+            parent,
+            **base,
+            title=data.title if data.title is not None else parent.title,
+            status=ACTIVE,
+            clients=[],
+            controller_id=None,
+            close_reason=None,
+            close_status={},
+        )
+    transcript = Transcript(ranges=ranges, length=length)
+    _begin_incarnation(tx, state, _touch(transcript, envelope))
+    tx.kv_put(st.child_key(data.parent_id, envelope.position), envelope.stream.encode())
+
+
+def _begin_incarnation(tx: Transaction, state: SessionState, transcript: Transcript) -> None:
+    # A fresh incarnation has no children of its own yet; its predecessor's stay in the log.
+    for key, _ in tx.kv_scan(st.child_prefix(state.session_id)):
+        tx.kv_delete(key)
+    _save_state(tx, state)
+    _save_transcript(tx, state.session_id, transcript)
+    _count(tx, st.ACTIVE_COUNT_KEY, +1)
+
+
+_OPENERS: dict[type, Callable[[Transaction, Envelope], None]] = {
+    ev.SessionOpened: _open,
+    ev.SessionForked: _fork,
+}
+
+
+# Messages: every event that adds messages to the transcript, and where each message sits in it.
+
+
+def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
+    data = envelope.data
+    if isinstance(data, (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted)):
+        return [(envelope.position, 0)]
+    return []
+
+
+def message_of(data: ev.Event, index: int) -> ev.Message:
+    """The message an event carries at `index` (see `_message_refs` and compaction)."""
+    if isinstance(data, ev.MessageInjected):
+        return data.message
+    if isinstance(data, ev.PromptStarted):
+        return data.prompt
+    if isinstance(data, ev.PromptCompleted):
+        return data.reply
+    if isinstance(data, ev.SessionCompacted):
+        return data.replacement[index]
+    raise AssertionError(f"{type(data).__name__} carries no message")
+
+
+def _new_segment(tx: Transaction) -> int:
+    current = tx.kv_get(st.SEGMENT_COUNTER_KEY)
+    segment = int.from_bytes(current, "big") + 1 if current else 1
+    tx.kv_put(st.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
+    return segment
+
+
+def _append_refs(
+    tx: Transaction, transcript: Transcript, refs: list[tuple[int, int]], *, fresh: bool = False
+) -> Transcript:
+    """Add messages at the end. A segment is extended in place only when this transcript ends
+    exactly at the segment's end; otherwise (a fork got there first) a new segment starts, so
+    nobody sharing the old segment ever sees these messages."""
+    ranges = list(transcript.ranges)
+    segment = start = end = 0
+    if ranges and not fresh:
+        segment, start, end = ranges[-1]
+        stored = tx.kv_get(st.segment_length_key(segment))
+        if stored is None or int.from_bytes(stored, "big") != end:
+            segment = 0
+    if segment == 0:
+        segment, start, end = _new_segment(tx), 0, 0
+        ranges.append((segment, 0, 0))
+    for offset, (position, index) in enumerate(refs):
+        tx.kv_put(st.ref_key(segment, end + offset), st.pack_ref(position, index))
+    end += len(refs)
+    tx.kv_put(st.segment_length_key(segment), end.to_bytes(4, "big"))
+    ranges[-1] = (segment, start, end)
+    return msgspec.structs.replace(
+        transcript, ranges=tuple(ranges), length=transcript.length + len(refs)
+    )
+
+
+def slice_ranges(
+    ranges: tuple[tuple[int, int, int], ...], start: int, stop: int
+) -> tuple[tuple[int, int, int], ...]:
+    """The ranges covering messages ``[start, stop)`` of a transcript."""
+    out: list[tuple[int, int, int]] = []
+    offset = 0
+    for segment, lo, hi in ranges:
+        size = hi - lo
+        a, b = max(start, offset), min(stop, offset + size)
+        if a < b:
+            out.append((segment, lo + a - offset, lo + b - offset))
+        offset += size
+        if offset >= stop:
+            break
+    return tuple(out)
+
+
+def _reset(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
+    return msgspec.structs.replace(transcript, ranges=(), length=0)
+
+
+def _trim(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
+    data = envelope.data
+    assert isinstance(data, ev.SessionTrimmed)
+    keep = min(data.kept_count, transcript.length)
+    ranges = slice_ranges(transcript.ranges, transcript.length - keep, transcript.length)
+    return msgspec.structs.replace(transcript, ranges=ranges, length=keep)
+
+
+def _compact(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
+    data = envelope.data
+    assert isinstance(data, ev.SessionCompacted)
+    length = transcript.length
+    start = min(max(data.replace_start, 0), length)
+    end = min(max(data.replace_end, start), length)
+    head = Transcript(ranges=slice_ranges(transcript.ranges, 0, start), length=start)
+    if data.replacement:
+        refs = [(envelope.position, index) for index in range(len(data.replacement))]
+        head = _append_refs(tx, head, refs, fresh=True)
+    tail = slice_ranges(transcript.ranges, end, length)
+    return msgspec.structs.replace(
+        transcript,
+        ranges=(*head.ranges, *tail),
+        length=head.length + (length - end),
+    )
+
+
+_TRANSCRIPT_CHANGES: dict[type, Callable[[Transaction, Transcript, Envelope], Transcript]] = {
+    ev.SessionReset: _reset,
+    ev.SessionTrimmed: _trim,
+    ev.SessionCompacted: _compact,
+}
+
+
+# Everything else about a session: one pure function from (state, event) to state per event type.
+
+
+def _replace(state: SessionState, **changes: Any) -> SessionState:
+    return msgspec.structs.replace(state, **changes)
+
+
+def _scratchpad_set(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.ScratchpadSet)
+    return _replace(state, scratchpad=data.scratchpad, scratchpad_version=data.version)
+
+
+def _scratchpad_cleared(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.ScratchpadCleared)
+    return _replace(state, scratchpad=None, scratchpad_version=data.version)
+
+
+def _live_client(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.LiveSessionClient)
+    at = envelope.recorded_at
+    clients = {client.client_id: client for client in state.clients}
+    controller = state.controller_id
+    existing = clients.get(data.client_id)
+    if data.action in ("attached", "taken_over"):
+        mode = data.mode or "observer"
+        if data.action == "taken_over" or mode == "controller":
+            if controller is not None and controller != data.client_id and controller in clients:
+                clients[controller] = msgspec.structs.replace(clients[controller], mode="observer")
+            controller = data.client_id
+            mode = "controller"
+        elif controller == data.client_id:
+            controller = None
+        clients[data.client_id] = LiveClient(
+            client_id=data.client_id,
+            mode=mode,
+            attached_at=existing.attached_at if existing else at,
+            last_seen_at=at,
+            metadata={**(existing.metadata if existing else {}), **data.metadata},
+        )
+    elif data.action == "detached":
+        clients.pop(data.client_id, None)
+        if controller == data.client_id:
+            controller = None
+    elif data.action == "heartbeat" and existing is not None:
+        clients[data.client_id] = msgspec.structs.replace(
+            existing, last_seen_at=at, metadata={**existing.metadata, **data.metadata}
+        )
+    return _replace(state, clients=list(clients.values()), controller_id=controller)
+
+
+def _anchor(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.WorkspaceAnchorSet)
+    return _replace(state, workspace_anchor=data.anchor)
+
+
+def _policy(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.WorkspacePolicySet)
+    return _replace(state, workspace_policy=data.policy)
+
+
+def _root_added(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.WorkspaceRootAdded)
+    roots = [root for root in state.roots if root.get("root") != data.root]
+    entry: dict[str, Any] = {"root": data.root, "mount_mode": data.mount_mode}
+    if data.mounted_at is not None:
+        entry["mounted_at"] = data.mounted_at
+    return _replace(state, roots=[*roots, entry])
+
+
+def _root_removed(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.WorkspaceRootRemoved)
+    return _replace(state, roots=[root for root in state.roots if root.get("root") != data.root])
+
+
+def _renamed(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.SessionRenamed)
+    return _replace(state, title=data.title)
+
+
+def _deleted(state: SessionState, envelope: Envelope) -> SessionState:
+    if state.status != ACTIVE:
+        return state
+    return _replace(state, status=DELETED, clients=[], controller_id=None)
+
+
+def _closed(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.AgentSessionClosed)
+    if state.status != ACTIVE:
+        return state
+    return _replace(
+        state,
+        status=CLOSED,
+        close_reason=data.reason,
+        close_status=data.status,
+        clients=[],
+        controller_id=None,
+    )
+
+
+_STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
+    ev.ScratchpadSet: _scratchpad_set,
+    ev.ScratchpadCleared: _scratchpad_cleared,
+    ev.LiveSessionClient: _live_client,
+    ev.WorkspaceAnchorSet: _anchor,
+    ev.WorkspacePolicySet: _policy,
+    ev.WorkspaceRootAdded: _root_added,
+    ev.WorkspaceRootRemoved: _root_removed,
+    ev.SessionRenamed: _renamed,
+    ev.SessionDeleted: _deleted,
+    ev.AgentSessionClosed: _closed,
+}

@@ -1,0 +1,119 @@
+"""The read models the session projection keeps, and where each lives in the key-value space.
+
+Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
+  P                          log position the projection reflects (8 bytes)
+  h/<sid>                    SessionState of the session's current incarnation
+  t/<sid>                    Transcript: ranges over shared message segments
+  g/<seg:8><index:4>         one message reference: log position (8) + index inside the event (2)
+  G/<seg:8>                  segment length (4)
+  #seg                       next segment id (8)
+  c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
+  n/active                   number of sessions whose status is active (8)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from eventlog import StructCodec
+
+POSITION_KEY = b"P"
+SEGMENT_COUNTER_KEY = b"#seg"
+ACTIVE_COUNT_KEY = b"n/active"
+STATE_PREFIX = b"h/"
+TRANSCRIPT_PREFIX = b"t/"
+REF_PREFIX = b"g/"
+SEGMENT_LENGTH_PREFIX = b"G/"
+CHILD_PREFIX = b"c/"
+
+ACTIVE = "active"
+CLOSED = "closed"
+DELETED = "deleted"
+
+
+def state_key(session_id: str) -> bytes:
+    return STATE_PREFIX + session_id.encode()
+
+
+def transcript_key(session_id: str) -> bytes:
+    return TRANSCRIPT_PREFIX + session_id.encode()
+
+
+def ref_key(segment: int, index: int) -> bytes:
+    return REF_PREFIX + segment.to_bytes(8, "big") + index.to_bytes(4, "big")
+
+
+def segment_length_key(segment: int) -> bytes:
+    return SEGMENT_LENGTH_PREFIX + segment.to_bytes(8, "big")
+
+
+def child_prefix(parent_id: str) -> bytes:
+    return CHILD_PREFIX + parent_id.encode() + b"\x00"
+
+
+def child_key(parent_id: str, position: int) -> bytes:
+    return child_prefix(parent_id) + position.to_bytes(8, "big")
+
+
+def pack_ref(position: int, index: int) -> bytes:
+    return position.to_bytes(8, "big") + index.to_bytes(2, "big")
+
+
+def unpack_ref(value: bytes) -> tuple[int, int]:
+    return int.from_bytes(value[:8], "big"), int.from_bytes(value[8:10], "big")
+
+
+class LiveClient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    client_id: str
+    mode: str
+    attached_at: datetime
+    last_seen_at: datetime
+    metadata: dict[str, Any] = {}
+
+
+class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Everything about one incarnation of a session except its messages."""
+
+    session_id: str
+    status: str = ACTIVE
+    generation: int = 1
+    opened_version: int = 1
+    created_at: datetime
+    last_activity_at: datetime
+    agent_id: str | None = None
+    title: str | None = None
+    formation: dict[str, Any] = {}
+    scope: str = "persistent"
+    system_prompt: str | None = None
+    tool_format: str | None = None
+    metadata: dict[str, Any] = {}
+    parent_spawn_ref: dict[str, Any] | None = None
+    workspace_anchor: dict[str, Any] | None = None
+    workspace_policy: dict[str, Any] = {}
+    roots: list[dict[str, Any]] = []
+    scratchpad: dict[str, Any] | None = None
+    scratchpad_version: int = 0
+    parent_id: str | None = None
+    branched_at_event_index: int | None = None
+    clients: list[LiveClient] = []
+    controller_id: str | None = None
+    close_reason: str | None = None
+    close_status: dict[str, Any] = {}
+
+
+class Transcript(msgspec.Struct, frozen=True, array_like=True):
+    """The part of a session that changes with every event: its messages, as ranges
+    ``(segment, start, end)`` of immutable, shared message segments, and its activity."""
+
+    ranges: tuple[tuple[int, int, int], ...] = ()
+    length: int = 0
+    version: int = 0
+    last_activity_at: datetime | None = None
+
+
+STATE_CODEC = StructCodec(SessionState, "session state")
+TRANSCRIPT_CODEC = StructCodec(Transcript, "transcript")
+EMPTY_TRANSCRIPT = Transcript()

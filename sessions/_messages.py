@@ -1,0 +1,109 @@
+"""Messages at the edge of the engine: plain dicts in and out, `Message` structs in the log.
+
+A message dict needs a non-empty `role`; the fields the catalog names are type-checked; any other
+key is kept verbatim in `extra` and comes back as a top-level key, so nothing a caller stored is
+dropped. This module owns that mapping and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from eventlog import (
+    InvalidArgumentError,
+    LimitExceededError,
+    check_encodable,
+    convert,
+    limits,
+    to_builtins,
+)
+from eventlog import events as ev
+
+_KNOWN = frozenset(
+    (
+        "role",
+        "content",
+        "name",
+        "tool_call_id",
+        "tool_calls",
+        "files",
+        "usage",
+        "model",
+        "synthetic",
+        "summary",
+        "metadata",
+    )
+)
+
+
+def to_message(message: object, *, where: str) -> ev.Message:
+    """Validate a caller's message dict and turn it into a `Message`."""
+    if isinstance(message, ev.Message):
+        return message
+    if not isinstance(message, Mapping):
+        raise InvalidArgumentError(
+            f"{where}: a message must be a dict, got {type(message).__name__}"
+        )
+    role = message.get("role")
+    if not isinstance(role, str) or not role.strip():
+        raise InvalidArgumentError(
+            f"{where}: a message needs a non-empty string `role`, got {role!r}"
+        )
+    for key in message:
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"{where}: message keys must be strings, got {key!r}")
+    known = {key: value for key, value in message.items() if key in _KNOWN and value is not None}
+    extra = {key: value for key, value in message.items() if key not in _KNOWN}
+    files = known.get("files")
+    if isinstance(files, list):
+        if len(files) > limits.files_per_message_max:
+            raise LimitExceededError(
+                f"{where}: files attached to one message",
+                "files_per_message_max",
+                limits.files_per_message_max,
+                len(files),
+            )
+        known["files"] = [{"path": item} if isinstance(item, str) else item for item in files]
+    if extra:
+        check_encodable(extra, what=f"{where}: message fields {sorted(extra)}")
+        known["extra"] = extra
+    return convert(known, ev.Message, what=f"{where}: message")
+
+
+def to_dict(message: ev.Message) -> dict[str, Any]:
+    """A fresh plain dict of a message: its set fields, with `extra` keys back at the top level."""
+    data: dict[str, Any] = to_builtins(message)
+    extra = data.pop("extra", None)
+    if extra:
+        for key, value in extra.items():
+            data.setdefault(key, value)
+    return data
+
+
+def text_of(content: object) -> str:
+    """The text a token counter sees: string content, or the text inside content blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict):
+                for key in ("text", "content", "input", "output"):
+                    value = block.get(key)
+                    if isinstance(value, str):
+                        parts.append(value)
+            elif isinstance(block, str):
+                parts.append(block)
+    return "\n".join(parts)
+
+
+def default_token_counter(message: Mapping[str, Any]) -> int:
+    """About four characters per token: no tokenizer needed, close enough for thresholds."""
+    text = text_of(message.get("content"))
+    calls = message.get("tool_calls")
+    if calls:
+        text += str(calls)
+    return (len(text) + 3) // 4

@@ -1,0 +1,633 @@
+"""The session engine: every verb validates, reads the projection, decides events and appends them.
+
+The log's projector updates the projection inside the same write transaction, so a command's events
+and their effect commit together or not at all. A refused command raises before it appends, and
+nothing is written. This module owns the lifecycle verbs and the queries; live clients, workspace
+and scratchpad verbs live in `_live.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import projections as pj
+from eventlog import (
+    ANY,
+    CapacityError,
+    Envelope,
+    EventLog,
+    InvalidArgumentError,
+    LimitExceededError,
+    LogView,
+    SessionExistsError,
+    Subscription,
+    Transaction,
+    UnknownSessionError,
+    limits,
+    to_builtins,
+)
+from eventlog import events as ev
+from sessions import _compact
+from sessions._checks import check_count, check_dict, check_policy, check_text, client_dict, iso
+from sessions._ids import check_session_id, pop_current, push_current, uuid7
+from sessions._live import LiveVerbs
+from sessions._messages import default_token_counter, to_dict, to_message
+
+logger = logging.getLogger("sessionlog.sessions")
+
+OPEN_OPTIONS = frozenset(
+    (
+        "workspace_anchor",
+        "workspace_policy",
+        "system_prompt",
+        "tool_format",
+        "agent_id",
+        "title",
+        "metadata",
+        "formation",
+        "scope",
+        "parent_spawn_ref",
+    )
+)
+
+
+class SessionSubscription:
+    """Handle returned by `SessionStore.subscribe`; `close()` unsubscribes."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        callback: Callable[[Envelope], object],
+        on_error: Callable[[BaseException, Envelope], object] | None,
+    ) -> None:
+        self.session_id = session_id
+        self._store = store
+        self._callback = callback
+        self._on_error = on_error
+        self.errors: list[BaseException] = []
+        self.active = True
+
+    def _deliver(self, envelope: Envelope) -> None:
+        token = push_current(self.session_id)
+        try:
+            self._callback(envelope)
+        except Exception as exc:  # reported, never allowed to break the store or other subscribers
+            self.errors.append(exc)
+            if self._on_error is not None:
+                self._on_error(exc, envelope)
+            else:
+                logger.exception(
+                    "subscriber of `%s` failed at %d", self.session_id, envelope.position
+                )
+        finally:
+            pop_current(token)
+
+    def close(self) -> None:
+        if self.active:
+            self.active = False
+            self._store._unsubscribe(self)
+
+    def __enter__(self) -> SessionSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SessionStore(LiveVerbs):
+    """Sessions as projections of one event log. Open with `SessionStore.open(path)`."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        hot_sessions: int = limits.hot_sessions_default,
+        max_sessions: int | None = None,
+        token_counter: _compact.TokenCounter | None = None,
+        summarizer: _compact.Summarizer | None = None,
+        readonly_at: int | None = None,
+    ) -> None:
+        if isinstance(hot_sessions, bool) or not isinstance(hot_sessions, int) or hot_sessions < 0:
+            raise InvalidArgumentError(f"hot_sessions must be an int >= 0, got {hot_sessions!r}")
+        if max_sessions is not None and (
+            isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1
+        ):
+            raise InvalidArgumentError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+        self.log = log
+        self.max_sessions = max_sessions
+        self.token_counter = token_counter or default_token_counter
+        self.summarizer = summarizer
+        self.readonly_at = readonly_at
+        self._hot_cap = hot_sessions
+        self._hot: OrderedDict[str, tuple[int, list[ev.Message]]] = OrderedDict()
+        self._subscribers: dict[str, list[SessionSubscription]] = {}
+        self._log_subscription: Subscription | None = None
+        log.set_projector(pj.project)
+        if readonly_at is None:
+            pj.catch_up(log)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        hot_sessions: int = limits.hot_sessions_default,
+        max_sessions: int | None = None,
+        token_counter: _compact.TokenCounter | None = None,
+        summarizer: _compact.Summarizer | None = None,
+    ) -> SessionStore:
+        """Open (creating if missing) the store in directory `path`, on the durable LMDB log."""
+        log = EventLog.open(path, sync=sync)
+        try:
+            return cls(
+                log,
+                hot_sessions=hot_sessions,
+                max_sessions=max_sessions,
+                token_counter=token_counter,
+                summarizer=summarizer,
+            )
+        except BaseException:
+            log.close()
+            raise
+
+    @classmethod
+    def memory(cls, **options: Any) -> SessionStore:
+        """A store on the in-memory reference log (nothing survives the process)."""
+        return cls(EventLog.memory(), **options)
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._log_subscription is not None:
+            self._log_subscription.close()
+        self.log.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[SessionStore]:
+        """Run any number of commands as one atomic, durable commit."""
+        self._writable("transaction")
+        with self.log.transaction():
+            yield self
+
+    @contextmanager
+    def driving(self, session_id: str) -> Iterator[str]:
+        """Mark `session_id` as the session being driven: `sessions.current_id()` returns it."""
+        sid = check_session_id(session_id, where="driving")
+        token = push_current(sid)
+        try:
+            yield sid
+        finally:
+            pop_current(token)
+
+    # Command plumbing
+
+    def _view(self) -> AbstractContextManager[LogView]:
+        return self.log.view()
+
+    def _writable(self, verb: str) -> None:
+        if self.readonly_at is not None:
+            raise InvalidArgumentError(
+                f"{verb}: this is a read-only view of the store as of position {self.readonly_at}"
+            )
+
+    @contextmanager
+    def _command(
+        self, verb: str, session_id: object
+    ) -> Iterator[tuple[Transaction, pj.SessionState, pj.Transcript]]:
+        self._writable(verb)
+        sid = check_session_id(session_id, where=verb)
+        with self.log.transaction() as tx:
+            state = pj.load_state(tx, sid)
+            transcript = pj.load_transcript(tx, sid)
+            if state is None or state.status != pj.ACTIVE or transcript is None:
+                raise UnknownSessionError(sid, verb)
+            yield tx, state, transcript
+
+    @staticmethod
+    def _emit(
+        tx: Transaction,
+        session_id: str,
+        events: list[ev.Event],
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> list[int]:
+        return tx.append(
+            session_id, events, expected_version=tx.stream_version(session_id), meta=meta
+        )
+
+    def _check_capacity(self, tx: Transaction, verb: str) -> None:
+        if self.max_sessions is not None and pj.active_count(tx) >= self.max_sessions:
+            raise CapacityError(
+                f"{verb}: the store holds max_sessions = {self.max_sessions} open sessions"
+            )
+
+    def _claim_new_id(self, tx: Transaction, session_id: object, verb: str) -> str:
+        if session_id is None:
+            return uuid7()
+        sid = check_session_id(session_id, where=verb)
+        existing = pj.load_state(tx, sid)
+        if existing is not None and existing.status == pj.ACTIVE:
+            raise SessionExistsError(f"{verb}: session `{sid}` already exists")
+        return sid
+
+    # Lifecycle
+
+    def open_session(self, session_id: str | None = None, **options: Any) -> str:
+        """Open a session, or return `session_id` unchanged if it is already open."""
+        self._writable("open_session")
+        unknown = sorted(set(options) - OPEN_OPTIONS)
+        if unknown:
+            raise InvalidArgumentError(
+                f"open_session: unknown option {', '.join(map(repr, unknown))} "
+                f"(expected one of: {', '.join(sorted(OPEN_OPTIONS))})"
+            )
+        event_fields = _open_fields(options)
+        with self.log.transaction() as tx:
+            sid = (
+                uuid7()
+                if session_id is None
+                else check_session_id(session_id, where="open_session")
+            )
+            existing = pj.load_state(tx, sid)
+            if existing is not None and existing.status == pj.ACTIVE:
+                return sid
+            self._check_capacity(tx, "open_session")
+            opened = ev.SessionOpened(session_id=sid, created_at=datetime.now(UTC), **event_fields)
+            self._emit(tx, sid, [opened])
+            return sid
+
+    def close_session(self, session_id: str, status: str | Mapping[str, Any] | None = None) -> None:
+        """Close a session: it no longer exists for queries or verbs; its history stays."""
+        if status is None or isinstance(status, str):
+            reason, detail = status, ({"reason": status} if status else {})
+        else:
+            detail = check_dict(status, "status", "close_session", optional=False)
+            found = detail.get("reason")
+            reason = found if isinstance(found, str) else None
+        with self._command("close_session", session_id) as (tx, state, _):
+            self._emit(tx, state.session_id, [ev.AgentSessionClosed(reason=reason, status=detail)])
+
+    def delete(self, session_id: str, *, reason: str | None = None) -> None:
+        """Remove a session from every query; its events stay in the log."""
+        check_text(reason, "reason", "delete")
+        with self._command("delete", session_id) as (tx, state, _):
+            self._emit(tx, state.session_id, [ev.SessionDeleted(reason=reason)])
+
+    def rename(self, session_id: str, title: str | None) -> None:
+        check_text(title, "title", "rename")
+        with self._command("rename", session_id) as (tx, state, _):
+            self._emit(tx, state.session_id, [ev.SessionRenamed(title=title)])
+
+    def inject(self, session_id: str, message: Mapping[str, Any]) -> None:
+        """Append one message (a dict with at least a non-empty `role`)."""
+        parsed = to_message(message, where="inject")
+        with self._command("inject", session_id) as (tx, state, transcript):
+            self._check_room(transcript, 1, "inject")
+            self._emit(tx, state.session_id, [ev.MessageInjected(message=parsed)])
+
+    def _check_room(self, transcript: pj.Transcript, adding: int, verb: str) -> None:
+        if transcript.length + adding > limits.messages_per_transcript_max:
+            raise LimitExceededError(
+                f"{verb}: transcript length",
+                "messages_per_transcript_max",
+                limits.messages_per_transcript_max,
+                transcript.length + adding,
+            )
+
+    def reset(self, session_id: str) -> None:
+        """Wipe the transcript; the id, its subscribers and everything else stay."""
+        with self._command("reset", session_id) as (tx, state, _):
+            self._emit(tx, state.session_id, [ev.SessionReset()])
+
+    def trim(self, session_id: str, keep_last: int) -> int:
+        """Keep only the last `keep_last` messages; returns how many are kept."""
+        keep = check_count(keep_last, "keep_last", "trim")
+        with self._command("trim", session_id) as (tx, state, transcript):
+            kept = min(keep, transcript.length)
+            self._emit(tx, state.session_id, [ev.SessionTrimmed(keep_last=keep, kept_count=kept)])
+            return kept
+
+    def fork(self, source_id: str, destination_id: str | None = None) -> str:
+        """A child session sharing the whole transcript; subscribers are not copied."""
+        return self._fork("fork", source_id, destination_id, None)
+
+    def fork_at(self, source_id: str, keep_first: int, destination_id: str | None = None) -> str:
+        """A child session keeping only the first `keep_first` messages."""
+        keep = check_count(keep_first, "keep_first", "fork_at")
+        return self._fork("fork_at", source_id, destination_id, keep)
+
+    def _fork(self, verb: str, source_id: str, destination_id: str | None, keep: int | None) -> str:
+        with self._command(verb, source_id) as (tx, state, transcript):
+            child = self._claim_new_id(tx, destination_id, verb)
+            if child == state.session_id:
+                raise SessionExistsError(f"{verb}: a session cannot be forked onto itself")
+            self._check_capacity(tx, verb)
+            kept = None if keep is None else min(keep, transcript.length)
+            forked = ev.SessionForked(
+                session_id=child,
+                parent_id=state.session_id,
+                parent_version=transcript.version,
+                created_at=datetime.now(UTC),
+                keep_first=kept,
+                branched_at_event_index=kept,
+            )
+            self._emit(tx, child, [forked])
+            return child
+
+    def compact(self, session_id: str, **options: Any) -> int:
+        """Compact the transcript (see `sessions._compact` for the strategies); returns the
+        number of messages kept. The event records the outcome, so replay calls nothing."""
+        self._writable("compact")
+        _compact.parse_options(options, self.summarizer)  # refuse bad options before any work
+        with self._command("compact", session_id) as (tx, state, transcript):
+            messages = pj.read_messages(tx, transcript)
+            plan, kept = _compact.plan(
+                messages, options, token_counter=self.token_counter, summarizer=self.summarizer
+            )
+            if plan is not None:
+                compacted = ev.SessionCompacted(
+                    strategy=plan.strategy,
+                    replace_start=plan.replace_start,
+                    replace_end=plan.replace_end,
+                    replacement=plan.replacement,
+                    tokens_before=plan.tokens_before,
+                    tokens_after=plan.tokens_after,
+                )
+                self._emit(tx, state.session_id, [compacted])
+            return kept
+
+    # Queries
+
+    def exists(self, session_id: object) -> bool:
+        """Whether `session_id` names an open session (never raises for unknown ids)."""
+        if not isinstance(session_id, str):
+            return False
+        with self.log.view() as view:
+            state = pj.load_state(view, session_id)
+        return state is not None and state.status == pj.ACTIVE
+
+    def _state(self, view: LogView, session_id: object, verb: str) -> pj.SessionState:
+        sid = check_session_id(session_id, where=verb)
+        state = pj.load_state(view, sid)
+        if state is None or state.status != pj.ACTIVE:
+            raise UnknownSessionError(sid, verb)
+        return state
+
+    def length(self, session_id: str) -> int:
+        """Number of messages; raises `UnknownSessionError` for an unknown id."""
+        with self.log.view() as view:
+            state = self._state(view, session_id, "length")
+            transcript = pj.load_transcript(view, state.session_id)
+        return transcript.length if transcript else 0
+
+    def messages(self, session_id: str) -> list[dict[str, Any]]:
+        """The transcript as fresh message dicts; raises for an unknown id."""
+        with self.log.view() as view:
+            state = self._state(view, session_id, "messages")
+            return [to_dict(m) for m in self._messages(view, state.session_id)]
+
+    def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
+        transcript = pj.load_transcript(view, session_id) or pj.Transcript()
+        cacheable = self._hot_cap > 0 and not self.log.in_transaction
+        if cacheable:
+            hit = self._hot.get(session_id)
+            if hit is not None and hit[0] == transcript.version:
+                self._hot.move_to_end(session_id)
+                return hit[1]
+        messages = pj.read_messages(view, transcript)
+        if cacheable:
+            self._hot[session_id] = (transcript.version, messages)
+            self._hot.move_to_end(session_id)
+            while len(self._hot) > self._hot_cap:
+                self._hot.popitem(last=False)
+        return messages
+
+    def snapshot(self, session_id: object) -> dict[str, Any] | None:
+        """Everything about an open session, transcript included; None for an unknown id."""
+        if not isinstance(session_id, str):
+            return None
+        with self.log.view() as view:
+            state = pj.load_state(view, session_id)
+            if state is None or state.status != pj.ACTIVE:
+                return None
+            transcript = pj.load_transcript(view, session_id) or pj.Transcript()
+            messages = self._messages(view, session_id)
+            children = pj.child_ids(view, session_id)
+        return _snapshot(state, transcript, messages, children)
+
+    def ancestry(self, session_id: object) -> dict[str, Any] | None:
+        """``{parent_id, child_ids, root_id}``; None for an unknown id."""
+        if not isinstance(session_id, str):
+            return None
+        with self.log.view() as view:
+            state = pj.load_state(view, session_id)
+            if state is None or state.status != pj.ACTIVE:
+                return None
+            root = state.session_id
+            parent_id = state.parent_id
+            seen = {root}
+            while parent_id is not None and parent_id not in seen:
+                parent = pj.load_state(view, parent_id)
+                if parent is None:
+                    break
+                seen.add(parent_id)
+                root, parent_id = parent_id, parent.parent_id
+            return {
+                "parent_id": state.parent_id,
+                "child_ids": pj.child_ids(view, state.session_id),
+                "root_id": root,
+            }
+
+    def list_sessions(
+        self, *, cursor: str | None = None, limit: int = 50, status: str | None = None
+    ) -> dict[str, Any]:
+        """A page of sessions in id order: ``{"sessions": [...], "next_cursor": id or None}``.
+
+        `status` filters (`active`, `closed`, `deleted`); without it, deleted sessions are left out.
+        """
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not (1 <= limit <= limits.list_page_sessions_max)
+        ):
+            raise InvalidArgumentError(
+                f"list_sessions: `limit` must be an int from 1 to "
+                f"{limits.list_page_sessions_max}, got {limit!r}"
+            )
+        if status not in (None, pj.ACTIVE, pj.CLOSED, pj.DELETED):
+            raise InvalidArgumentError(
+                f"list_sessions: `status` must be active, closed or deleted, got {status!r}"
+            )
+        if cursor is not None and not isinstance(cursor, str):
+            raise InvalidArgumentError("list_sessions: `cursor` must be a session id from a page")
+        page: list[dict[str, Any]] = []
+        last: str | None = None
+        more = False
+        with self.log.view() as view:
+            for state in pj.iter_states(view, after=cursor):
+                if len(page) == limit:
+                    more = True
+                    break
+                last = state.session_id
+                wanted = state.status == status if status else state.status != pj.DELETED
+                if wanted:
+                    transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
+                    page.append(_summary(state, transcript))
+        return {"sessions": page, "next_cursor": last if more else None}
+
+    # Subscriptions
+
+    def subscribe(
+        self,
+        session_id: str,
+        callback: Callable[[Envelope], object],
+        *,
+        on_error: Callable[[BaseException, Envelope], object] | None = None,
+    ) -> SessionSubscription:
+        """Call `callback(envelope)` after commit for each event of this session, in order.
+
+        Inside the callback `sessions.current_id()` is the session. Forks do not inherit it; a
+        reset keeps it; closing or deleting the session ends it after that last event.
+        """
+        if not callable(callback):
+            raise InvalidArgumentError("subscribe: `callback` must be callable")
+        with self.log.view() as view:
+            state = self._state(view, session_id, "subscribe")
+        handle = SessionSubscription(self, state.session_id, callback, on_error)
+        if self._log_subscription is None:
+            self._log_subscription = self.log.subscribe(self._dispatch)
+        self._subscribers.setdefault(state.session_id, []).append(handle)
+        return handle
+
+    def _dispatch(self, envelope: Envelope) -> None:
+        handles = self._subscribers.get(envelope.stream)
+        if not handles:
+            return
+        for handle in list(handles):
+            if handle.active:
+                handle._deliver(envelope)
+        if isinstance(envelope.data, (ev.AgentSessionClosed, ev.SessionDeleted)):
+            for handle in self._subscribers.pop(envelope.stream, []):
+                handle.active = False
+
+    def _unsubscribe(self, handle: SessionSubscription) -> None:
+        handles = self._subscribers.get(handle.session_id, [])
+        if handle in handles:
+            handles.remove(handle)
+
+    # Whole-store operations
+
+    def rebuild(self) -> int:
+        """Recompute every projection from the log; returns the position it reflects."""
+        self._writable("rebuild")
+        self._hot.clear()
+        return pj.rebuild(self.log)
+
+    def as_of(self, position: int) -> SessionStore:
+        """A read-only store showing every session as it was right after `position`."""
+        head = self.log.head
+        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= head:
+            raise InvalidArgumentError(
+                f"as_of: position must be an int from 0 to {head}, got {position!r}"
+            )
+        past = EventLog.memory()
+        past.set_projector(pj.project)
+        after = 0
+        while after < position:
+            page = self.log.read(
+                after=after, limit=min(limits.read_page_events_max, position - after)
+            )
+            with past.transaction():
+                for envelope in page:
+                    past.append(
+                        envelope.stream,
+                        [envelope.data],
+                        expected_version=ANY,
+                        meta=envelope.meta,
+                        recorded_at=envelope.recorded_at,
+                    )
+            after = page[-1].position
+        return SessionStore(past, hot_sessions=0, readonly_at=position)
+
+
+def _open_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    verb = "open_session"
+    fields: dict[str, Any] = {}
+    for name in ("system_prompt", "tool_format", "agent_id", "title"):
+        if options.get(name) is not None:
+            fields[name] = check_text(options[name], name, verb)
+    for name in ("metadata", "formation"):
+        if options.get(name) is not None:
+            fields[name] = check_dict(options[name], name, verb)
+    for name in ("workspace_anchor", "parent_spawn_ref"):
+        if options.get(name) is not None:
+            fields[name] = check_dict(options[name], name, verb)
+    if options.get("workspace_policy") is not None:
+        fields["workspace_policy"] = check_policy(options["workspace_policy"], verb)
+    scope = options.get("scope")
+    if scope is not None:
+        if scope not in ("persistent", "ephemeral"):
+            raise InvalidArgumentError(
+                f"{verb}: `scope` must be persistent or ephemeral, got {scope!r}"
+            )
+        fields["scope"] = scope
+    return fields
+
+
+def _summary(state: pj.SessionState, transcript: pj.Transcript) -> dict[str, Any]:
+    return {
+        "session_id": state.session_id,
+        "title": state.title,
+        "status": state.status,
+        "length": transcript.length,
+        "created_at": iso(state.created_at),
+        "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
+        "parent_id": state.parent_id,
+    }
+
+
+def _snapshot(
+    state: pj.SessionState,
+    transcript: pj.Transcript,
+    messages: list[ev.Message],
+    children: list[str],
+) -> dict[str, Any]:
+    return {
+        "session_id": state.session_id,
+        "transcript": [to_dict(m) for m in messages],
+        "length": transcript.length,
+        "created_at": iso(state.created_at),
+        "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
+        "title": state.title,
+        "agent_id": state.agent_id,
+        "status": state.status,
+        "system_prompt": state.system_prompt,
+        "tool_format": state.tool_format,
+        "scratchpad": to_builtins(state.scratchpad),
+        "scratchpad_version": state.scratchpad_version,
+        "parent_id": state.parent_id,
+        "child_ids": children,
+        "branched_at_event_index": state.branched_at_event_index,
+        "live_clients": [client_dict(c) for c in state.clients],
+        "live_controller_id": state.controller_id,
+        "workspace_anchor": to_builtins(state.workspace_anchor),
+        "workspace_policy": to_builtins(state.workspace_policy),
+        "roots": to_builtins(state.roots),
+        "metadata": to_builtins(state.metadata),
+        "formation": to_builtins(state.formation),
+        "scope": state.scope,
+        "parent_spawn_ref": to_builtins(state.parent_spawn_ref),
+        "version": transcript.version,
+    }
