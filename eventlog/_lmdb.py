@@ -27,6 +27,10 @@ from eventlog.errors import (
 )
 
 FORMAT = b"sessionlog-log/1"
+# What one entry costs LMDB beyond its key and value, generously: node header, page pointer, and
+# the slack of half-full pages after splits and of a big value's last overflow page. Doubled
+# with the bytes themselves, it sizes the map growth after a write ran out of room.
+_ENTRY_OVERHEAD_BYTES = 64
 _T = TypeVar("_T")
 
 
@@ -89,6 +93,10 @@ class LmdbStorage:
         self.path = Path(path)
         self.headroom_bytes = headroom_bytes
         self.grow_before_next_write = False
+        # Bytes put by the current write transaction, and by the last one that ran out of map, so
+        # the growth after a MapFullError makes room for that transaction when it is retried.
+        self.write_bytes = 0
+        self.failed_write_bytes = 0
         self._gate = _Gate()
         self._closed = False
         data_file = self.path / "data.mdb"
@@ -139,10 +147,12 @@ class LmdbStorage:
             if not blank and b"meta" not in names:
                 raise CorruptStoreError(f"`{self.path}` is an LMDB store but not a sessionlog log")
             if readonly:
+                self.meta = self.env.open_db(b"meta", create=False)
+                with self.env.begin(write=False) as txn:
+                    self._check_format(txn.get(b"format", db=self.meta))
                 self.events = self.env.open_db(b"events", create=False)
                 self.streams = self.env.open_db(b"streams", create=False)
                 self.kv = self.env.open_db(b"kv", create=False)
-                self.meta = self.env.open_db(b"meta", create=False)
                 return
             with self.env.begin(write=True) as txn:
                 self.events = self.env.open_db(b"events", txn=txn)
@@ -153,12 +163,16 @@ class LmdbStorage:
                 if marker is None and blank:
                     txn.put(b"format", FORMAT, db=self.meta)
                     marker = FORMAT
-            if marker != FORMAT:
-                raise CorruptStoreError(
-                    f"`{self.path}` has format {marker!r}; this version reads {FORMAT!r}"
-                )
+                # Raised before the commit: a refused store is left exactly as it was.
+                self._check_format(marker)
         except lmdb.Error as exc:
             raise translate(exc, f"opening `{self.path}`") from exc
+
+    def _check_format(self, marker: bytes | None) -> None:
+        if marker != FORMAT:
+            raise CorruptStoreError(
+                f"`{self.path}` has format {marker!r}; this version reads {FORMAT!r}"
+            )
 
     @contextmanager
     def reader(self) -> Iterator[StorageTxn]:
@@ -171,6 +185,7 @@ class LmdbStorage:
 
     def begin_write(self) -> StorageTxn:
         self._ensure_room()
+        self.write_bytes = 0
         return _LmdbTxn(self, self._begin(write=True), write=True, counted=True)
 
     def _begin(self, *, write: bool) -> lmdb.Transaction[memoryview]:
@@ -195,9 +210,17 @@ class LmdbStorage:
         free = info["map_size"] - used
         if free >= self.headroom_bytes and not self.grow_before_next_write:
             return
-        target = max(info["map_size"] * 2, used + 2 * self.headroom_bytes)
+        room = self.headroom_bytes + self.failed_write_bytes
+        target = max(info["map_size"] * 2, used + 2 * room)
         self._gate.exclusive(lambda: self.env.set_mapsize(target))
         self.grow_before_next_write = False
+        self.failed_write_bytes = 0
+
+    def note_failure(self, exc: lmdb.Error) -> None:
+        """After MapFullError, grow the map before the next write by enough for this one."""
+        if isinstance(exc, lmdb.MapFullError):
+            self.grow_before_next_write = True
+            self.failed_write_bytes = max(self.failed_write_bytes, self.write_bytes)
 
     def map_size(self) -> int:
         return int(self.env.info()["map_size"])
@@ -288,6 +311,10 @@ class _LmdbTxn:
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
     ) -> None:
+        # Two entries per record: the event (8-byte key) and its index entry (stream key, 8+8).
+        self._store.write_bytes += sum(map(len, records)) + len(records) * (
+            len(key) + 24 + 2 * _ENTRY_OVERHEAD_BYTES
+        )
         try:
             events = self._txn.cursor(self._store.events)
             items = [
@@ -304,7 +331,7 @@ class _LmdbTxn:
             ]
             _, indexed = index.putmulti(entries, overwrite=False)
         except lmdb.Error as exc:
-            self._store.grow_before_next_write |= isinstance(exc, lmdb.MapFullError)
+            self._store.note_failure(exc)
             raise translate(exc, "writing events") from exc
         if added != len(items) or indexed != len(entries):
             raise AssertionError("a position or stream version was already taken")
@@ -314,10 +341,11 @@ class _LmdbTxn:
         return None if value is None else bytes(value)
 
     def kv_put(self, key: bytes, value: Buffer) -> None:
+        self._store.write_bytes += len(key) + len(value) + _ENTRY_OVERHEAD_BYTES
         try:
             self._txn.put(key, value, db=self._store.kv)
         except lmdb.Error as exc:
-            self._store.grow_before_next_write |= isinstance(exc, lmdb.MapFullError)
+            self._store.note_failure(exc)
             raise translate(exc, "writing projection state") from exc
 
     def kv_delete(self, key: bytes) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -120,6 +120,18 @@ def _check_key(key: object) -> bytes:
 Projector = Callable[["Transaction", list[Envelope]], None]
 
 
+class _EndedTxn:
+    """Stands in for the storage transaction of a `Transaction` whose `with` block has ended."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise InvalidArgumentError(
+            "this transaction has ended; start another with `log.transaction()`"
+        )
+
+
+_ENDED = cast(StorageTxn, _EndedTxn())
+
+
 class LogView:
     """A consistent read of the log and of projection state, inside one storage transaction."""
 
@@ -206,6 +218,17 @@ class LogView:
         limit: int | None = None,
     ) -> list[tuple[bytes, bytes]]:
         """Keys in ``[start, stop)`` within `prefix`, in key order (or reversed)."""
+        for name, bound in (("prefix", prefix), ("start", start), ("stop", stop)):
+            if not isinstance(bound, bytes) and (bound is not None or name == "prefix"):
+                raise InvalidArgumentError(
+                    f"kv_scan: `{name}` must be bytes, got {type(bound).__name__}"
+                )
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidArgumentError(
+                f"kv_scan: `limit` must be an int >= 0 or None, got {limit!r}"
+            )
         lo = prefix if start is None or start < prefix else start
         hi = _prefix_end(prefix) if prefix else None
         if stop is not None and (hi is None or stop < hi):
@@ -474,7 +497,14 @@ class Subscription:
         except Exception as exc:  # a subscriber's bug must not break the log or other subscribers
             self.errors += 1
             if self._on_error is not None:
-                self._on_error(exc, envelope)
+                try:
+                    self._on_error(exc, envelope)
+                except Exception:  # the same: the commit is durable, the others must still hear
+                    logger.exception(
+                        "on_error of subscriber %r failed on event %d",
+                        self._callback,
+                        envelope.position,
+                    )
             else:
                 logger.exception(
                     "subscriber %r failed on event %d", self._callback, envelope.position
@@ -641,6 +671,7 @@ class EventLog:
             yield
         finally:
             stack.pop()
+            tx._txn = _ENDED  # the storage transaction is over; a kept handle must not reach it
 
     def append(
         self,
@@ -799,7 +830,7 @@ class EventLog:
                     count += 1
                     problem = self._verify_one(txn, position, checked + 1, prev, record, versions)
                     if problem is not None:
-                        return report(position, problem)
+                        return report(checked + 1, problem)  # a gap is bad where it starts
                     prev = _codec.stored_hash(record)
                     checked = position
                 if count == 0:
@@ -872,11 +903,17 @@ class EventLog:
             )
         subscription = Subscription(self, callback, stream, on_error)
         with self._writer:  # no in-process commit can slip between the catch-up and going live
+            # Inside a transaction the view includes its pending events: those are delivered
+            # after the commit (or never), so catch-up and going live start from committed state.
+            current = self._current()
+            committed = self.head - (len(current.pending) if current is not None else 0)
             if after is None:
-                subscription.last_position = self.head
+                subscription.last_position = committed
             else:
                 subscription.last_position = after
                 for envelope in self.iter_all(after=after):
+                    if envelope.position > committed:
+                        break
                     subscription._offer(envelope)
             self._subscribers.append(subscription)
         return subscription

@@ -55,7 +55,12 @@ class StorageError(SessionLogError, OSError):
 
 
 class StoreFullError(StorageError):
-    """A transaction outgrew the space reserved for it; the map has been grown, so a retry fits."""
+    """A transaction outgrew the map space kept free for it (`headroom_bytes`) and wrote nothing.
+
+    The map grows before the next write by twice what the transaction had written when it ran
+    out, so a retry fits unless the transaction then writes more than that; every retry grows the
+    map again. `EventLog.append` retries once by itself, which is enough for one append.
+    """
 
 
 class LogClosedError(SessionLogError):

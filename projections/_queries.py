@@ -37,8 +37,18 @@ def read_messages(view: LogView, transcript: Transcript) -> list[ev.Message]:
 
 
 def child_ids(view: LogView, session_id: str) -> list[str]:
-    """Children forked from the session's current incarnation, oldest first."""
-    return [value.decode() for _, value in view.kv_scan(st.child_prefix(session_id))]
+    """Children forked from the session's current incarnation, oldest first.
+
+    A child that was closed stays listed (lineage is history); a child id that was later reopened
+    as an unrelated session does not.
+    """
+    children: list[str] = []
+    for _, value in view.kv_scan(st.child_prefix(session_id)):
+        child = value.decode()
+        raw = view.kv_get(st.state_key(child))
+        if raw is None or STATE_CODEC.decode(raw).parent_id == session_id:
+            children.append(child)
+    return children
 
 
 def iter_states(

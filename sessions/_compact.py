@@ -16,7 +16,8 @@ Semantics:
   summary, both flagged `summary`) from `summarizer(messages)`; `custom` hands the whole
   transcript to `custom_compactor(messages)` and keeps what it returns.
 - `hard_limit_tokens`: if still above it, `hard_limit_strategy` (default `truncate`) runs on the
-  result, and then the oldest messages go until the limit holds (the newest message always stays).
+  result, and then the oldest messages go, each with the tool results that follow it, until the
+  limit holds (the newest message, with the call it answers, always stays).
 """
 
 from __future__ import annotations
@@ -229,7 +230,13 @@ def plan(
     if opts.hard_limit_tokens is not None and after > opts.hard_limit_tokens:
         result = _run(opts.hard_limit_strategy, result, opts)
         while len(result) > 1 and tokens(result) > opts.hard_limit_tokens:
-            result = result[split_point(result, len(result) - 1) or 1 :]
+            # Drop the oldest message together with the tool results that answer it.
+            cut = 1
+            while cut < len(result) and _is_tool_output(result[cut]):
+                cut += 1
+            if cut == len(result):
+                break  # only the newest call and its results are left: they stay together
+            result = result[cut:]
         after = tokens(result)
     prefix = 0
     while prefix < min(len(messages), len(result)) and messages[prefix] == result[prefix]:

@@ -372,10 +372,11 @@ class SessionStore(LiveVerbs):
 
     def exists(self, session_id: object) -> bool:
         """Whether `session_id` names an open session (never raises for unknown ids)."""
-        if not isinstance(session_id, str):
+        sid = _possible_id(session_id)
+        if sid is None:
             return False
         with self.log.view() as view:
-            state = pj.load_state(view, session_id)
+            state = pj.load_state(view, sid)
         return state is not None and state.status == pj.ACTIVE
 
     def _state(self, view: LogView, session_id: object, verb: str) -> pj.SessionState:
@@ -416,23 +417,25 @@ class SessionStore(LiveVerbs):
 
     def snapshot(self, session_id: object) -> dict[str, Any] | None:
         """Everything about an open session, transcript included; None for an unknown id."""
-        if not isinstance(session_id, str):
+        sid = _possible_id(session_id)
+        if sid is None:
             return None
         with self.log.view() as view:
-            state = pj.load_state(view, session_id)
+            state = pj.load_state(view, sid)
             if state is None or state.status != pj.ACTIVE:
                 return None
-            transcript = pj.load_transcript(view, session_id) or pj.Transcript()
-            messages = self._messages(view, session_id)
-            children = pj.child_ids(view, session_id)
+            transcript = pj.load_transcript(view, sid) or pj.Transcript()
+            messages = self._messages(view, sid)
+            children = pj.child_ids(view, sid)
         return _snapshot(state, transcript, messages, children)
 
     def ancestry(self, session_id: object) -> dict[str, Any] | None:
         """``{parent_id, child_ids, root_id}``; None for an unknown id."""
-        if not isinstance(session_id, str):
+        sid = _possible_id(session_id)
+        if sid is None:
             return None
         with self.log.view() as view:
-            state = pj.load_state(view, session_id)
+            state = pj.load_state(view, sid)
             if state is None or state.status != pj.ACTIVE:
                 return None
             root = state.session_id
@@ -470,8 +473,12 @@ class SessionStore(LiveVerbs):
             raise InvalidArgumentError(
                 f"list_sessions: `status` must be active, closed or deleted, got {status!r}"
             )
-        if cursor is not None and not isinstance(cursor, str):
-            raise InvalidArgumentError("list_sessions: `cursor` must be a session id from a page")
+        if cursor is not None:
+            if not isinstance(cursor, str):
+                raise InvalidArgumentError(
+                    "list_sessions: `cursor` must be a session id from a page"
+                )
+            cursor = check_session_id(cursor, where="list_sessions: `cursor`")
         page: list[dict[str, Any]] = []
         last: str | None = None
         more = False
@@ -560,6 +567,15 @@ class SessionStore(LiveVerbs):
                     )
             after = page[-1].position
         return SessionStore(past, hot_sessions=0, readonly_at=position)
+
+
+def _possible_id(session_id: object) -> str | None:
+    """`session_id` if some session could have it, else None: the tolerant queries (`exists`,
+    `snapshot`, `ancestry`) answer "no such session" for ids no session can have."""
+    try:
+        return check_session_id(session_id, where="query")
+    except InvalidArgumentError:
+        return None
 
 
 def _open_fields(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,1132 @@
+"""The session verbs against seed 001: lifecycle, compaction, fail-loud errors, subscribers and
+transactions, each on the durable LMDB store and on the in-memory reference store."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import projections
+import sessions
+from eventlog import Envelope
+from sessions import (
+    CapacityError,
+    InvalidArgumentError,
+    LimitExceededError,
+    SessionExistsError,
+    SessionLogError,
+    SessionStore,
+    UnknownSessionError,
+)
+
+StoreFactory = Callable[..., SessionStore]
+
+
+@pytest.fixture(params=["lmdb", "memory"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """Opens stores of one kind (options go to the constructor); closes them afterwards."""
+    opened: list[SessionStore] = []
+
+    def make(**options: Any) -> SessionStore:
+        if request.param == "lmdb":
+            store = SessionStore.open(tmp_path / f"s{len(opened) or ''}", **options)
+        else:
+            store = SessionStore.memory(**options)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> SessionStore:
+    return make_store()
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def filled(store: SessionStore, sid: str, count: int, prefix: str = "m") -> str:
+    store.open_session(sid)
+    for i in range(count):
+        store.inject(sid, user(f"{prefix}{i}"))
+    return sid
+
+
+def contents(store: SessionStore, sid: str) -> list[Any]:
+    snap = store.snapshot(sid)
+    assert snap is not None, sid
+    return [m["content"] for m in snap["transcript"]]
+
+
+def types(store: SessionStore, sid: str) -> list[str]:
+    return [envelope.type for envelope in store.log.read_stream(sid)]
+
+
+def dump(store: SessionStore) -> list[tuple[bytes, bytes]]:
+    with store.log.view() as view:
+        return projections.dump(view)
+
+
+def refused(
+    store: SessionStore, error: type[BaseException], text: str, call: Callable[[], object]
+) -> BaseException:
+    """`call` raises `error` mentioning `text`, and writes nothing."""
+    head = store.log.head
+    with pytest.raises(error, match=re.escape(text)) as caught:
+        call()
+    assert store.log.head == head
+    return caught.value
+
+
+# open_session, exists, length, snapshot
+
+
+def test_open_session_is_idempotent_and_writes_nothing_the_second_time(store: SessionStore) -> None:
+    assert store.open_session("s1", title="first") == "s1"
+    head = store.log.head
+    assert store.open_session("s1") == "s1"
+    assert store.open_session("s1", title="second", system_prompt="other") == "s1"
+    assert store.log.head == head
+    snap = store.snapshot("s1")
+    assert snap is not None
+    assert snap["title"] == "first" and snap["system_prompt"] is None
+    assert types(store, "s1") == ["session_opened"]
+
+
+def test_open_session_none_mints_uuid7_ids_that_sort_by_time(store: SessionStore) -> None:
+    before_ms = time.time_ns() // 1_000_000
+    first = store.open_session()
+    after_ms = time.time_ns() // 1_000_000
+    parsed = uuid.UUID(first)
+    assert str(parsed) == first
+    assert parsed.version == 7 and first[14] == "7"
+    assert parsed.variant == uuid.RFC_4122
+    assert before_ms <= parsed.int >> 80 <= after_ms
+    assert store.exists(first) and types(store, first) == ["session_opened"]
+    # Mint until the millisecond moves on (a busy loop, no sleep): the later id sorts after.
+    later = first
+    while uuid.UUID(later).int >> 80 == parsed.int >> 80:
+        later = sessions.uuid7()
+    assert later > first
+    assert store.open_session() != first
+
+
+def test_open_session_stores_every_option(store: SessionStore) -> None:
+    options = {
+        "workspace_anchor": {"root": "/repo", "kind": "git"},
+        "workspace_policy": {"default_mount_mode": "read_only"},
+        "system_prompt": "be brief",
+        "tool_format": "native",
+        "agent_id": "agent-7",
+        "title": "triage",
+        "metadata": {"provider": "mock", "params": {"temperature": 0}},
+    }
+    sid = store.open_session("opts", **options)
+    snap = store.snapshot(sid)
+    assert snap is not None
+    for key, value in options.items():
+        assert snap[key] == value, key
+    assert store.workspace_anchor(sid) == options["workspace_anchor"]
+    assert store.workspace_policy(sid) == options["workspace_policy"]
+    opened = store.log.read_stream(sid)[0].data
+    assert opened.system_prompt == "be brief" and opened.metadata == options["metadata"]
+
+
+def test_exists_and_length(store: SessionStore) -> None:
+    assert store.exists("nope") is False
+    filled(store, "a", 3)
+    assert store.exists("a") is True
+    assert store.length("a") == 3
+
+
+def test_snapshot_has_every_field_seed_001_lists(store: SessionStore) -> None:
+    filled(store, "p", 3)
+    store.open_session("p", system_prompt="ignored on reopen")
+    child = store.fork_at("p", 2, "c")
+    store.set_scratchpad(child, {"plan": ["a"]})
+    store.attach(child, "tui", {"mode": "controller"})
+    snap = store.snapshot(child)
+    assert snap is not None
+    seed_fields = {
+        "transcript",
+        "length",
+        "created_at",
+        "system_prompt",
+        "tool_format",
+        "scratchpad",
+        "scratchpad_version",
+        "parent_id",
+        "child_ids",
+        "branched_at_event_index",
+        "live_clients",
+        "live_controller_id",
+    }
+    assert seed_fields <= set(snap)
+    assert snap["transcript"] == [user("m0"), user("m1")]
+    assert snap["length"] == 2
+    assert datetime.fromisoformat(snap["created_at"]).tzinfo is not None
+    assert snap["system_prompt"] is None and snap["tool_format"] is None
+    assert snap["scratchpad"] == {"plan": ["a"]} and snap["scratchpad_version"] == 1
+    assert snap["parent_id"] == "p" and snap["child_ids"] == []
+    assert snap["branched_at_event_index"] == 2
+    assert [c["client_id"] for c in snap["live_clients"]] == ["tui"]
+    assert snap["live_controller_id"] == "tui"
+    parent = store.snapshot("p")
+    assert parent is not None and parent["child_ids"] == ["c"] and parent["parent_id"] is None
+
+
+def test_snapshot_is_a_copy(store: SessionStore) -> None:
+    store.open_session("a")
+    store.inject("a", {"role": "user", "content": "x", "metadata": {"k": [1]}})
+    snap = store.snapshot("a")
+    assert snap is not None
+    snap["transcript"][0]["metadata"]["k"].append(2)
+    snap["transcript"].append(user("y"))
+    assert store.snapshot("a")["transcript"] == [  # type: ignore[index]
+        {"role": "user", "content": "x", "metadata": {"k": [1]}}
+    ]
+
+
+# ancestry, fork, fork_at
+
+
+def test_forks_five_deep_resolve_to_the_root(store: SessionStore) -> None:
+    chain = [filled(store, "root", 1)]
+    for depth in range(5):
+        chain.append(store.fork(chain[-1], f"d{depth}"))
+    for i, sid in enumerate(chain):
+        ancestry = store.ancestry(sid)
+        assert ancestry == {
+            "parent_id": chain[i - 1] if i else None,
+            "child_ids": chain[i + 1 : i + 2],
+            "root_id": "root",
+        }
+
+
+def test_fork_copies_transcript_and_lineage_but_not_subscribers(store: SessionStore) -> None:
+    filled(store, "p", 2)
+    seen: list[str] = []
+    store.subscribe("p", lambda e: seen.append(e.stream))
+    child = store.fork("p")
+    assert uuid.UUID(child).version == 7
+    assert contents(store, child) == ["m0", "m1"]
+    assert store.ancestry(child) == {"parent_id": "p", "child_ids": [], "root_id": "p"}
+    assert store.ancestry("p")["child_ids"] == [child]  # type: ignore[index]
+    snap = store.snapshot(child)
+    assert snap is not None and snap["branched_at_event_index"] is None
+    store.inject(child, user("child only"))
+    assert seen == []
+    assert types(store, child) == ["session_forked", "message_injected"]
+
+
+PARENT_CHANGES: dict[str, Callable[[SessionStore, str], object]] = {
+    "inject": lambda s, sid: s.inject(sid, user("later")),
+    "trim": lambda s, sid: s.trim(sid, 1),
+    "reset": lambda s, sid: s.reset(sid),
+    "compact": lambda s, sid: s.compact(sid, keep_last=1),
+    "compact_llm": lambda s, sid: s.compact(
+        sid, keep_last=1, compact_strategy="llm", summarizer=lambda ms: "sum"
+    ),
+    "fork_at_then_inject": lambda s, sid: s.inject(s.fork_at(sid, 1), user("grandchild")),
+    "trim_then_inject": lambda s, sid: (s.trim(sid, 2), s.inject(sid, user("after trim"))),
+    "close_and_reopen": lambda s, sid: (s.close_session(sid), s.open_session(sid)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(PARENT_CHANGES))
+@pytest.mark.parametrize("keep_first", [None, 2])
+def test_later_changes_never_cross_a_fork(
+    store: SessionStore, change: str, keep_first: int | None
+) -> None:
+    filled(store, "p", 4)
+    fork = store.fork if keep_first is None else (lambda s, d: store.fork_at(s, keep_first, d))
+    child = fork("p", "c")
+    parent_before, child_before = contents(store, "p"), contents(store, child)
+    PARENT_CHANGES[change](store, "p")
+    assert contents(store, child) == child_before
+    parent_after = contents(store, "p")
+    PARENT_CHANGES[change](store, child)
+    assert contents(store, "p") == parent_after
+    assert parent_before == ["m0", "m1", "m2", "m3"]
+    assert child_before == parent_before[: keep_first or 4]
+
+
+def test_child_and_parent_appending_in_either_order_stay_apart(store: SessionStore) -> None:
+    filled(store, "p", 2)
+    first = store.fork("p", "first")
+    store.inject(first, user("child first"))  # the child reaches the shared end first
+    store.inject("p", user("parent second"))
+    second = store.fork("p", "second")
+    store.inject("p", user("parent third"))
+    store.inject(second, user("second child"))
+    assert contents(store, "p") == ["m0", "m1", "parent second", "parent third"]
+    assert contents(store, first) == ["m0", "m1", "child first"]
+    assert contents(store, second) == ["m0", "m1", "parent second", "second child"]
+
+
+def test_fork_at_keeps_first_n_and_records_the_branch_index(store: SessionStore) -> None:
+    filled(store, "p", 4)
+    for keep, expected in [(0, []), (1, ["m0"]), (3, ["m0", "m1", "m2"])]:
+        child = store.fork_at("p", keep, f"k{keep}")
+        assert contents(store, child) == expected
+        assert store.snapshot(child)["branched_at_event_index"] == keep  # type: ignore[index]
+        assert store.ancestry(child)["root_id"] == "p"  # type: ignore[index]
+    beyond = store.fork_at("p", 99, "beyond")
+    assert contents(store, beyond) == ["m0", "m1", "m2", "m3"]
+    # Ambiguity: seed 001 does not say; the index is clamped to what was kept.
+    assert store.snapshot(beyond)["branched_at_event_index"] == 4  # type: ignore[index]
+    assert contents(store, "p") == ["m0", "m1", "m2", "m3"]
+    assert store.ancestry("p")["child_ids"] == ["k0", "k1", "k3", "beyond"]  # type: ignore[index]
+
+
+def test_fork_onto_an_existing_session_is_refused(store: SessionStore) -> None:
+    filled(store, "p", 1)
+    store.open_session("taken")
+    refused(store, SessionExistsError, "`taken` already exists", lambda: store.fork("p", "taken"))
+    refused(store, SessionExistsError, "already exists", lambda: store.fork_at("p", 0, "taken"))
+    refused(store, SessionExistsError, "`p` already exists", lambda: store.fork("p", "p"))
+    store.close_session("taken")
+    assert store.fork("p", "taken") == "taken"  # a closed id is free again
+    assert contents(store, "taken") == ["m0"]
+
+
+# reset, trim, inject
+
+
+def test_reset_keeps_the_id_and_subscribers(store: SessionStore) -> None:
+    filled(store, "a", 3)
+    seen: list[str] = []
+    store.subscribe("a", lambda e: seen.append(e.type))
+    assert store.reset("a") is None
+    assert store.exists("a") and store.length("a") == 0 and contents(store, "a") == []
+    store.inject("a", user("again"))
+    assert seen == ["session_reset", "message_injected"]
+    assert contents(store, "a") == ["again"]
+
+
+@pytest.mark.parametrize(("keep", "kept"), [(0, 0), (2, 2), (5, 5), (9, 5)])
+def test_trim_keeps_the_last_messages_and_returns_the_count(
+    store: SessionStore, keep: int, kept: int
+) -> None:
+    filled(store, "a", 5)
+    assert store.trim("a", keep) == kept
+    assert contents(store, "a") == [f"m{i}" for i in range(5 - kept, 5)]
+    assert store.length("a") == kept
+
+
+def test_inject_keeps_unknown_fields_and_every_known_one(store: SessionStore) -> None:
+    store.open_session("a")
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "name": "bot",
+        "tool_calls": [{"id": "c1", "name": "ls"}],
+        "usage": {"input_tokens": 3, "output_tokens": 4},
+        "model": "m-1",
+        "metadata": {"trace": "t"},
+        "x_custom": {"nested": [1, 2]},
+        "provider_raw": "kept",
+    }
+    assert store.inject("a", message) is None
+    assert store.snapshot("a")["transcript"] == [message]  # type: ignore[index]
+    store.inject("a", {"role": "tool", "tool_call_id": "c1", "content": "ok", "files": ["/f"]})
+    last = store.snapshot("a")["transcript"][-1]  # type: ignore[index]
+    assert last["tool_call_id"] == "c1" and last["files"] == [{"path": "/f"}]
+
+
+# compact
+
+
+def many(store: SessionStore, sid: str, count: int) -> str:
+    return filled(store, sid, count)
+
+
+def test_compact_truncate_keeps_the_last_12_by_default(store: SessionStore) -> None:
+    many(store, "a", 20)
+    assert store.compact("a") == 12
+    assert contents(store, "a") == [f"m{i}" for i in range(8, 20)]
+    assert types(store, "a")[-1] == "session_compacted"
+    assert store.compact("a", compact_strategy="truncate", keep_last=3) == 3
+    assert contents(store, "a") == ["m17", "m18", "m19"]
+
+
+def test_compact_with_nothing_to_do_writes_nothing(store: SessionStore) -> None:
+    many(store, "a", 5)
+    head = store.log.head
+    assert store.compact("a") == 5
+    assert store.compact("a", compact_strategy="observation_mask", keep_last=0) == 5
+    assert store.log.head == head
+
+
+def tool_transcript(store: SessionStore, sid: str) -> str:
+    store.open_session(sid)
+    store.inject(sid, user("q"))
+    store.inject(sid, {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]})
+    store.inject(sid, {"role": "tool", "tool_call_id": "c1", "content": "L" * 300})
+    store.inject(sid, {"role": "tool", "tool_call_id": "c2", "content": "short"})
+    store.inject(sid, {"role": "assistant", "content": "done"})
+    store.inject(sid, {"role": "tool", "tool_call_id": "c3", "content": "R" * 300})
+    return sid
+
+
+def test_compact_observation_mask_masks_long_older_tool_outputs(store: SessionStore) -> None:
+    tool_transcript(store, "a")
+    assert store.compact("a", compact_strategy="observation_mask", keep_last=1) == 6
+    got = contents(store, "a")
+    assert got[2] == "[tool output masked: 300 characters]"
+    assert got[3] == "short" and got[0] == "q"
+    assert got[5] == "R" * 300  # the newest are never touched
+
+
+def test_compact_observation_mask_callbacks(store: SessionStore) -> None:
+    tool_transcript(store, "a")
+    masked: list[dict[str, Any]] = []
+    compressed: list[list[dict[str, Any]]] = []
+
+    def mask(message: dict[str, Any]) -> str:
+        masked.append(message)
+        return f"<masked {message['tool_call_id']}>"
+
+    def compress(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        compressed.append(messages)
+        return [m for m in messages if m["role"] != "user"]
+
+    kept = store.compact(
+        "a",
+        compact_strategy="observation_mask",
+        keep_last=1,
+        tool_output_max_chars=4,
+        mask_callback=mask,
+        compress_callback=compress,
+    )
+    assert [m["tool_call_id"] for m in masked] == ["c1", "c2"]
+    # keep_last=1 would keep only a tool result: its call ("done"'s turn) stays too.
+    assert [m["content"] for m in compressed[0]] == ["q", "", "<masked c1>", "<masked c2>"]
+    assert kept == 5
+    assert contents(store, "a") == ["", "<masked c1>", "<masked c2>", "done", "R" * 300]
+
+
+def test_compact_llm_records_the_summary_so_replay_never_summarizes(
+    store: SessionStore,
+) -> None:
+    many(store, "a", 6)
+    calls: list[list[dict[str, Any]]] = []
+
+    def summarizer(messages: list[dict[str, Any]]) -> str:
+        calls.append(messages)
+        return f"summary of {len(messages)}"
+
+    assert store.compact("a", compact_strategy="llm", keep_last=2, summarizer=summarizer) == 4
+    assert len(calls) == 1 and [m["content"] for m in calls[0]] == ["m0", "m1", "m2", "m3"]
+    transcript = store.snapshot("a")["transcript"]  # type: ignore[index]
+    assert transcript[1] == {
+        "role": "assistant",
+        "content": "summary of 4",
+        "synthetic": True,
+        "summary": True,
+    }
+    assert transcript[0]["role"] == "user" and transcript[0]["summary"] is True
+    assert [m["content"] for m in transcript[2:]] == ["m4", "m5"]
+    event = store.log.read_stream("a")[-1]
+    assert event.type == "session_compacted" and event.data.strategy == "llm"
+    assert "summary of 4" in [m.content for m in event.data.replacement]
+    before = dump(store)
+    store.rebuild()
+    assert dump(store) == before
+    assert store.as_of(store.log.head).snapshot("a")["transcript"] == transcript  # type: ignore[index]
+    assert len(calls) == 1
+
+
+def test_compact_llm_uses_the_store_summarizer(make_store: StoreFactory) -> None:
+    calls = []
+    store = make_store(summarizer=lambda ms: calls.append(ms) or "S")
+    many(store, "a", 4)
+    assert store.compact("a", compact_strategy="llm", keep_last=1) == 3
+    assert contents(store, "a")[1:] == ["S", "m3"] and len(calls) == 1
+
+
+def test_compact_custom_gets_the_whole_transcript(store: SessionStore) -> None:
+    many(store, "a", 4)
+    got: list[list[dict[str, Any]]] = []
+
+    def compactor(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        got.append(messages)
+        return [{"role": "system", "content": "reset"}, messages[-1]]
+
+    assert store.compact("a", compact_strategy="custom", custom_compactor=compactor) == 2
+    assert [m["content"] for m in got[0]] == ["m0", "m1", "m2", "m3"]
+    assert contents(store, "a") == ["reset", "m3"]
+
+
+def test_compact_below_the_token_threshold_writes_nothing(make_store: StoreFactory) -> None:
+    store = make_store(token_counter=lambda message: 10)
+    many(store, "a", 5)  # 50 tokens
+    head = store.log.head
+    assert store.compact("a", keep_last=1, token_threshold=50) == 5
+    assert store.log.head == head
+    assert store.compact("a", keep_last=1, token_threshold=49) == 1
+    assert contents(store, "a") == ["m4"]
+
+
+def test_compact_hard_limit_applies_its_own_strategy(make_store: StoreFactory) -> None:
+    store = make_store(token_counter=lambda message: 10)
+    many(store, "a", 8)
+    used: list[int] = []
+
+    def halve(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        used.append(len(messages))
+        return messages[len(messages) // 2 :]
+
+    kept = store.compact(
+        "a",
+        compact_strategy="observation_mask",
+        keep_last=6,
+        hard_limit_tokens=30,
+        hard_limit_strategy="custom",
+        custom_compactor=halve,
+    )
+    assert used == [8]
+    assert kept == 3 and contents(store, "a") == ["m5", "m6", "m7"]
+    event = store.log.read_stream("a")[-1].data
+    assert event.tokens_before == 80 and event.tokens_after == 30
+
+
+def test_compact_keep_last_never_separates_a_tool_result_from_its_call(
+    store: SessionStore,
+) -> None:
+    tool_transcript(store, "a")
+    # The last 3 would start at a tool result: the call before it stays too.
+    assert store.compact("a", keep_last=3) == 5
+    assert [m["role"] for m in store.snapshot("a")["transcript"]] == [  # type: ignore[index]
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+
+
+def test_compact_hard_limit_never_separates_a_tool_result_from_its_call(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(token_counter=lambda m: len(m.get("content") or "") or 1)
+    store.open_session("a")
+    store.inject("a", user("q"))
+    store.inject("a", {"role": "assistant", "content": "C" * 50, "tool_calls": [{"id": "c"}]})
+    store.inject("a", {"role": "tool", "tool_call_id": "c", "content": "r"})
+    store.inject("a", user("z"))
+    store.fork_at("a", 3, "b")  # q, call, result
+    assert store.compact("a", hard_limit_tokens=10) == 1
+    assert contents(store, "a") == ["z"]  # the call went together with its result
+    assert store.compact("b", hard_limit_tokens=10) == 2
+    assert [m["role"] for m in store.snapshot("b")["transcript"]] == [  # type: ignore[index]
+        "assistant",
+        "tool",
+    ]  # over the limit, but a lone result would answer nothing
+
+
+# close_session
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "detail"),
+    [
+        (None, None, {}),
+        ("timeout", "timeout", {"reason": "timeout"}),
+        ({"reason": "budget", "spent": 3}, "budget", {"reason": "budget", "spent": 3}),
+    ],
+)
+def test_close_session_records_the_reason_and_ends_the_session(
+    store: SessionStore, status: Any, reason: str | None, detail: dict[str, Any]
+) -> None:
+    filled(store, "a", 2)
+    store.fork("a", "kid")
+    assert store.close_session("a", status) is None
+    closed = store.log.read_stream("a")[-1]
+    assert closed.type == "agent_session_closed"
+    assert closed.data.reason == reason and closed.data.status == detail
+    assert store.exists("a") is False
+    assert store.snapshot("a") is None and store.ancestry("a") is None
+    refused(store, UnknownSessionError, "no session `a`", lambda: store.length("a"))
+    refused(store, UnknownSessionError, "inject", lambda: store.inject("a", user("x")))
+    assert types(store, "a") == [
+        "session_opened",
+        "message_injected",
+        "message_injected",
+        "agent_session_closed",
+    ]
+    assert store.ancestry("kid")["parent_id"] == "a"  # type: ignore[index]
+    assert store.open_session("a") == "a"
+    snap = store.snapshot("a")
+    assert snap is not None
+    assert snap["transcript"] == [] and snap["child_ids"] == [] and snap["parent_id"] is None
+    assert store.ancestry("a")["root_id"] == "a"  # type: ignore[index]
+
+
+# current_id
+
+
+def test_current_id_outside_inside_and_nested(store: SessionStore) -> None:
+    assert sessions.current_id() is None
+    store.open_session("a")
+    with store.driving("a") as sid:
+        assert sid == "a" and sessions.current_id() == "a"
+        with store.driving("b"):
+            assert sessions.current_id() == "b"
+        assert sessions.current_id() == "a"
+    assert sessions.current_id() is None
+    with pytest.raises(InvalidArgumentError, match="driving"), store.driving(""):
+        pass
+    assert sessions.current_id() is None
+
+
+def test_current_id_inside_a_subscriber_is_its_session(store: SessionStore) -> None:
+    store.open_session("a")
+    store.open_session("b")
+    seen: list[tuple[str | None, str]] = []
+    store.subscribe("a", lambda e: seen.append((sessions.current_id(), e.stream)))
+    with store.driving("b"):
+        store.inject("a", user("x"))
+        assert sessions.current_id() == "b"
+    assert seen == [("a", "a")]
+
+
+# list_sessions, rename, delete
+
+
+def test_list_sessions_pages_with_a_cursor(store: SessionStore) -> None:
+    ids = sorted(f"s{i:02d}" for i in range(7))
+    for sid in reversed(ids):
+        store.open_session(sid, title=f"t-{sid}")
+    for limit in (1, 2, 3, 7, 200):
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.list_sessions(cursor=cursor, limit=limit)
+            assert len(page["sessions"]) <= limit
+            seen += [s["session_id"] for s in page["sessions"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == ids, limit
+    first = store.list_sessions(limit=1)["sessions"][0]
+    assert first["title"] == "t-s00" and first["status"] == "active" and first["length"] == 0
+
+
+@pytest.mark.parametrize("limit", [0, 201, -1, True, "5", None])
+def test_list_sessions_refuses_bad_limits(store: SessionStore, limit: Any) -> None:
+    refused(store, InvalidArgumentError, "from 1 to 200", lambda: store.list_sessions(limit=limit))
+
+
+@pytest.mark.parametrize("cursor", [5, "\ud800", "x" * 600])
+def test_list_sessions_refuses_bad_cursors(store: SessionStore, cursor: Any) -> None:
+    refused(store, InvalidArgumentError, "cursor", lambda: store.list_sessions(cursor=cursor))
+
+
+def test_list_sessions_filters_by_status(store: SessionStore) -> None:
+    for sid in ("a", "b", "c", "d"):
+        store.open_session(sid)
+    store.close_session("b")
+    store.delete("c", reason="gdpr")
+
+    def listed(**kwargs: Any) -> list[str]:
+        return [s["session_id"] for s in store.list_sessions(**kwargs)["sessions"]]
+
+    assert listed() == ["a", "b", "d"]
+    assert listed(status="active") == ["a", "d"]
+    assert listed(status="closed") == ["b"]
+    assert listed(status="deleted") == ["c"]
+    refused(store, InvalidArgumentError, "status", lambda: store.list_sessions(status="gone"))
+
+
+def test_rename_and_delete(store: SessionStore) -> None:
+    filled(store, "a", 1)
+    store.rename("a", "named")
+    assert store.snapshot("a")["title"] == "named"  # type: ignore[index]
+    assert store.list_sessions()["sessions"][0]["title"] == "named"
+    store.delete("a", reason="cleanup")
+    assert store.exists("a") is False and store.snapshot("a") is None
+    assert store.list_sessions()["sessions"] == []
+    refused(store, UnknownSessionError, "rename", lambda: store.rename("a", "x"))
+    assert types(store, "a") == [
+        "session_opened",
+        "message_injected",
+        "session_renamed",
+        "session_deleted",
+    ]
+    assert store.log.read_stream("a")[-1].data.reason == "cleanup"
+
+
+# capacity and the hot-session cache
+
+
+def test_max_sessions_caps_open_sessions(make_store: StoreFactory) -> None:
+    store = make_store(max_sessions=2)
+    store.open_session("a")
+    store.open_session("b")
+    refused(store, CapacityError, "max_sessions = 2", lambda: store.open_session("c"))
+    refused(store, CapacityError, "max_sessions", lambda: store.fork("a", "c"))
+    refused(store, CapacityError, "max_sessions", store.open_session)
+    assert store.open_session("a") == "a"  # reopening an open session needs no room
+    store.close_session("a")
+    assert store.open_session("c") == "c"
+    store.delete("b")
+    assert store.fork("c", "d") == "d"
+    assert not store.exists("a")
+
+
+def test_a_small_hot_cache_never_loses_anything(make_store: StoreFactory) -> None:
+    store = make_store(hot_sessions=2)
+    ids = [filled(store, f"s{i}", i + 1, prefix=f"{i}-") for i in range(5)]
+    for round_ in range(3):
+        for i, sid in enumerate(ids):
+            assert contents(store, sid)[: i + 1] == [f"{i}-{j}" for j in range(i + 1)]
+            store.inject(sid, user(f"r{round_}"))
+            assert contents(store, sid)[-1] == f"r{round_}"
+            assert store.length(sid) == i + 2 + round_
+    store.trim(ids[0], 1)
+    for sid in reversed(ids):
+        assert contents(store, sid)[-1] == "r2"
+    assert contents(store, ids[0]) == ["r2"]
+
+
+# rebuild and as_of
+
+
+def busy(store: SessionStore) -> None:
+    filled(store, "a", 5)
+    store.fork_at("a", 2, "b")
+    store.inject("b", user("b"))
+    store.trim("a", 3)
+    store.compact("a", keep_last=1, compact_strategy="llm", summarizer=lambda ms: "S")
+    store.set_scratchpad("b", {"k": 1})
+    store.attach("b", "ui", {"mode": "controller"})
+    store.add_root("b", "/extra")
+    store.close_session("b", "done")
+    store.open_session("c", title="c")
+    store.delete("c")
+
+
+def test_rebuild_equals_the_incremental_state(store: SessionStore) -> None:
+    busy(store)
+    before = dump(store)
+    snapshots = {sid: store.snapshot(sid) for sid in ("a", "b", "c")}
+    assert store.rebuild() == store.log.head
+    assert dump(store) == before
+    assert {sid: store.snapshot(sid) for sid in ("a", "b", "c")} == snapshots
+
+
+def test_as_of_shows_the_past_and_refuses_writes(store: SessionStore) -> None:
+    filled(store, "a", 2)
+    middle = store.log.head
+    store.inject("a", user("later"))
+    store.fork("a", "b")
+    past = store.as_of(middle)
+    assert contents(past, "a") == ["m0", "m1"]
+    assert past.exists("b") is False and past.ancestry("a")["child_ids"] == []  # type: ignore[index]
+    assert store.as_of(0).exists("a") is False
+    for write in (
+        lambda: past.inject("a", user("x")),
+        lambda: past.open_session("z"),
+        lambda: past.reset("a"),
+        lambda: past.set_scratchpad("a", {}),
+        past.rebuild,
+    ):
+        with pytest.raises(InvalidArgumentError, match="read-only view"):
+            write()
+    assert past.log.head == middle and contents(past, "a") == ["m0", "m1"]
+    assert contents(store, "a") == ["m0", "m1", "later"]
+    for bad in (-1, store.log.head + 1, True, "3"):
+        refused(store, InvalidArgumentError, "as_of", lambda bad=bad: store.as_of(bad))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["inject", "fork", "fork_at", "trim", "reset", "compact", "close", "summarize"]
+            ),
+            st.integers(0, 3),
+            st.integers(0, 4),
+        ),
+        max_size=30,
+    )
+)
+def test_transcripts_match_a_list_model(steps: list[tuple[str, int, int]]) -> None:
+    """Any mix of verbs over shared segments gives each session exactly its own list, now and
+    in `as_of` every past position."""
+    store = SessionStore.memory(hot_sessions=1)
+    model: dict[str, list[str]] = {"s0": []}
+    store.open_session("s0")
+    history = [(store.log.head, {"s0": []})]
+    for n, (verb, pick, count) in enumerate(steps):
+        sid = sorted(model)[pick % len(model)]
+        if verb == "inject":
+            store.inject(sid, user(f"#{n}"))
+            model[sid].append(f"#{n}")
+        elif verb == "fork":
+            model[store.fork(sid, f"s{n + 1}")] = list(model[sid])
+        elif verb == "fork_at":
+            model[store.fork_at(sid, count, f"s{n + 1}")] = model[sid][:count]
+        elif verb == "trim":
+            assert store.trim(sid, count) == min(count, len(model[sid]))
+            model[sid] = model[sid][len(model[sid]) - min(count, len(model[sid])) :]
+        elif verb == "reset":
+            store.reset(sid)
+            model[sid] = []
+        elif verb == "close":  # and reopen empty under the same id
+            store.close_session(sid)
+            store.open_session(sid)
+            model[sid] = []
+        elif verb == "summarize" and len(model[sid]) > count:
+            older = len(model[sid]) - count
+            kept = store.compact(
+                sid, keep_last=count, compact_strategy="llm", summarizer=lambda ms, n=n: f"S{n}"
+            )
+            assert kept == count + 2
+            boundary = f"[summary of the {older} earlier messages]"
+            model[sid] = [boundary, f"S{n}", *model[sid][older:]]
+        elif verb == "compact":
+            assert store.compact(sid, keep_last=count) == min(count, len(model[sid]))
+            model[sid] = model[sid][len(model[sid]) - min(count, len(model[sid])) :]
+        for other, expected in model.items():
+            assert contents(store, other) == expected, (other, steps[: n + 1])
+        history.append((store.log.head, {k: list(v) for k, v in model.items()}))
+    before = dump(store)
+    store.rebuild()
+    assert dump(store) == before
+    for position, expected_then in history:
+        past = store.as_of(position)
+        assert {sid: contents(past, sid) for sid in expected_then} == expected_then
+
+
+# Fail loud
+
+
+def test_unknown_option_keys_are_refused(store: SessionStore) -> None:
+    filled(store, "a", 3)
+    refused(store, InvalidArgumentError, "'colour'", lambda: store.open_session("b", colour=1))
+    assert not store.exists("b")
+    refused(store, InvalidArgumentError, "'keep_first'", lambda: store.compact("a", keep_first=1))
+    refused(store, InvalidArgumentError, "unknown option", lambda: store.compact("a", mode="x"))
+    refused(
+        store,
+        InvalidArgumentError,
+        "compact_strategy",
+        lambda: store.compact("a", compact_strategy="zip"),
+    )
+    refused(
+        store,
+        InvalidArgumentError,
+        "needs `custom_compactor`",
+        lambda: store.compact("a", compact_strategy="custom"),
+    )
+    refused(
+        store,
+        InvalidArgumentError,
+        "needs a `summarizer`",
+        lambda: store.compact("a", compact_strategy="llm"),
+    )
+    assert store.length("a") == 3
+
+
+@pytest.mark.parametrize(
+    ("message", "text"),
+    [
+        ({"content": "no role"}, "non-empty string `role`"),
+        ({"role": "", "content": "x"}, "non-empty string `role`"),
+        ({"role": "   "}, "non-empty string `role`"),
+        ({"role": 3}, "non-empty string `role`"),
+        ({"role": None}, "non-empty string `role`"),
+        (["user", "hi"], "must be a dict, got list"),
+        ("hello", "must be a dict, got str"),
+        (None, "must be a dict, got NoneType"),
+        ({"role": "user", 1: "x"}, "keys must be strings"),
+    ],
+)
+def test_bad_messages_are_refused(store: SessionStore, message: Any, text: str) -> None:
+    store.open_session("a")
+    refused(store, InvalidArgumentError, text, lambda: store.inject("a", message))
+    assert store.length("a") == 0
+
+
+def test_more_than_ten_files_on_a_message_is_refused(store: SessionStore) -> None:
+    store.open_session("a")
+    store.inject("a", {"role": "user", "files": [f"/f{i}" for i in range(10)]})
+    error = refused(
+        store,
+        LimitExceededError,
+        "11 exceeds files_per_message_max = 10",
+        lambda: store.inject("a", {"role": "user", "files": [f"/f{i}" for i in range(11)]}),
+    )
+    assert isinstance(error, InvalidArgumentError)
+    assert store.length("a") == 1
+
+
+@pytest.mark.parametrize("bad", [-1, True, False, "3", 2.0, None])
+def test_counts_must_be_non_negative_ints(store: SessionStore, bad: Any) -> None:
+    filled(store, "a", 3)
+    expected = "must be >= 0" if bad == -1 and bad is not True else "must be an int"
+    refused(store, InvalidArgumentError, f"`keep_last` {expected}", lambda: store.trim("a", bad))
+    refused(
+        store, InvalidArgumentError, f"`keep_first` {expected}", lambda: store.fork_at("a", bad)
+    )
+    if bad is not None:  # compact treats keep_last=None as "the default"
+        refused(
+            store,
+            InvalidArgumentError,
+            f"`keep_last` {expected}",
+            lambda: store.compact("a", keep_last=bad),
+        )
+        refused(
+            store,
+            InvalidArgumentError,
+            "token_threshold",
+            lambda: store.compact("a", token_threshold=bad),
+        )
+    assert store.length("a") == 3 and store.ancestry("a")["child_ids"] == []  # type: ignore[index]
+
+
+LIFECYCLE: dict[str, Callable[[SessionStore, str], object]] = {
+    "reset": lambda s, sid: s.reset(sid),
+    "fork": lambda s, sid: s.fork(sid),
+    "fork_at": lambda s, sid: s.fork_at(sid, 1),
+    "close_session": lambda s, sid: s.close_session(sid),
+    "trim": lambda s, sid: s.trim(sid, 1),
+    "inject": lambda s, sid: s.inject(sid, user("x")),
+    "length": lambda s, sid: s.length(sid),
+    "compact": lambda s, sid: s.compact(sid),
+    "rename": lambda s, sid: s.rename(sid, "t"),
+    "delete": lambda s, sid: s.delete(sid),
+    "messages": lambda s, sid: s.messages(sid),
+    "subscribe": lambda s, sid: s.subscribe(sid, print),
+    "scratchpad": lambda s, sid: s.scratchpad(sid),
+    "set_scratchpad": lambda s, sid: s.set_scratchpad(sid, {"a": 1}),
+    "clear_scratchpad": lambda s, sid: s.clear_scratchpad(sid),
+    "attach": lambda s, sid: s.attach(sid, "c"),
+    "takeover": lambda s, sid: s.takeover(sid, "c"),
+    "detach": lambda s, sid: s.detach(sid, "c"),
+    "heartbeat": lambda s, sid: s.heartbeat(sid, "c"),
+    "live_clients": lambda s, sid: s.live_clients(sid),
+    "client_inject_prompt": lambda s, sid: s.client_inject_prompt(sid, "c", "hi"),
+    "route_permission": lambda s, sid: s.route_permission(sid, "c", {"tool": "rm"}),
+    "workspace_anchor": lambda s, sid: s.workspace_anchor(sid),
+    "set_workspace_anchor": lambda s, sid: s.set_workspace_anchor(sid, {"root": "/"}),
+    "workspace_policy": lambda s, sid: s.workspace_policy(sid),
+    "set_workspace_policy": lambda s, sid: s.set_workspace_policy(sid, {}),
+    "add_root": lambda s, sid: s.add_root(sid, "/r"),
+    "remove_root": lambda s, sid: s.remove_root(sid, "/r"),
+    "list_roots": lambda s, sid: s.list_roots(sid),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(LIFECYCLE))
+@pytest.mark.parametrize("how", ["never", "closed", "deleted"])
+def test_every_verb_on_an_unknown_id_raises(store: SessionStore, verb: str, how: str) -> None:
+    if how != "never":
+        store.open_session("ghost")
+        store.close_session("ghost") if how == "closed" else store.delete("ghost")
+    error = refused(
+        store,
+        UnknownSessionError,
+        f"{verb}: no session `ghost`",
+        lambda: LIFECYCLE[verb](store, "ghost"),
+    )
+    assert isinstance(error, KeyError) and isinstance(error, SessionLogError)
+    assert error.session_id == "ghost"  # type: ignore[attr-defined]
+    assert str(error) == f"{verb}: no session `ghost`"
+
+
+def test_exists_open_snapshot_and_ancestry_tolerate_unknown_ids(store: SessionStore) -> None:
+    head = store.log.head
+    assert store.exists("ghost") is False
+    assert store.snapshot("ghost") is None
+    assert store.ancestry("ghost") is None
+    assert store.log.head == head
+    assert store.open_session("ghost") == "ghost" and store.exists("ghost")
+
+
+BAD_IDS = [
+    ("", "non-empty"),
+    (" padded", "surrounding space"),
+    ("$system", "reserved"),
+    ("a\x00b", "control characters"),
+    ("line\nbreak", "control characters"),
+    ("del\x7f", "control characters"),
+    ("x" * 129, "129 exceeds session_id_bytes_max = 128"),
+    ("é" * 65, "130 exceeds session_id_bytes_max"),
+    ("y" * 600, "session_id_bytes_max"),
+    ("\ud800", "not valid UTF-8"),
+    (7, "must be a str, got int"),
+    (b"bytes", "must be a str, got bytes"),
+]
+
+
+@pytest.mark.parametrize(("bad", "text"), BAD_IDS)
+def test_bad_session_ids_are_refused(store: SessionStore, bad: Any, text: str) -> None:
+    filled(store, "a", 1)
+    refused(store, InvalidArgumentError, text, lambda: store.open_session(bad))
+    refused(store, InvalidArgumentError, text, lambda: store.fork("a", bad))
+    refused(store, InvalidArgumentError, text, lambda: store.fork_at("a", 0, bad))
+    refused(store, InvalidArgumentError, text, lambda: store.inject(bad, user("x")))
+    refused(store, InvalidArgumentError, text, lambda: store.length(bad))
+    # The tolerant queries answer "no such session" instead of raising.
+    assert store.exists(bad) is False
+    assert store.snapshot(bad) is None and store.ancestry(bad) is None
+
+
+def test_a_128_byte_id_is_fine(store: SessionStore) -> None:
+    sid = "é" * 64
+    assert store.open_session(sid) == sid and store.exists(sid)
+
+
+# Subscribers
+
+
+def test_subscribers_get_each_committed_event_once_in_order_after_commit(
+    store: SessionStore,
+) -> None:
+    store.open_session("a")
+    seen: list[tuple[int, str, int]] = []
+    store.subscribe("a", lambda e: seen.append((e.position, e.type, store.length("a"))))
+    store.inject("a", user("1"))
+    store.inject("a", user("2"))
+    store.trim("a", 1)
+    assert [(t, n) for _, t, n in seen] == [
+        ("message_injected", 1),
+        ("message_injected", 2),
+        ("session_trimmed", 1),
+    ]
+    positions = [p for p, _, _ in seen]
+    assert positions == sorted(set(positions))
+    assert positions == [e.position for e in store.log.read_stream("a")[1:]]
+
+
+def test_subscribers_never_see_refused_commands_or_aborted_transactions(
+    store: SessionStore,
+) -> None:
+    store.open_session("a")
+    seen: list[str] = []
+    store.subscribe("a", lambda e: seen.append(e.type))
+    with pytest.raises(InvalidArgumentError):
+        store.inject("a", {"content": "no role"})
+    with pytest.raises(RuntimeError, match="abort"), store.transaction():
+        store.inject("a", user("x"))
+        store.reset("a")
+        assert seen == []  # nothing is delivered before the commit
+        raise RuntimeError("abort")
+    assert seen == [] and store.length("a") == 0
+    with store.transaction():
+        store.inject("a", user("x"))
+        store.inject("a", user("y"))
+        assert seen == []
+    assert seen == ["message_injected", "message_injected"]
+
+
+def test_a_failing_subscriber_is_reported_and_breaks_nothing(store: SessionStore) -> None:
+    store.open_session("a")
+    errors: list[tuple[BaseException, Envelope]] = []
+    good: list[str] = []
+
+    def bad(envelope: Envelope) -> None:
+        raise ValueError(f"boom at {envelope.position}")
+
+    handle = store.subscribe("a", bad, on_error=lambda exc, env: errors.append((exc, env)))
+    quiet = store.subscribe("a", bad)  # no on_error: logged, and kept on the handle
+    store.subscribe("a", lambda e: good.append(e.type))
+    store.inject("a", user("x"))
+    store.reset("a")
+    assert good == ["message_injected", "session_reset"]
+    assert [str(exc) for exc, _ in errors] == [
+        f"boom at {e.position}" for e in store.log.read_stream("a")[1:]
+    ]
+    assert [env.type for _, env in errors] == ["message_injected", "session_reset"]
+    assert [str(e) for e in handle.errors] == [str(exc) for exc, _ in errors]
+    assert len(quiet.errors) == 2 and isinstance(quiet.errors[0], ValueError)
+    assert store.length("a") == 0 and store.exists("a")
+
+
+def test_unsubscribe_stops_delivery(store: SessionStore) -> None:
+    store.open_session("a")
+    seen: list[str] = []
+    handle = store.subscribe("a", lambda e: seen.append(e.type))
+    store.inject("a", user("x"))
+    handle.close()
+    handle.close()  # twice is harmless
+    store.inject("a", user("y"))
+    assert seen == ["message_injected"] and handle.active is False
+    with store.subscribe("a", lambda e: seen.append("ctx")):
+        store.reset("a")
+    store.reset("a")
+    assert seen == ["message_injected", "ctx"]
+
+
+@pytest.mark.parametrize("end", ["close", "delete"])
+def test_a_subscription_ends_with_its_session(store: SessionStore, end: str) -> None:
+    store.open_session("a")
+    seen: list[str] = []
+    handle = store.subscribe("a", lambda e: seen.append(e.type))
+    store.close_session("a") if end == "close" else store.delete("a")
+    assert handle.active is False
+    store.open_session("a")
+    store.inject("a", user("x"))
+    assert seen == ["agent_session_closed" if end == "close" else "session_deleted"]
+
+
+def test_a_subscriber_may_write_to_the_store(store: SessionStore) -> None:
+    store.open_session("a")
+    store.open_session("audit")
+
+    def mirror(envelope: Envelope) -> None:
+        store.inject("audit", user(f"saw {envelope.type}"))
+
+    store.subscribe("a", mirror)
+    store.inject("a", user("x"))
+    assert contents(store, "audit") == ["saw message_injected"]
+
+
+# Transactions
+
+
+def test_a_transaction_commits_several_commands_atomically(store: SessionStore) -> None:
+    head = store.log.head
+    with store.transaction() as tx:
+        assert tx is store
+        store.open_session("a")
+        store.inject("a", user("x"))
+        store.fork("a", "b")
+        store.inject("b", user("y"))
+        with pytest.raises(UnknownSessionError):
+            store.inject("nope", user("z"))  # a refused command inside leaves the rest alone
+        assert contents(store, "b") == ["x", "y"]
+    assert store.log.head == head + 4
+    assert contents(store, "a") == ["x"] and contents(store, "b") == ["x", "y"]
+
+
+def test_an_exception_inside_a_transaction_writes_nothing(store: SessionStore) -> None:
+    filled(store, "a", 2)
+    head, before = store.log.head, dump(store)
+    with pytest.raises(KeyError, match="stop"), store.transaction():
+        store.inject("a", user("x"))
+        store.open_session("b")
+        store.fork("a", "c")
+        store.close_session("a")
+        raise KeyError("stop")
+    assert store.log.head == head and dump(store) == before
+    assert contents(store, "a") == ["m0", "m1"]
+    assert not store.exists("b") and not store.exists("c")
+    store.inject("a", user("after"))
+    assert contents(store, "a") == ["m0", "m1", "after"]
