@@ -40,11 +40,14 @@ def child_ids(view: LogView, session_id: str) -> list[str]:
     """Children forked from the session's current incarnation, oldest first.
 
     A child that was closed stays listed (lineage is history); a child id that was later reopened
-    as an unrelated session does not.
+    as an unrelated session does not. A child id forked again after it was closed is listed once,
+    where it first appeared.
     """
     children: list[str] = []
     for _, value in view.kv_scan(st.child_prefix(session_id)):
         child = value.decode()
+        if child in children:
+            continue
         raw = view.kv_get(st.state_key(child))
         if raw is None or STATE_CODEC.decode(raw).parent_id == session_id:
             children.append(child)
