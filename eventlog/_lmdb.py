@@ -8,9 +8,10 @@ transaction longer than one call, because long readers pin pages and make the fi
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -279,6 +280,12 @@ class _LmdbTxn:
             if count >= limit:
                 return
             yield int.from_bytes(key, "big"), value
+
+    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
+        cursor = self._txn.cursor(self._store.events)
+        if not cursor.set_range(position_key(after + 1)):
+            return ()
+        return itertools.islice(cursor.iternext(keys=False, values=True), limit)
 
     def stream_version(self, key: bytes) -> int:
         cursor = self._txn.cursor(self._store.streams)

@@ -157,15 +157,7 @@ class LogView:
             if record is None:
                 return []
             prev = _codec.stored_hash(record)
-        out: list[Envelope] = []
-        expected = after + 1
-        for position, record in txn.records_after(after, limit):
-            if position != expected:
-                raise IntegrityError(f"position {expected} is missing from the log", expected)
-            prev = _codec.check_record(prev, record, position)
-            out.append(_codec.decode_record(record, position))
-            expected += 1
-        return out
+        return _codec.check_and_decode(prev, txn.values_after(after, limit), after + 1)
 
     def event_at(self, position: int) -> Envelope | None:
         """The event at `position`, hash-checked against its predecessor; None past the head."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,6 +73,9 @@ class _MemoryTxn:
         stop = min(len(records), after + limit)
         for position in range(after + 1, stop + 1):
             yield position, records[position - 1]
+
+    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
+        return self.store.records[after : after + limit]
 
     def stream_version(self, key: bytes) -> int:
         return len(self.store.index.get(key, ()))

@@ -8,7 +8,7 @@ into `eventlog.errors` and never decide anything about events.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -32,6 +32,10 @@ class StorageTxn(Protocol):
     def record(self, position: int) -> Buffer | None: ...
 
     def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]: ...
+
+    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
+        """Records after `after` without their keys: the read path checks positions itself."""
+        ...
 
     def stream_version(self, key: bytes) -> int: ...
 

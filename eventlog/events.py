@@ -6,6 +6,8 @@ Schema-evolution rules (tested against stored fixture bytes in `tests/fixtures/`
 - a field is never removed or retyped; stop writing it instead;
 - a new event is a new tagged class added to `AnyEvent`.
 Payloads hold outcomes, never requests to compute them, so replay never calls a model or a clock.
+Events are plain data that never refer back to themselves, so they opt out of the cyclic garbage
+collector (`gc=False`): decoding a page of events then allocates nothing the collector must scan.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 
-class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A value inside an event: frozen, keyword-only, defaults left out of the stored bytes."""
 
 
@@ -57,7 +59,9 @@ class Message(_Record, frozen=True):
     extra: dict[str, Any] = {}
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
+class Event(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", gc=False
+):
     """Base of every payload. Subclasses set an explicit `tag`, which is what is stored."""
 
     stream_kind: ClassVar[str] = "session"

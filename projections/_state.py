@@ -66,7 +66,7 @@ def unpack_ref(value: bytes) -> tuple[int, int]:
     return int.from_bytes(value[:8], "big"), int.from_bytes(value[8:10], "big")
 
 
-class LiveClient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class LiveClient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     client_id: str
     mode: str
     attached_at: datetime
@@ -74,7 +74,7 @@ class LiveClient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
-class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Everything about one incarnation of a session except its messages."""
 
     session_id: str
@@ -104,7 +104,7 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     close_status: dict[str, Any] = {}
 
 
-class Transcript(msgspec.Struct, frozen=True, array_like=True):
+class Transcript(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The part of a session that changes with every event: its messages, as ranges
     ``(segment, start, end)`` of immutable, shared message segments, and its activity."""
 
