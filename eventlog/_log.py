@@ -326,33 +326,27 @@ class Transaction(LogView):
         meta: dict[str, Any],
         at: datetime,
     ) -> tuple[list[bytearray], list[Envelope]]:
-        prev = self._head_hash
-        records: list[bytearray] = []
-        envelopes: list[Envelope] = []
-        position = self._head
-        for index, event in enumerate(events):
-            position += 1
-            version += 1
-            try:
-                record, envelope = _codec.encode_record(
-                    prev, position, stream, version, at, meta, event
-                )
-            except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
-                raise InvalidArgumentError(
-                    f"event {index} ({type(event).__name__}) for stream `{stream}` "
-                    f"cannot be stored: {exc}"
-                ) from exc
-            if len(record) > limits.event_bytes_max:
+        try:
+            return _codec.encode_records(
+                self._head_hash,
+                self._head + 1,
+                stream,
+                version + 1,
+                at,
+                meta,
+                events,
+                limits.event_bytes_max,
+            )
+        except _codec.EncodeFailure as failure:
+            event = events[failure.index]
+            what = f"event {failure.index} ({type(event).__name__}) for stream `{stream}`"
+            if failure.cause is None:
                 raise LimitExceededError(
-                    f"event {index} ({type(event).__name__}) for stream `{stream}`",
-                    "event_bytes_max",
-                    limits.event_bytes_max,
-                    len(record),
-                )
-            records.append(record)
-            envelopes.append(envelope)
-            prev = envelope.hash
-        return records, envelopes
+                    what, "event_bytes_max", limits.event_bytes_max, failure.size
+                ) from None
+            raise InvalidArgumentError(f"{what} cannot be stored: {failure.cause}") from (
+                failure.cause
+            )
 
     def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
         _check_key(key)
@@ -749,7 +743,7 @@ class EventLog:
             return view.read_stream(stream, after=after, limit=limit)
 
     def iter_all(
-        self, *, after: int = 0, page_events: int = limits.read_page_events_max
+        self, *, after: int = 0, page_events: int = limits.read_page_events_default
     ) -> Iterator[Envelope]:
         """Every event after `after`, one short read transaction per page."""
         while True:
@@ -814,13 +808,29 @@ class EventLog:
                 problem=problem,
             )
 
+        keys: dict[str, bytes] = {}  # stream name -> index prefix, encoded once per stream
         while True:
             with self._storage.reader() as txn:
                 head = txn.last_position()
+                envelopes = self._verify_chain_fast(txn, prev, checked, page)
+                if envelopes is not None:
+                    for envelope in envelopes:
+                        problem = self._verify_indexed(txn, envelope, versions, keys)
+                        if problem is not None:
+                            return report(envelope.position, problem)
+                        prev = envelope.hash
+                        checked = envelope.position
+                    if envelopes:
+                        if progress is not None:
+                            progress(checked, head)
+                        continue
+                # Empty, or something is wrong in this page: record by record names the problem.
                 count = 0
                 for position, record in txn.records_after(checked, page):
                     count += 1
-                    problem = self._verify_one(txn, position, checked + 1, prev, record, versions)
+                    problem = self._verify_one(
+                        txn, position, checked + 1, prev, record, versions, keys
+                    )
                     if problem is not None:
                         return report(checked + 1, problem)  # a gap is bad where it starts
                     prev = _codec.stored_hash(record)
@@ -838,6 +848,31 @@ class EventLog:
                 progress(checked, head)
 
     @staticmethod
+    def _verify_chain_fast(
+        txn: StorageTxn, prev: bytes, checked: int, page: int
+    ) -> list[Envelope] | None:
+        """The next page checked against the chain and decoded in one tight loop, or None when
+        anything is off (the caller then walks the page record by record to name it).
+
+        `check_and_decode` reads values without keys; the keys are dense exactly when the first
+        and the last of the page sit at `checked + 1` and `checked + n`, as keys only increase."""
+        try:
+            envelopes = _codec.check_and_decode(prev, txn.values_after(checked, page), checked + 1)
+        except IntegrityError:
+            return None
+        if envelopes:
+            first = txn.record(checked + 1)
+            last = txn.record(checked + len(envelopes))
+            if (
+                first is None
+                or last is None
+                or _codec.stored_hash(first) != envelopes[0].hash
+                or _codec.stored_hash(last) != envelopes[-1].hash
+            ):
+                return None
+        return envelopes
+
+    @staticmethod
     def _verify_one(
         txn: StorageTxn,
         position: int,
@@ -845,6 +880,7 @@ class EventLog:
         prev: bytes,
         record: bytes | bytearray | memoryview,
         versions: dict[str, int],
+        keys: dict[str, bytes],
     ) -> str | None:
         if position != expected_position:
             return f"position {expected_position} is missing"
@@ -853,17 +889,29 @@ class EventLog:
             envelope = _codec.decode_record(record, position)
         except IntegrityError as exc:
             return str(exc)
-        version = versions.get(envelope.stream, 0) + 1
+        return EventLog._verify_indexed(txn, envelope, versions, keys)
+
+    @staticmethod
+    def _verify_indexed(
+        txn: StorageTxn, envelope: Envelope, versions: dict[str, int], keys: dict[str, bytes]
+    ) -> str | None:
+        """Check an event already checked against the chain against its stream's version and the
+        stream index."""
+        stream, position = envelope.stream, envelope.position
+        version = versions.get(stream, 0) + 1
         if envelope.version != version:
             return (
                 f"event at position {position} has version {envelope.version} of stream "
-                f"`{envelope.stream}`, expected {version}"
+                f"`{stream}`, expected {version}"
             )
-        versions[envelope.stream] = version
-        indexed = txn.stream_position(stream_key(envelope.stream), version)
+        versions[stream] = version
+        key = keys.get(stream)
+        if key is None:
+            key = keys[stream] = stream_key(stream)
+        indexed = txn.stream_position(key, version)
         if indexed != position:
             return (
-                f"the stream index maps `{envelope.stream}` v{version} to {indexed}, "
+                f"the stream index maps `{stream}` v{version} to {indexed}, "
                 f"but the event is at position {position}"
             )
         return None
