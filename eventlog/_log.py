@@ -249,6 +249,11 @@ class Transaction(LogView):
         self.pending: list[Envelope] = list(parent.pending) if parent else []
         self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
         self._versions: dict[bytes, int] = dict(parent._versions) if parent else {}
+        self.cache: dict[bytes, Any] = dict(parent.cache) if parent else {}
+        self._deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] = (
+            dict(parent._deferred) if parent else {}
+        )
+        """Decoded values a projection keeps for the life of this transaction (see `kv_put`)."""
         self._bytes: int = parent._bytes if parent else 0
         self._head: int = parent._head if parent else -1
         self._head_hash: bytes = parent._head_hash if parent else b""
@@ -366,6 +371,8 @@ class Transaction(LogView):
                 limits.transaction_bytes_max,
                 self._bytes,
             )
+        self.cache.pop(key, None)
+        self._deferred.pop(key, None)
         try:
             self._txn.kv_put(key, value)
         except BaseException:
@@ -373,7 +380,45 @@ class Transaction(LogView):
             raise
 
     def kv_delete(self, key: bytes) -> bool:
-        return self._txn.kv_delete(_check_key(key))
+        self.cache.pop(key, None)
+        deferred = self._deferred.pop(key, None) is not None
+        return self._txn.kv_delete(_check_key(key)) or deferred
+
+    def kv_defer(self, key: bytes, value: Any, encode: Callable[[Any], bytes]) -> None:
+        """Set `key` to `encode(value)`, written once when the transaction commits.
+
+        For projection state rewritten by every event: `value` stays decoded in `cache`, reads of
+        the key in this transaction see it, and a scan writes pending values before it runs.
+        """
+        _check_key(key)
+        self.cache[key] = value
+        self._deferred[key] = (value, encode)
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        pending = self._deferred.get(key)
+        if pending is not None:
+            return pending[1](pending[0])
+        return super().kv_get(key)
+
+    def kv_scan(
+        self,
+        prefix: bytes = b"",
+        *,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[bytes, bytes]]:
+        self._flush_deferred()
+        return super().kv_scan(prefix, start=start, stop=stop, reverse=reverse, limit=limit)
+
+    def _flush_deferred(self) -> None:
+        pending, self._deferred = self._deferred, {}
+        for key, (value, encode) in pending.items():
+            cached = self.cache.get(key)
+            self.kv_put(key, encode(value))
+            if cached is not None:
+                self.cache[key] = cached
 
     @property
     def head(self) -> int:
@@ -393,6 +438,8 @@ class Transaction(LogView):
         parent.pending = self.pending
         parent._hooks = self._hooks
         parent._versions = self._versions
+        parent.cache = self.cache
+        parent._deferred = self._deferred
         parent._bytes = self._bytes
         parent._head = self._head
         parent._head_hash = self._head_hash
@@ -612,13 +659,18 @@ class EventLog:
     # Transactions
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, *, join: bool = False) -> Iterator[Transaction]:
         """Group appends and projection writes into one atomic, durable commit.
 
         Nested blocks are savepoints: an exception leaving an inner block undoes only that block.
+        With `join=True` a nested block simply runs in the enclosing transaction (no savepoint):
+        for callers, like the engine's commands, that raise before they write anything.
         """
         self._check_usable()
         current = self._current()
+        if current is not None and join:
+            yield current
+            return
         if current is not None:
             child = Transaction(self, current._txn.child(), current)
             with self._pushed(child):
@@ -630,7 +682,7 @@ class EventLog:
                 if child._broken:
                     child._txn.abort()
                     raise StorageError("a write inside this transaction failed; nothing was kept")
-                child._txn.commit()
+                child._txn.commit()  # its deferred writes travel up to the parent
                 child._merge_into_parent()
             return
         with self._writer:
@@ -638,6 +690,11 @@ class EventLog:
             with self._pushed(tx):
                 try:
                     yield tx
+                except BaseException:
+                    tx._txn.abort()
+                    raise
+                try:
+                    tx._flush_deferred()
                 except BaseException:
                     tx._txn.abort()
                     raise

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog import Envelope, Transaction
+from eventlog import Envelope, LogView, Transaction
 from eventlog import events as ev
 from projections import _state as st
 from projections._state import (
@@ -32,22 +32,57 @@ SYSTEM_STREAM_PREFIX = "$"
 """Streams whose names start with this are not sessions (bearer tokens, runtime bookkeeping)."""
 
 
-def load_state(tx: Any, session_id: str) -> SessionState | None:
-    data = tx.kv_get(st.state_key(session_id))
-    return None if data is None else STATE_CODEC.decode(data)
+def load_state(view: LogView, session_id: str) -> SessionState | None:
+    key = st.state_key(session_id)
+    cache = view.cache if isinstance(view, Transaction) else None
+    if cache is not None and key in cache:
+        return cache[key]  # type: ignore[no-any-return]
+    data = view.kv_get(key)
+    state = None if data is None else STATE_CODEC.decode(data)
+    if cache is not None:
+        cache[key] = state
+    return state
 
 
-def load_transcript(tx: Any, session_id: str) -> Transcript | None:
-    data = tx.kv_get(st.transcript_key(session_id))
-    return None if data is None else TRANSCRIPT_CODEC.decode(data)
+def load_transcript(view: LogView, session_id: str) -> Transcript | None:
+    key = st.transcript_key(session_id)
+    cache = view.cache if isinstance(view, Transaction) else None
+    if cache is not None and key in cache:
+        return cache[key]  # type: ignore[no-any-return]
+    data = view.kv_get(key)
+    transcript = None if data is None else TRANSCRIPT_CODEC.decode(data)
+    if cache is not None:
+        cache[key] = transcript
+    return transcript
 
 
 def _save_state(tx: Transaction, state: SessionState) -> None:
-    tx.kv_put(st.state_key(state.session_id), STATE_CODEC.encode(state))
+    key = st.state_key(state.session_id)
+    tx.kv_put(key, STATE_CODEC.encode(state))
+    tx.cache[key] = state  # after the put, which drops any cached value for the key
 
 
 def _save_transcript(tx: Transaction, session_id: str, transcript: Transcript) -> None:
-    tx.kv_put(st.transcript_key(session_id), TRANSCRIPT_CODEC.encode(transcript))
+    # Rewritten by every event of the session: written once per transaction, at commit.
+    tx.kv_defer(st.transcript_key(session_id), transcript, TRANSCRIPT_CODEC.encode)
+
+
+def _int8(value: int) -> bytes:
+    return value.to_bytes(8, "big")
+
+
+def _int4(value: int) -> bytes:
+    return value.to_bytes(4, "big")
+
+
+def _segment_length(tx: Transaction, segment: int) -> int | None:
+    key = st.segment_length_key(segment)
+    if key in tx.cache:
+        return tx.cache[key]  # type: ignore[no-any-return]
+    stored = tx.kv_get(key)
+    length = None if stored is None else int.from_bytes(stored, "big")
+    tx.cache[key] = length
+    return length
 
 
 def _count(tx: Transaction, key: bytes, delta: int) -> None:
@@ -60,7 +95,7 @@ def project(tx: Transaction, envelopes: list[Envelope]) -> None:
     """Apply `envelopes` (just appended, in order) to the projection state in `tx`."""
     for envelope in envelopes:
         apply(tx, envelope)
-    tx.kv_put(st.POSITION_KEY, envelopes[-1].position.to_bytes(8, "big"))
+    tx.kv_defer(st.POSITION_KEY, envelopes[-1].position, _int8)
 
 
 def apply(tx: Transaction, envelope: Envelope) -> None:
@@ -225,8 +260,7 @@ def _append_refs(
     segment = start = end = 0
     if ranges and not fresh:
         segment, start, end = ranges[-1]
-        stored = tx.kv_get(st.segment_length_key(segment))
-        if stored is None or int.from_bytes(stored, "big") != end:
+        if _segment_length(tx, segment) != end:
             segment = 0
     if segment == 0:
         segment, start, end = _new_segment(tx), 0, 0
@@ -234,7 +268,7 @@ def _append_refs(
     for offset, (position, index) in enumerate(refs):
         tx.kv_put(st.ref_key(segment, end + offset), st.pack_ref(position, index))
     end += len(refs)
-    tx.kv_put(st.segment_length_key(segment), end.to_bytes(4, "big"))
+    tx.kv_defer(st.segment_length_key(segment), end, _int4)
     ranges[-1] = (segment, start, end)
     return msgspec.structs.replace(
         transcript, ranges=tuple(ranges), length=transcript.length + len(refs)

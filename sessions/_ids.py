@@ -7,6 +7,7 @@ with the system-stream prefix, and it has its own length bound.
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from contextvars import ContextVar
@@ -14,6 +15,7 @@ from contextvars import ContextVar
 from eventlog import InvalidArgumentError, LimitExceededError, limits
 
 SYSTEM_PREFIX = "$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 _current: ContextVar[tuple[str, ...]] = ContextVar("sessionlog_current", default=())
 
@@ -44,7 +46,7 @@ def check_session_id(session_id: object, *, where: str) -> str:
             f"{where}: session ids may not start with {SYSTEM_PREFIX!r} (reserved), "
             f"got {session_id!r}"
         )
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in session_id):
+    if _CONTROL.search(session_id):
         raise InvalidArgumentError(f"{where}: session id {session_id!r} has control characters")
     try:
         size = len(session_id.encode("utf-8"))

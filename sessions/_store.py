@@ -208,7 +208,7 @@ class SessionStore(LiveVerbs):
     ) -> Iterator[tuple[Transaction, pj.SessionState, pj.Transcript]]:
         self._writable(verb)
         sid = check_session_id(session_id, where=verb)
-        with self.log.transaction() as tx:
+        with self.log.transaction(join=True) as tx:
             state = pj.load_state(tx, sid)
             transcript = pj.load_transcript(tx, sid)
             if state is None or state.status != pj.ACTIVE or transcript is None:
@@ -254,7 +254,7 @@ class SessionStore(LiveVerbs):
                 f"(expected one of: {', '.join(sorted(OPEN_OPTIONS))})"
             )
         event_fields = _open_fields(options)
-        with self.log.transaction() as tx:
+        with self.log.transaction(join=True) as tx:
             sid = (
                 uuid7()
                 if session_id is None
