@@ -68,7 +68,8 @@ def test_docstring_example_runs_its_rule_and_its_check() -> None:
 
         return Counted
 
-    run_example(counted)
+    # Derandomized so the count of rule calls is a fact about the code, not about the seed.
+    run_example(counted, derandomize=True, max_examples=30)
     assert calls["ask"] > 0
     assert calls["user_turns"] > 0
 
