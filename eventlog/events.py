@@ -30,6 +30,7 @@ class Usage(_Record, frozen=True):
     reasoning_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    extra: dict[str, Any] = {}
 
 
 class FileRef(_Record, frozen=True):

@@ -37,6 +37,23 @@ _KNOWN = frozenset(
 )
 
 
+_FILE_FIELDS = frozenset(("path", "name", "mime_type", "size_bytes"))
+_USAGE_FIELDS = frozenset(
+    ("input_tokens", "output_tokens", "reasoning_tokens", "cache_read_tokens", "cache_write_tokens")
+)
+
+
+def _split(value: object, known: frozenset[str]) -> object:
+    """A nested record's named fields, with every other key moved under `extra`."""
+    if not isinstance(value, Mapping):
+        return value  # the conversion below names the wrong type and where it is
+    named = {key: item for key, item in value.items() if key in known}
+    extra = {key: item for key, item in value.items() if key not in known}
+    if extra:
+        named["extra"] = extra
+    return named
+
+
 def to_message(message: object, *, where: str) -> ev.Message:
     """Validate a caller's message dict and turn it into a `Message`."""
     if isinstance(message, ev.Message):
@@ -64,7 +81,13 @@ def to_message(message: object, *, where: str) -> ev.Message:
                 limits.files_per_message_max,
                 len(files),
             )
-        known["files"] = [{"path": item} if isinstance(item, str) else item for item in files]
+        known["files"] = [
+            {"path": item} if isinstance(item, str) else _split(item, _FILE_FIELDS)
+            for item in files
+        ]
+    usage = known.get("usage")
+    if isinstance(usage, Mapping):
+        known["usage"] = _split(usage, _USAGE_FIELDS)
     if extra:
         check_encodable(extra, what=f"{where}: message fields {sorted(extra)}")
         known["extra"] = extra
@@ -74,11 +97,19 @@ def to_message(message: object, *, where: str) -> ev.Message:
 def to_dict(message: ev.Message) -> dict[str, Any]:
     """A fresh plain dict of a message: its set fields, with `extra` keys back at the top level."""
     data: dict[str, Any] = to_builtins(message)
+    _flatten(data)
+    for item in data.get("files", ()):
+        _flatten(item)
+    if "usage" in data:
+        _flatten(data["usage"])
+    return data
+
+
+def _flatten(data: dict[str, Any]) -> None:
     extra = data.pop("extra", None)
     if extra:
         for key, value in extra.items():
             data.setdefault(key, value)
-    return data
 
 
 def text_of(content: object) -> str:
