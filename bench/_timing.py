@@ -69,18 +69,31 @@ class Stopwatch:
 
 @dataclass(frozen=True)
 class Target:
-    """What counts as a pass: `ratio` compares ours with the baseline, `absolute` ours alone."""
+    """What counts as a pass: `ratio` compares ours with the baseline, `absolute` ours alone.
+
+    An absolute target may also ask for `ratio_minimum` against the baseline (for example "under
+    50 ms, and no slower on the big store than on the small one")."""
 
     kind: str  # "ratio" or "absolute"
     minimum: float
+    ratio_minimum: float | None = None
 
-    def describe(self, unit: str) -> str:
+    def describe(self, unit: str, per: str | None = None) -> str:
         if self.kind == "ratio":
-            return f"ratio >= {self.minimum:g}"
-        return f">= {_number(self.minimum)} {unit}"
+            text = f"ratio >= {self.minimum:g}"
+        elif per is not None:  # a rate shown as time per operation: the minimum rate is a maximum
+            text = f"<= {_duration(1 / self.minimum)}/{per}"
+        else:
+            text = f">= {_number(self.minimum)} {unit}"
+        if self.ratio_minimum is not None:
+            text += f", ratio >= {self.ratio_minimum:g}"
+        return text
 
     def met(self, ours: float, ratio: float) -> bool:
-        return (ratio if self.kind == "ratio" else ours) >= self.minimum
+        passed = (ratio if self.kind == "ratio" else ours) >= self.minimum
+        if self.ratio_minimum is not None:
+            passed = passed and ratio >= self.ratio_minimum
+        return passed
 
 
 @dataclass
@@ -98,6 +111,14 @@ class Result:
     ours_rounds: list[float] = field(default_factory=list)
     baseline_rounds: list[float] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+    per: str | None = None
+    """When set (e.g. "fork"), the table shows time per `per` (1 / rate) instead of the rate."""
+
+    def show(self, rate: float) -> str:
+        """A rate of this result as the table shows it."""
+        if self.per is not None:
+            return f"{_duration(1 / rate) if rate > 0 else 'inf'}/{self.per}"
+        return f"{_number(rate)} {self.unit}"
 
     @property
     def ratio(self) -> float:
@@ -126,8 +147,14 @@ class Result:
         data["target"] = (
             None
             if self.target is None
-            else {**asdict(self.target), "text": self.target.describe(self.unit)}
+            else {**asdict(self.target), "text": self.target.describe(self.unit, self.per)}
         )
+        if self.per is not None:
+            data["seconds_per_op"] = {
+                "ours": 1 / self.ours if self.ours else None,
+                "baseline": 1 / self.baseline if self.baseline else None,
+                "ours_cpu": 1 / self.ours_cpu if self.ours_cpu else None,
+            }
         return data
 
 
@@ -197,6 +224,14 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _duration(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
 def table(results: list[Result]) -> str:
     """The results as one plain-text table: medians, ratio, target, pass/miss."""
     header = (
@@ -214,12 +249,12 @@ def table(results: list[Result]) -> str:
         rows.append(
             (
                 r.name,
-                f"{_number(r.ours)} {r.unit}",
-                f"{_number(r.baseline)} {r.unit}",
-                f"{r.ratio:.2f}",
-                "-" if r.target is None else r.target.describe(r.unit),
+                r.show(r.ours),
+                r.show(r.baseline),
+                f"{r.ratio:.2f}" if r.ratio < 100 else f"{r.ratio:,.0f}",
+                "-" if r.target is None else r.target.describe(r.unit, r.per),
                 verdict,
-                f"{_number(r.ours_cpu)} {r.unit}",
+                r.show(r.ours_cpu),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -358,6 +358,13 @@ class _LmdbTxn:
     def kv_delete(self, key: bytes) -> bool:
         return bool(self._txn.delete(key, db=self._store.kv))
 
+    def kv_clear(self) -> None:
+        # mdb_drop(del=0): frees the tree's pages without visiting each key.
+        try:
+            self._txn.drop(self._store.kv, delete=False)
+        except lmdb.Error as exc:
+            raise translate(exc, "clearing projection state") from exc
+
     def kv_scan(
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:

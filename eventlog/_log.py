@@ -384,6 +384,16 @@ class Transaction(LogView):
         deferred = self._deferred.pop(key, None) is not None
         return self._txn.kv_delete(_check_key(key)) or deferred
 
+    def kv_clear(self) -> None:
+        """Delete every projection key in one storage call (for `rebuild`)."""
+        self.cache.clear()
+        self._deferred.clear()
+        try:
+            self._txn.kv_clear()
+        except BaseException:
+            self._broken = True
+            raise
+
     def kv_defer(self, key: bytes, value: Any, encode: Callable[[Any], bytes]) -> None:
         """Set `key` to `encode(value)`, written once when the transaction commits.
 

@@ -124,6 +124,10 @@ class _MemoryTxn:
         self.undo.append(("kv", key, old))
         return True
 
+    def kv_clear(self) -> None:
+        for key in list(self.store.kv_keys):
+            self.kv_delete(key)
+
     def kv_scan(
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:

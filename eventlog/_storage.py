@@ -55,6 +55,10 @@ class StorageTxn(Protocol):
 
     def kv_delete(self, key: bytes) -> bool: ...
 
+    def kv_clear(self) -> None:
+        """Delete every projection key (the log is untouched)."""
+        ...
+
     def kv_scan(
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]: ...

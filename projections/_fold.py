@@ -109,6 +109,9 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
     transcript = load_transcript(tx, envelope.stream)
     if transcript is None:
         return  # no session has ever been opened on this stream: nothing to project
+    if type(data) in _ONE_MESSAGE:  # most events: one message at the end, nothing else changes
+        _append_message(tx, envelope, transcript)
+        return
     transcript = _touch(transcript, envelope)
     refs = _message_refs(envelope)
     if refs:
@@ -162,7 +165,7 @@ def _open(tx: Transaction, envelope: Envelope) -> None:
         workspace_anchor=data.workspace_anchor,
         workspace_policy=data.workspace_policy or {},
     )
-    _begin_incarnation(tx, state, _touch(EMPTY_TRANSCRIPT, envelope))
+    _begin_incarnation(tx, state, _touch(EMPTY_TRANSCRIPT, envelope), first=previous is None)
 
 
 def _fork(tx: Transaction, envelope: Envelope) -> None:
@@ -201,14 +204,20 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
             close_status={},
         )
     transcript = Transcript(ranges=ranges, length=length)
-    _begin_incarnation(tx, state, _touch(transcript, envelope))
-    tx.kv_put(st.child_key(data.parent_id, envelope.position), envelope.stream.encode())
+    _begin_incarnation(tx, state, _touch(transcript, envelope), first=previous is None)
+    if parent is not None:  # children are listed under an incarnation; no state, no listing
+        tx.kv_put(st.child_key(data.parent_id, envelope.position), envelope.stream.encode())
 
 
-def _begin_incarnation(tx: Transaction, state: SessionState, transcript: Transcript) -> None:
+def _begin_incarnation(
+    tx: Transaction, state: SessionState, transcript: Transcript, *, first: bool
+) -> None:
     # A fresh incarnation has no children of its own yet; its predecessor's stay in the log.
-    for key, _ in tx.kv_scan(st.child_prefix(state.session_id)):
-        tx.kv_delete(key)
+    # A session's first incarnation has none to drop: child keys are only written under a parent
+    # that has a state. Skipping the scan matters: a scan writes out every deferred key first.
+    if not first:
+        for key, _ in tx.kv_scan(st.child_prefix(state.session_id)):
+            tx.kv_delete(key)
     _save_state(tx, state)
     _save_transcript(tx, state.session_id, transcript)
     _count(tx, st.ACTIVE_COUNT_KEY, +1)
@@ -228,6 +237,32 @@ def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
     if isinstance(data, (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted)):
         return [(envelope.position, 0)]
     return []
+
+
+_NO_INDEX = (0).to_bytes(2, "big")
+
+
+def _append_message(tx: Transaction, envelope: Envelope, transcript: Transcript) -> None:
+    """`_touch` + `_append_refs` of one message, building one Transcript (the hot path)."""
+    ranges = transcript.ranges
+    segment, start, end = ranges[-1] if ranges else (0, 0, 0)
+    if segment == 0 or _segment_length(tx, segment) != end:
+        segment, start, end = _new_segment(tx), 0, 0
+        ranges = (*ranges, (segment, 0, 0))
+    segment_bytes = segment.to_bytes(8, "big")
+    tx.kv_put(
+        st.REF_PREFIX + segment_bytes + end.to_bytes(4, "big"),
+        envelope.position.to_bytes(8, "big") + _NO_INDEX,
+    )
+    end += 1
+    tx.kv_defer(st.SEGMENT_LENGTH_PREFIX + segment_bytes, end, _int4)
+    updated = Transcript(
+        ranges=(*ranges[:-1], (segment, start, end)),
+        length=transcript.length + 1,
+        version=envelope.version,
+        last_activity_at=envelope.recorded_at,
+    )
+    _save_transcript(tx, envelope.stream, updated)
 
 
 def message_of(data: ev.Event, index: int) -> ev.Message:
@@ -449,3 +484,11 @@ _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
     ev.SessionDeleted: _deleted,
     ev.AgentSessionClosed: _closed,
 }
+
+# Events carrying one message and changing nothing else take `apply`'s fast path; derived from the
+# tables above, so giving one of them a shaper or a state change takes it off the fast path.
+_ONE_MESSAGE = frozenset(
+    kind
+    for kind in (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted)
+    if kind not in _TRANSCRIPT_CHANGES and kind not in _STATE_CHANGES
+)

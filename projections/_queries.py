@@ -119,10 +119,5 @@ def catch_up(log: EventLog) -> int:
 def rebuild(log: EventLog) -> int:
     """Recompute the whole projection from position 1, in one transaction. Returns the position."""
     with log.transaction() as tx:
-        while True:
-            page = tx.kv_scan(limit=10_000)
-            if not page:
-                break
-            for key, _ in page:
-                tx.kv_delete(key)
+        tx.kv_clear()
         return _apply_after(tx, 0)
