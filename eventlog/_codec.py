@@ -173,6 +173,57 @@ def check_and_decode(
     return out
 
 
+def check_and_decode_at(
+    positions: list[int],
+    pairs: Iterable[
+        tuple[bytes | bytearray | memoryview | None, bytes | bytearray | memoryview | None]
+    ],
+) -> list[Envelope]:
+    """Check and decode the records at `positions` (any order, gaps allowed), given for each the
+    record before it (None when it directly follows the one before in `positions`, or is the
+    first) and the record itself.
+
+    Each record is checked against its predecessor's hash: the one just decoded, or the stored
+    hash of the record before it. A missing record raises `IntegrityError`.
+    """
+    hasher = blake3.blake3()
+    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
+    decode = _decoder.decode
+    out: list[Envelope] = []
+    last_position, last_hash = -1, b""
+    for position, (before, record) in zip(positions, pairs, strict=True):
+        if record is None:
+            raise IntegrityError(f"position {position} is missing from the log", position)
+        if before is not None:
+            prev_hash = bytes(before[HASH_START:BODY_START])
+        elif position == 1:
+            prev_hash = GENESIS_HASH
+        elif position == last_position + 1:
+            prev_hash = last_hash
+        else:
+            raise IntegrityError(f"position {position - 1} is missing from the log", position)
+        try:
+            envelope = decode(record)
+        except msgspec.DecodeError as exc:
+            check_record(prev_hash, record, position)
+            raise IntegrityError(
+                f"event at position {position}: cannot decode: {exc}", position
+            ) from exc
+        reset()
+        update(prev_hash + record[BODY_START:])
+        digest = digest_of()
+        if digest != envelope.hash:
+            check_record(prev_hash, record, position)
+        if envelope.position != position:
+            raise IntegrityError(
+                f"event at position {position} says it is at position {envelope.position}",
+                position,
+            )
+        out.append(envelope)
+        last_position, last_hash = position, digest
+    return out
+
+
 def decode_record(record: bytes | bytearray | memoryview, position: int) -> Envelope:
     """Decode a record already checked against the chain."""
     try:

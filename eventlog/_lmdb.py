@@ -287,6 +287,24 @@ class _LmdbTxn:
             return ()
         return itertools.islice(cursor.iternext(keys=False, values=True), limit)
 
+    def records_around(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
+        cursor = self._txn.cursor(self._store.events)
+        last = -2
+        for position in positions:
+            if position == last + 1 and last > 0:
+                yield None, cursor.value() if cursor.next() else None
+            elif position == 1:
+                yield None, cursor.value() if cursor.set_key(position_key(1)) else None
+            elif cursor.set_key(position_key(position - 1)):
+                before = cursor.value()
+                yield before, cursor.value() if cursor.next() else None
+            else:
+                yield None, None
+            last = position
+
     def stream_version(self, key: bytes) -> int:
         cursor = self._txn.cursor(self._store.streams)
         found = cursor.prev() if cursor.set_range(key + b"\xff" * 8) else cursor.last()

@@ -77,6 +77,15 @@ class _MemoryTxn:
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         return self.store.records[after : after + limit]
 
+    def records_around(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        last = -2
+        for position in positions:
+            before = None if position == last + 1 or position == 1 else self.record(position - 1)
+            yield before, self.record(position)
+            last = position
+
     def stream_version(self, key: bytes) -> int:
         return len(self.store.index.get(key, ()))
 

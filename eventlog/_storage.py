@@ -37,6 +37,13 @@ class StorageTxn(Protocol):
         """Records after `after` without their keys: the read path checks positions itself."""
         ...
 
+    def records_around(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        """For each position: the record before it (None when it directly follows the previous
+        position asked for, or is position 1) and the record itself (None when missing)."""
+        ...
+
     def stream_version(self, key: bytes) -> int: ...
 
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]: ...

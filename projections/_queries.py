@@ -18,22 +18,19 @@ from projections._state import STATE_CODEC, SessionState, Transcript
 
 def read_messages(view: LogView, transcript: Transcript) -> list[ev.Message]:
     """The messages of a transcript, in order, each read (hash-checked) from the log."""
-    messages: list[ev.Message] = []
+    refs: list[tuple[int, int]] = []
     for segment, start, end in transcript.ranges:
-        refs = view.kv_scan(start=st.ref_key(segment, start), stop=st.ref_key(segment, end))
-        if len(refs) != end - start:
+        found = view.kv_scan(start=st.ref_key(segment, start), stop=st.ref_key(segment, end))
+        if len(found) != end - start:
             raise IntegrityError(
-                f"segment {segment} holds {len(refs)} of the messages {start}..{end} it should"
+                f"segment {segment} holds {len(found)} of the messages {start}..{end} it should"
             )
-        for _, value in refs:
-            position, index = st.unpack_ref(value)
-            envelope = view.event_at(position)
-            if envelope is None:
-                raise IntegrityError(
-                    f"a transcript refers to missing position {position}", position
-                )
-            messages.append(message_of(envelope.data, index))
-    return messages
+        refs.extend(st.unpack_ref(value) for _, value in found)
+    envelopes = view.events_at(position for position, _ in refs)
+    return [
+        message_of(envelope.data, index)
+        for envelope, (_, index) in zip(envelopes, refs, strict=True)
+    ]
 
 
 def child_ids(view: LogView, session_id: str) -> list[str]:

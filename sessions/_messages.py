@@ -97,12 +97,28 @@ def to_message(message: object, *, where: str) -> ev.Message:
 def to_dict(message: ev.Message) -> dict[str, Any]:
     """A fresh plain dict of a message: its set fields, with `extra` keys back at the top level."""
     data: dict[str, Any] = to_builtins(message)
+    _restore(data)
+    return data
+
+
+_PLAIN = frozenset(("role", "content"))
+
+
+def to_dicts(messages: list[ev.Message]) -> list[dict[str, Any]]:
+    """`to_dict` of a whole transcript, converted in one call."""
+    data: list[dict[str, Any]] = to_builtins(messages)
+    for item in data:
+        if item.keys() - _PLAIN:  # role and content alone need nothing restored
+            _restore(item)
+    return data
+
+
+def _restore(data: dict[str, Any]) -> None:
     _flatten(data)
     for item in data.get("files", ()):
         _flatten(item)
     if "usage" in data:
         _flatten(data["usage"])
-    return data
 
 
 def _flatten(data: dict[str, Any]) -> None:

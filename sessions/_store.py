@@ -37,7 +37,7 @@ from sessions import _compact
 from sessions._checks import check_count, check_dict, check_policy, check_text, client_dict, iso
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
-from sessions._messages import default_token_counter, to_dict, to_message
+from sessions._messages import default_token_counter, to_dicts, to_message
 
 logger = logging.getLogger("sessionlog.sessions")
 
@@ -397,7 +397,7 @@ class SessionStore(LiveVerbs):
         """The transcript as fresh message dicts; raises for an unknown id."""
         with self.log.view() as view:
             state = self._state(view, session_id, "messages")
-            return [to_dict(m) for m in self._messages(view, state.session_id)]
+            return to_dicts(self._messages(view, state.session_id))
 
     def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
@@ -622,7 +622,7 @@ def _snapshot(
 ) -> dict[str, Any]:
     return {
         "session_id": state.session_id,
-        "transcript": [to_dict(m) for m in messages],
+        "transcript": to_dicts(messages),
         "length": transcript.length,
         "created_at": iso(state.created_at),
         "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
