@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import lmdb
@@ -33,13 +29,12 @@ import pytest
 
 from eventlog import EventLog
 from eventlog.events import Message, MessageInjected
+from tests._killer import KillPlan, kill_at_random_moment, start_writer
 from tests.conftest import PROFILE
 
-ROOT = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "_crash_writer.py"
 KILLS = {"dev": 8, "ci": 30, "deep": 200}.get(PROFILE, 8)
 SEED = 20_240_607
-READY_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -53,73 +48,9 @@ class Acked:
     digest: str
 
 
-@dataclass
-class Writer:
-    """A running writer process and what it has reported so far."""
-
-    proc: subprocess.Popen[bytes]
-    lines: list[str] = field(default_factory=list)
-    ready: threading.Event = field(default_factory=threading.Event)
-    changed: threading.Condition = field(default_factory=threading.Condition)
-    reader: threading.Thread | None = None
-
-    def pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            if not raw.endswith(b"\n"):
-                break  # cut short by the kill: never acknowledged
-            with self.changed:
-                self.lines.append(raw.decode())
-                self.changed.notify_all()
-            if raw.startswith(b"ready "):
-                self.ready.set()
-
-    def begins(self) -> int:
-        return sum(line.startswith("begin ") for line in self.lines)
-
-    def wait_for_begins(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        with self.changed:
-            while self.begins() < count and self.proc.poll() is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self.changed.wait(left)
-
-
-def start_writer(path: Path, round_no: int, seed: int, stderr: Path) -> Writer:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WRITER), str(path), str(round_no), str(seed)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=env,
-        )
-    writer = Writer(proc)
-    writer.reader = threading.Thread(target=writer.pump, daemon=True)
-    writer.reader.start()
-    return writer
-
-
-def kill_at_random_moment(writer: Writer, rng: random.Random) -> str:
-    """SIGKILL the writer at a moment chosen by `rng`; returns how the moment was chosen."""
-    mode = rng.choices(["startup", "anytime", "in-call"], weights=[1, 4, 5])[0]
-    if mode == "startup":
-        time.sleep(rng.uniform(0.0, 0.3))  # may land in the imports, in open(), or in appends
-    else:
-        assert writer.ready.wait(READY_TIMEOUT_S), "the writer never opened the log"
-        if mode == "anytime":
-            time.sleep(rng.uniform(0.0, 0.25))
-        else:
-            writer.wait_for_begins(rng.randint(1, 60), READY_TIMEOUT_S)
-            time.sleep(rng.uniform(0.0, 0.004))  # a few ms: mostly inside append or commit
-    writer.proc.send_signal(signal.SIGKILL)
-    writer.proc.wait(timeout=60)
-    assert writer.reader is not None and writer.proc.stdout is not None
-    writer.reader.join(timeout=60)
-    writer.proc.stdout.close()
-    return mode
+PLAN = KillPlan(
+    weights=(1, 4, 5), startup_max_s=0.3, anytime_max_s=0.25, steps=(1, 60), in_step_max_s=0.004
+)
 
 
 def parse(lines: list[str]) -> tuple[dict[int, Acked], set[str], str | None]:
@@ -201,8 +132,13 @@ def test_sigkilled_writer_never_loses_or_tears_acknowledged_appends(tmp_path: Pa
     started = time.monotonic()
     EventLog.open(path).close()  # a kill inside the very first open is the test below
     for round_no in range(1, KILLS + 1):
-        writer = start_writer(path, round_no, rng.randrange(2**32), tmp_path / f"w{round_no}.err")
-        mode = kill_at_random_moment(writer, rng)
+        writer = start_writer(
+            WRITER,
+            "begin",
+            [str(path), str(round_no), str(rng.randrange(2**32))],
+            tmp_path / f"w{round_no}.err",
+        )
+        mode = kill_at_random_moment(writer, rng, PLAN)
         modes[mode] = modes.get(mode, 0) + 1
         stderr = (tmp_path / f"w{round_no}.err").read_text()
         assert writer.proc.returncode == -signal.SIGKILL, f"writer died by itself:\n{stderr}"

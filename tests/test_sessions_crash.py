@@ -30,12 +30,8 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,14 +41,13 @@ import pytest
 
 import projections as pj
 from sessions import SessionStore
+from tests._killer import KillPlan, kill_at_random_moment, start_writer
 from tests._sessions_crash_writer import run, summarize
 from tests.conftest import PROFILE
 
-ROOT = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "_sessions_crash_writer.py"
 KILLS = {"dev": 8, "ci": 60, "deep": 300}.get(PROFILE, 8)
 SEED = 20_240_611
-READY_TIMEOUT_S = 60.0
 PROBE = "probe"  # written by the test itself after each kill; the writer never touches it
 
 
@@ -306,71 +301,9 @@ class Unit:
     ack: dict[str, Any] | None = None
 
 
-@dataclass
-class Writer:
-    proc: subprocess.Popen[bytes]
-    lines: list[str] = field(default_factory=list)
-    ready: threading.Event = field(default_factory=threading.Event)
-    changed: threading.Condition = field(default_factory=threading.Condition)
-    reader: threading.Thread | None = None
-
-    def pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            if not raw.endswith(b"\n"):
-                break  # cut short by the kill: never reported
-            with self.changed:
-                self.lines.append(raw.decode())
-                self.changed.notify_all()
-            if raw.startswith(b"ready "):
-                self.ready.set()
-
-    def calls(self) -> int:
-        return sum(line.startswith("cmd ") for line in self.lines)
-
-    def wait_for_calls(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        with self.changed:
-            while self.calls() < count and self.proc.poll() is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self.changed.wait(left)
-
-
-def start_writer(path: Path, round_no: int, seed: int, stderr: Path) -> Writer:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WRITER), str(path), str(round_no), str(seed)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=env,
-        )
-    writer = Writer(proc)
-    writer.reader = threading.Thread(target=writer.pump, daemon=True)
-    writer.reader.start()
-    return writer
-
-
-def kill_at_random_moment(writer: Writer, rng: random.Random) -> str:
-    """SIGKILL the writer at a moment chosen by `rng`; returns how the moment was chosen."""
-    mode = rng.choices(["startup", "anytime", "in-call"], weights=[1, 3, 6])[0]
-    if mode == "startup":
-        time.sleep(rng.uniform(0.0, 0.25))  # in the imports, in open(), or in the first units
-    else:
-        assert writer.ready.wait(READY_TIMEOUT_S), "the writer never opened the store"
-        if mode == "anytime":
-            time.sleep(rng.uniform(0.0, 0.2))
-        else:
-            writer.wait_for_calls(rng.randint(20, 250), READY_TIMEOUT_S)
-            time.sleep(rng.uniform(0.0, 0.003))  # a few ms: mostly inside a verb or its commit
-    writer.proc.send_signal(signal.SIGKILL)
-    writer.proc.wait(timeout=60)
-    assert writer.reader is not None and writer.proc.stdout is not None
-    writer.reader.join(timeout=60)
-    writer.proc.stdout.close()
-    return mode
+PLAN = KillPlan(
+    weights=(1, 3, 6), startup_max_s=0.25, anytime_max_s=0.2, steps=(20, 250), in_step_max_s=0.003
+)
 
 
 def parse(lines: list[str]) -> list[Unit]:
@@ -500,8 +433,10 @@ def test_sigkilled_session_writer_keeps_every_acknowledged_command(tmp_path: Pat
         probe(store, model, 0)
     for round_no in range(1, KILLS + 1):
         err = tmp_path / f"w{round_no}.err"
-        writer = start_writer(path, round_no, rng.randrange(2**32), err)
-        mode = kill_at_random_moment(writer, rng)
+        writer = start_writer(
+            WRITER, "cmd", [str(path), str(round_no), str(rng.randrange(2**32))], err
+        )
+        mode = kill_at_random_moment(writer, rng, PLAN)
         tally.modes[mode] = tally.modes.get(mode, 0) + 1
         assert writer.proc.returncode == -signal.SIGKILL, (
             f"round {round_no}: the writer died by itself:\n{err.read_text()}"
