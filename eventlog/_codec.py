@@ -91,8 +91,6 @@ def encode_records(
         try:
             placeholder = Envelope(GENESIS_HASH, position, stream, version, recorded_at, meta, data)
             encode_into(placeholder, buf)
-            if buf[:HASH_START] != _RECORD_PREFIX:  # our own invariant: seven fields, 32-byte hash
-                raise AssertionError("record prefix changed; the envelope layout is broken")
             reset()
             update(prev_hash + buf[BODY_START:])
             buf[HASH_START:BODY_START] = prev_hash = digest_of()
@@ -105,6 +103,8 @@ def encode_records(
         add_envelope(envelope)
         position += 1
         version += 1
+    if records and records[0][:HASH_START] != _RECORD_PREFIX:  # our own invariant, checked once
+        raise AssertionError("record prefix changed; the envelope layout is broken")
     return records, envelopes
 
 

@@ -341,19 +341,17 @@ class _LmdbTxn:
             len(key) + 24 + 2 * _ENTRY_OVERHEAD_BYTES
         )
         try:
+            positions = [
+                position_key(p) for p in range(first_position, first_position + len(records))
+            ]
+            items = list(zip(positions, records, strict=True))
             events = self._txn.cursor(self._store.events)
-            items = [
-                (position_key(first_position + offset), record)
-                for offset, record in enumerate(records)
-            ]
             _, added = events.putmulti(items, append=True, overwrite=False)
-            index = self._txn.cursor(self._store.streams)
             entries = [
-                (key + (first_version + offset).to_bytes(8, "big"), position_key(position))
-                for offset, position in enumerate(
-                    range(first_position, first_position + len(items))
-                )
+                (key + version.to_bytes(8, "big"), position)
+                for version, position in enumerate(positions, first_version)
             ]
+            index = self._txn.cursor(self._store.streams)
             _, indexed = index.putmulti(entries, overwrite=False)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
