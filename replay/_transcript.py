@@ -1,0 +1,325 @@
+"""Reading Harn-style `llm_transcript.jsonl` files into prompt-visible messages and metadata.
+
+Owns the bounded, binary line reader and the rules of the three source formats (message events,
+request snapshots, responses only). One pass keeps only what the winning format can still need,
+so memory follows the messages kept, not the file. It never writes; `replay._seed` does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from blake3 import blake3
+
+from replay import _limits
+from sessions import InvalidArgumentError
+
+MESSAGE_EVENTS = "message_events"
+REQUEST_SNAPSHOTS = "request_snapshots"
+PROVIDER_RESPONSES_ONLY = "provider_responses_only"
+
+_MESSAGE_KINDS = frozenset(("message", "tool_result", "tool_results"))
+_REQUEST_KINDS = frozenset(("provider_call_request", "request"))
+_RESPONSE_KINDS = frozenset(("provider_call_response", "response"))
+_COPIED_KEYS = (
+    "name",
+    "tool_call_id",
+    "tool_use_id",
+    "tool_calls",
+    "native_tool_calls",
+    "reasoning",
+)
+_BOM = b"\xef\xbb\xbf"
+_READ_BUFFER_BYTES = 1 << 20
+
+Message = dict[str, Any]
+
+
+class TranscriptError(InvalidArgumentError):
+    """A transcript file could not be read: unreadable, not JSON lines, or past a bound.
+
+    `seed_from_jsonl` returns these as `ok: false` results; the message names the file and, where
+    there is one, the 1-based line."""
+
+    def __init__(self, path: str, line: int | None, problem: str) -> None:
+        self.path = path
+        self.line = line
+        super().__init__(f"{path}:{line}: {problem}" if line else f"{path}: {problem}")
+
+
+@dataclass
+class Transcript:
+    """What one file says: its messages in order (each with the line it came from) and metadata."""
+
+    messages: list[Message]
+    lines: list[int]
+    source_format: str
+    records: int
+    system_prompt: str | None
+    provider: str | None
+    model: str | None
+    tool_format: str | None
+    blake3: str
+
+
+def read_transcript(path: str | os.PathLike[str]) -> Transcript:
+    """Read the whole file in one pass; raise `TranscriptError` on the first unreadable line."""
+    shown = os.fspath(path)
+    digest = blake3()
+    state = _State()
+    for number, record in _records(shown, digest):
+        state.add(number, record)
+    return state.finish(digest.hexdigest())
+
+
+def _records(path: str, digest: blake3) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, object) of every non-blank line, hashing every byte read."""
+    decode = msgspec.json.Decoder().decode
+    bound = _limits.transcript_line_bytes_max
+    try:
+        with open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
+            number = 0
+            while True:
+                line = file.readline(bound + 1)
+                if not line:
+                    return
+                number += 1
+                digest.update(line)
+                if len(line) > bound and not line.endswith(b"\n"):
+                    raise TranscriptError(
+                        path,
+                        number,
+                        f"line is longer than transcript_line_bytes_max = {bound:,} bytes",
+                    )
+                if number == 1 and line.startswith(_BOM):
+                    line = line[len(_BOM) :]  # some editors write one; it is not part of the JSON
+                if not line.strip():
+                    continue
+                yield number, _decoded(decode, line, path, number)
+    except OSError as exc:
+        raise TranscriptError(path, None, f"cannot read the file: {exc.strerror or exc}") from exc
+
+
+def _decoded(decode: Any, line: bytes, path: str, number: int) -> dict[str, Any]:
+    try:
+        value = decode(line)
+    except RecursionError as exc:
+        raise TranscriptError(path, number, "JSON nested too deeply to decode") from exc
+    except ValueError as exc:  # msgspec's decode errors are ValueErrors, as is bad UTF-8
+        raise TranscriptError(path, number, _why_undecodable(line, exc)) from exc
+    if type(value) is not dict:
+        raise TranscriptError(path, number, f"expected a JSON object, got {_json_type_name(value)}")
+    return value
+
+
+def _why_undecodable(line: bytes, exc: ValueError) -> str:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8 at byte {bad.start + 1} of the line"
+    return f"invalid JSON: {exc}"
+
+
+def _json_type_name(value: object) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null"
+
+
+class _State:
+    """The running state of one pass, per format.
+
+    Message events win over everything, so once one is seen the snapshot state is dropped and no
+    longer kept. Until then one accumulator serves both other formats: a request snapshot replaces
+    it and a response appends to it, so it holds only the latest snapshot and the responses after
+    it (and, in a responses-only file, every response)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.events_seen = False
+        self.snapshot_seen = False
+        self.messages: list[Message] = []
+        self.lines: list[int] = []
+        self.system_prompt: str | None = None
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.tool_format: str | None = None
+
+    def add(self, number: int, record: dict[str, Any]) -> None:
+        self.records += 1
+        kind = record.get("type")
+        if type(kind) is not str:
+            kind = record.get("kind")
+        if kind in _MESSAGE_KINDS:
+            if not self.events_seen:
+                self.events_seen = True
+                self.messages, self.lines = [], []  # snapshots and responses no longer count
+            found = _event_messages(kind, record)
+            self.messages.extend(found)
+            self.lines.extend([number] * len(found))
+            return
+        if kind in _REQUEST_KINDS:
+            self._request_metadata(record)
+        elif kind == "system_prompt":
+            self.system_prompt = _text(record.get("content")) or self.system_prompt
+        elif kind in _RESPONSE_KINDS:
+            self.provider = self.provider or _text(record.get("provider"))
+            self.model = self.model or _text(record.get("model"))
+        if self.events_seen:
+            return
+        snapshot = _snapshot_messages(record)
+        if snapshot is not None:
+            self.snapshot_seen = True
+            self.messages, self.lines = snapshot, [number] * len(snapshot)
+        elif kind in _RESPONSE_KINDS:
+            reply = _response_message(record)
+            if reply is not None:
+                self.messages.append(reply)
+                self.lines.append(number)
+
+    def _request_metadata(self, record: dict[str, Any]) -> None:
+        snapshot = record.get("request_snapshot")
+        system = _text(record.get("system"))
+        if system is None and type(snapshot) is dict:
+            system = _text(snapshot.get("system"))
+        self.system_prompt = system or self.system_prompt
+        self.provider = _text(record.get("provider")) or self.provider
+        self.model = _text(record.get("model")) or self.model
+        self.tool_format = _text(record.get("tool_format")) or self.tool_format
+
+    def finish(self, digest: str) -> Transcript:
+        if self.events_seen:
+            source_format = MESSAGE_EVENTS
+        elif self.snapshot_seen:
+            source_format = REQUEST_SNAPSHOTS
+        else:
+            source_format = PROVIDER_RESPONSES_ONLY
+        return Transcript(
+            messages=self.messages,
+            lines=self.lines,
+            source_format=source_format,
+            records=self.records,
+            system_prompt=self.system_prompt,
+            provider=self.provider,
+            model=self.model,
+            tool_format=self.tool_format,
+            blake3=digest,
+        )
+
+
+# Records to messages. Throughout, a key whose value is null counts as absent: the flat shape
+# writes every absent field as null.
+
+
+def _text(value: object) -> str | None:
+    """`value` when it is a string with something besides whitespace in it."""
+    return value if type(value) is str and value.strip() else None
+
+
+def _prompt_visible(value: object) -> Message | None:
+    """`value` as a message if it is one: an object with a non-empty string role and content,
+    tool calls or native tool calls. The object itself is kept, unknown keys and all."""
+    if type(value) is not dict or _text(value.get("role")) is None:
+        return None
+    if (
+        value.get("content") is None
+        and value.get("tool_calls") is None
+        and value.get("native_tool_calls") is None
+    ):
+        return None
+    return value
+
+
+def _event_messages(kind: str, record: dict[str, Any]) -> list[Message]:
+    if kind == "tool_results":
+        listed = record.get("messages")
+        if type(listed) is list:
+            return [m for m in map(_prompt_visible, listed) if m is not None]
+        results = record.get("results")
+        if type(results) is not list:
+            return []
+        return [m for m in map(_result_message, results) if m is not None]
+    nested = _prompt_visible(record.get("message"))
+    if nested is not None:
+        return [nested]
+    flat = _flat_message(kind, record)
+    return [] if flat is None else [flat]
+
+
+def _flat_message(kind: str, record: dict[str, Any]) -> Message | None:
+    """A message written with its fields at the top level of the record."""
+    role = _text(record.get("role")) or ("tool" if kind == "tool_result" else None)
+    if role is None:
+        return None
+    content = record.get("content")
+    if content is None:
+        content = _text(record.get("text")) or ""
+    message: Message = {"role": role, "content": content}
+    for key in _COPIED_KEYS:
+        value = record.get(key)
+        if value is not None:
+            message[key] = value
+    return message
+
+
+def _first(data: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = data.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def _result_message(result: object) -> Message | None:
+    """One entry of a `tool_results` record's `results` as a tool message."""
+    if type(result) is not dict:
+        return None
+    message: Message = {"role": "tool"}
+    name = _first(result, "tool_name", "name")
+    if type(name) is str and name:
+        message["name"] = name
+    call_id = _first(result, "tool_call_id", "tool_use_id")
+    if type(call_id) is str:
+        message["tool_call_id"] = call_id
+    content = _first(result, "observation", "rendered_result", "output", "content")
+    message["content"] = "" if content is None else content
+    return message
+
+
+def _snapshot_messages(record: dict[str, Any]) -> list[Message] | None:
+    """The messages of a request snapshot (`request_snapshot.messages`, else a top-level
+    `messages` array), or None when the record carries no snapshot."""
+    snapshot = record.get("request_snapshot")
+    listed = snapshot.get("messages") if type(snapshot) is dict else None
+    if listed is None:
+        listed = record.get("messages")
+    if type(listed) is not list:
+        return None
+    return [m for m in map(_prompt_visible, listed) if m is not None]
+
+
+def _response_message(record: dict[str, Any]) -> Message | None:
+    """The assistant message a provider response stands for, or None when it said nothing."""
+    text = _text(record.get("text")) or ""
+    calls = record.get("tool_calls")
+    if type(calls) is not list:
+        calls = []
+    if not text and not calls:
+        return None
+    message: Message = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = calls
+    thinking = _text(record.get("thinking"))
+    if thinking is not None:
+        message["reasoning"] = thinking
+    return message
