@@ -4,6 +4,7 @@ Imports none of the other sessionlog packages.
 """
 
 from eventlog import events, limits
+from eventlog._chain import RecordChecker
 from eventlog._codec import (
     GENESIS_HASH,
     Envelope,
@@ -56,6 +57,7 @@ __all__ = [
     "LogClosedError",
     "LogView",
     "Projector",
+    "RecordChecker",
     "SessionExistsError",
     "SessionLogError",
     "StorageError",

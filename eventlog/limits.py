@@ -40,6 +40,12 @@ kv_key_bytes_max: Final = 480
 kv_value_bytes_max: Final = 16 * 1024 * 1024
 """A projection value. Projections keep small records; a value this big is a bug in a projection."""
 
+export_line_bytes_max: Final = 8 * event_bytes_max
+"""One line of a whole-log export. A line carries an event twice: its stored bytes in base64 (4/3
+of their size) and its readable JSON, which can reach six times the stored size when every
+character must be escaped (``\\u0001``); a longer line is not an export, and reading it whole would
+let a damaged file exhaust memory."""
+
 subscribers_max: Final = 10_000
 """In-process subscribers on one log. Each one runs on every commit; more is a leak, not a design."""
 
