@@ -72,12 +72,17 @@ def encode_records(
     meta: dict[str, Any],
     events: Iterable[Any],
     max_bytes: int,
+    *,
+    checked: bool = False,
 ) -> tuple[list[bytearray], list[Envelope]]:
     """Encode a run of events at consecutive positions and versions of one stream, each chained
     to the one before, in one loop with one reused hasher: this loop is what every append costs.
 
     Each record is decoded back before it is accepted, so a payload with a wrongly typed field
     (which msgspec encodes without complaint) can never reach the log and poison later reads.
+    `checked` skips that read-back for events whose caller has already checked every field to be
+    exactly its declared, immutable type (the engine's plain text messages): decoding such a
+    record gives back an equal event, so the envelope is built from the event itself.
     Raises `EncodeFailure` naming the event that cannot be stored."""
     records: list[bytearray] = []
     envelopes: list[Envelope] = []
@@ -94,7 +99,12 @@ def encode_records(
             reset()
             update(prev_hash + buf[BODY_START:])
             buf[HASH_START:BODY_START] = prev_hash = digest_of()
-            envelope = decode(buf)  # also proves the payload reads back as its own type
+            if checked:
+                envelope = Envelope(
+                    prev_hash, position, stream, version, recorded_at, dict(meta), data
+                )
+            else:
+                envelope = decode(buf)  # also proves the payload reads back as its own type
         except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
             raise EncodeFailure(index, exc) from exc
         if len(buf) > max_bytes:

@@ -342,7 +342,7 @@ class _LmdbTxn:
         )
         try:
             positions = [
-                position_key(p) for p in range(first_position, first_position + len(records))
+                p.to_bytes(8, "big") for p in range(first_position, first_position + len(records))
             ]
             items = list(zip(positions, records, strict=True))
             events = self._txn.cursor(self._store.events)
@@ -367,6 +367,16 @@ class _LmdbTxn:
         self._store.write_bytes += len(key) + len(value) + _ENTRY_OVERHEAD_BYTES
         try:
             self._txn.put(key, value, db=self._store.kv)
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise translate(exc, "writing projection state") from exc
+
+    def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
+        self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (
+            _ENTRY_OVERHEAD_BYTES
+        )
+        try:
+            self._txn.cursor(self._store.kv).putmulti(items)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
             raise translate(exc, "writing projection state") from exc

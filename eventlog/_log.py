@@ -24,6 +24,7 @@ from typing import Any, cast
 import msgspec
 
 from eventlog import _codec, limits
+from eventlog._chain import RecordChecker
 from eventlog._codec import Envelope
 from eventlog._memory import MemoryStorage
 from eventlog._storage import Storage, StorageTxn, stream_key
@@ -159,6 +160,22 @@ class LogView:
             prev = _codec.stored_hash(record)
         return _codec.check_and_decode(prev, txn.values_after(after, limit), after + 1)
 
+    def read_records(
+        self, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[tuple[Envelope, bytes]]:
+        """Like `read`, with each event's stored bytes beside it: what an export must carry to
+        reproduce the hash chain elsewhere."""
+        after, limit = _check_page(after, limit, "read_records")
+        txn = self._txn
+        prev = _codec.GENESIS_HASH
+        if after:
+            record = txn.record(after)
+            if record is None:
+                return []
+            prev = _codec.stored_hash(record)
+        raw = [bytes(value) for value in txn.values_after(after, limit)]
+        return list(zip(_codec.check_and_decode(prev, raw, after + 1), raw, strict=True))
+
     def events_at(self, positions: Iterable[int]) -> list[Envelope]:
         """The events at `positions`, each hash-checked against its predecessor; raises
         `IntegrityError` if one is missing. Cheapest when runs of positions are consecutive."""
@@ -283,8 +300,14 @@ class Transaction(LogView):
         expected_version: int | ExpectedVersion,
         meta: dict[str, Any] | None = None,
         recorded_at: datetime | None = None,
+        checked: bool = False,
     ) -> list[int]:
-        """Append `events` to `stream` atomically; returns their positions."""
+        """Append `events` to `stream` atomically; returns their positions.
+
+        `checked=True` is the caller's word that every field of every event already holds exactly
+        its declared type and nothing mutable is shared with anyone: the check that each record
+        decodes back is skipped (see `_codec.encode_records`). Leave it False for anything else.
+        """
         key = check_stream(stream)
         _check_expected(expected_version)
         events = _check_events(events)
@@ -300,7 +323,7 @@ class Transaction(LogView):
             raise ConcurrencyError(stream, expected_version, version)
         if isinstance(expected_version, int) and expected_version != version:
             raise ConcurrencyError(stream, expected_version, version)
-        records, envelopes = self._encode(stream, events, version, meta, at)
+        records, envelopes = self._encode(stream, events, version, meta, at, checked)
         size = sum(map(len, records))
         if self._bytes + size > limits.transaction_bytes_max:
             raise LimitExceededError(
@@ -336,6 +359,7 @@ class Transaction(LogView):
         version: int,
         meta: dict[str, Any],
         at: datetime,
+        checked: bool,
     ) -> tuple[list[bytearray], list[Envelope]]:
         try:
             return _codec.encode_records(
@@ -347,6 +371,7 @@ class Transaction(LogView):
                 meta,
                 events,
                 limits.event_bytes_max,
+                checked=checked,
             )
         except _codec.EncodeFailure as failure:
             event = events[failure.index]
@@ -358,6 +383,62 @@ class Transaction(LogView):
             raise InvalidArgumentError(f"{what} cannot be stored: {failure.cause}") from (
                 failure.cause
             )
+
+    def import_records(self, records: Sequence[bytes]) -> list[Envelope]:
+        """Append records taken byte for byte from another log (an export), after the head.
+
+        Each must be the next record here: the next position, chained to the hash before it, the
+        next version of its stream. All are checked before any is written; a bad one raises
+        `IntegrityError` naming its position. The projector then folds them, as for `append`.
+        """
+        if not isinstance(records, (list, tuple)):
+            raise InvalidArgumentError(
+                f"records must be a list or tuple of bytes, got {type(records).__name__}"
+            )
+        if self._head < 0:
+            self._load_head()
+        txn = self._txn
+
+        def version_of(stream: str) -> int:
+            known = self._versions.get(stream_key(stream))
+            return txn.stream_version(stream_key(stream)) if known is None else known
+
+        checker = RecordChecker(self._head, self._head_hash, version_of)
+        envelopes = [checker.check(record) for record in records]
+        if not envelopes:
+            return []
+        size = sum(map(len, records))
+        if self._bytes + size > limits.transaction_bytes_max:
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes + size,
+            )
+        try:
+            start = 0
+            for end in range(1, len(envelopes) + 1):  # one storage call per run of one stream
+                if end == len(envelopes) or envelopes[end].stream != envelopes[start].stream:
+                    first = envelopes[start]
+                    key = stream_key(first.stream)
+                    txn.put_records(first.position, records[start:end], key, first.version)
+                    start = end
+        except BaseException:
+            self._broken = True  # part of the run may be in the transaction: it must not commit
+            raise
+        self._head, self._head_hash = checker.head, checker.head_hash
+        for stream, version in checker.versions.items():
+            self._versions[stream_key(stream)] = version
+        self._bytes += size
+        self.pending.extend(envelopes)
+        projector = self._log._projector
+        if projector is not None:
+            try:
+                projector(self, envelopes)
+            except BaseException:
+                self._broken = True  # the events are in, their projection is not: never commit
+                raise
+        return envelopes
 
     def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
         _check_key(key)
@@ -381,6 +462,42 @@ class Transaction(LogView):
         self._deferred.pop(key, None)
         try:
             self._txn.kv_put(key, value)
+        except BaseException:
+            self._broken = True
+            raise
+
+    def kv_put_many(self, items: Sequence[tuple[bytes, bytes | bytearray | memoryview]]) -> None:
+        """`kv_put` of each (key, value) pair, handed to storage in one call."""
+        cache, deferred = self.cache, self._deferred
+        key_max, value_max = limits.kv_key_bytes_max, limits.kv_value_bytes_max
+        size = 0
+        for key, value in items:
+            if type(key) is not bytes or not 0 < len(key) <= key_max:
+                _check_key(key)  # raises, naming what is wrong
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise InvalidArgumentError(
+                    f"projection value must be bytes, got {type(value).__name__}"
+                )
+            length = len(value)
+            if length > value_max:
+                raise LimitExceededError(
+                    "projection value", "kv_value_bytes_max", value_max, length
+                )
+            size += len(key) + length
+        if self._bytes + size > limits.transaction_bytes_max:
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes + size,
+            )
+        self._bytes += size
+        if cache or deferred:
+            for key, _ in items:
+                cache.pop(key, None)
+                deferred.pop(key, None)
+        try:
+            self._txn.kv_put_many(items)
         except BaseException:
             self._broken = True
             raise
@@ -769,6 +886,27 @@ class EventLog:
                     raise
         raise AssertionError("unreachable")
 
+    def import_records(self, records: Sequence[bytes]) -> list[Envelope]:
+        """`Transaction.import_records` in its own durable commit (or the caller's transaction):
+        the records, taken byte for byte from another log, follow the head or nothing is written."""
+        current = self._current()
+        if current is not None:
+            return current.import_records(records)
+        for attempt in range(2):
+            try:
+                with self.transaction() as tx:
+                    return tx.import_records(records)
+            except StoreFullError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def record_checker() -> RecordChecker:
+        """A checker for the records of a whole log, from position 1 (see `RecordChecker`): lets
+        an importer check a source completely before it writes anything."""
+        return RecordChecker()
+
     # Reads
 
     @contextmanager
@@ -807,6 +945,13 @@ class EventLog:
         """Up to `limit` events with positions after `after`, in order, hash-checked."""
         with self.view() as view:
             return view.read(after=after, limit=limit)
+
+    def read_records(
+        self, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[tuple[Envelope, bytes]]:
+        """`read`, with each event's exact stored bytes beside it (for exports)."""
+        with self.view() as view:
+            return view.read_records(after=after, limit=limit)
 
     def read_stream(
         self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default

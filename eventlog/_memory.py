@@ -124,6 +124,10 @@ class _MemoryTxn:
         store.kv[key] = bytes(value)
         self.undo.append(("kv", key, old))
 
+    def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
+        for key, value in items:
+            self.kv_put(key, value)
+
     def kv_delete(self, key: bytes) -> bool:
         store = self.store
         old = store.kv.pop(key, None)

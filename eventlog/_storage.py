@@ -60,6 +60,10 @@ class StorageTxn(Protocol):
 
     def kv_put(self, key: bytes, value: Buffer) -> None: ...
 
+    def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
+        """`kv_put` of each pair, in one storage call where the backend has one."""
+        ...
+
     def kv_delete(self, key: bytes) -> bool: ...
 
     def kv_clear(self) -> None:

@@ -54,8 +54,25 @@ def _split(value: object, known: frozenset[str]) -> object:
     return named
 
 
+_ROLE_AND_CONTENT = frozenset(("role", "content"))
+
+
+def plain_message(message: object) -> ev.Message | None:
+    """The `Message` of the most common shape, a plain dict holding a role and text, built
+    directly (a third of the cost of `to_message`); None for any other shape. Every field of the
+    result is an exact, immutable `str` or None, so its events may be appended `checked`."""
+    if type(message) is dict and message.keys() <= _ROLE_AND_CONTENT:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and role.strip() and (content is None or type(content) is str):
+            return ev.Message(role=role, content=content)
+    return None
+
+
 def to_message(message: object, *, where: str) -> ev.Message:
     """Validate a caller's message dict and turn it into a `Message`."""
+    plain = plain_message(message)
+    if plain is not None:
+        return plain
     if isinstance(message, ev.Message):
         return message
     if not isinstance(message, Mapping):

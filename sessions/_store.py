@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -37,7 +37,7 @@ from sessions import _compact
 from sessions._checks import check_count, check_dict, check_policy, check_text, client_dict, iso
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
-from sessions._messages import default_token_counter, to_dicts, to_message
+from sessions._messages import default_token_counter, plain_message, to_dicts, to_message
 
 logger = logging.getLogger("sessionlog.sessions")
 
@@ -222,9 +222,14 @@ class SessionStore(LiveVerbs):
         events: list[ev.Event],
         *,
         meta: dict[str, Any] | None = None,
+        checked: bool = False,
     ) -> list[int]:
         return tx.append(
-            session_id, events, expected_version=tx.stream_version(session_id), meta=meta
+            session_id,
+            events,
+            expected_version=tx.stream_version(session_id),
+            meta=meta,
+            checked=checked,
         )
 
     def _check_capacity(self, tx: Transaction, verb: str) -> None:
@@ -292,10 +297,39 @@ class SessionStore(LiveVerbs):
 
     def inject(self, session_id: str, message: Mapping[str, Any]) -> None:
         """Append one message (a dict with at least a non-empty `role`)."""
-        parsed = to_message(message, where="inject")
+        parsed = plain_message(message)
+        checked = parsed is not None
+        if parsed is None:
+            parsed = to_message(message, where="inject")
         with self._command("inject", session_id) as (tx, state, transcript):
             self._check_room(transcript, 1, "inject")
-            self._emit(tx, state.session_id, [ev.MessageInjected(message=parsed)])
+            self._emit(tx, state.session_id, [ev.MessageInjected(message=parsed)], checked=checked)
+
+    def inject_many(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Append `messages` in order as one command: all of them or, on any bad message, none.
+
+        The same events as one `inject` per message, written and projected in bulk; returns how
+        many were appended. An empty sequence appends nothing (the session must still exist).
+        """
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise InvalidArgumentError(
+                f"inject_many: messages must be a list of message dicts, "
+                f"got {type(messages).__name__}"
+            )
+        events: list[ev.Event] = []
+        checked = True
+        for index, message in enumerate(messages):
+            parsed = plain_message(message)
+            if parsed is None:
+                checked = False
+                parsed = to_message(message, where=f"inject_many: messages[{index}]")
+            events.append(ev.MessageInjected(message=parsed))
+        with self._command("inject_many", session_id) as (tx, state, transcript):
+            self._check_room(transcript, len(events), "inject_many")
+            step = limits.events_per_append_max
+            for first in range(0, len(events), step):
+                self._emit(tx, state.session_id, events[first : first + step], checked=checked)
+        return len(events)
 
     def _check_room(self, transcript: pj.Transcript, adding: int, verb: str) -> None:
         if transcript.length + adding > limits.messages_per_transcript_max:

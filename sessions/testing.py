@@ -177,6 +177,7 @@ ON_UNKNOWN_SESSION: dict[str, tuple[Any, ...]] = {
     "length": (),
     "messages": (),
     "inject": ({"role": "user", "content": "hi"},),
+    "inject_many": ([{"role": "user", "content": "hi"}],),
     "reset": (),
     "trim": (1,),
     "fork": (),
@@ -224,6 +225,9 @@ BAD_ARGUMENTS: list[tuple[type[Exception], str, tuple[Any, ...], dict[str, Any]]
     (InvalidArgumentError, "inject", ({"role": "user", "synthetic": 1},), {}),
     (InvalidArgumentError, "inject", ({"role": "user", "x": 2**70},), {}),
     (LimitExceededError, "inject", ({"role": "user", "files": _FILES},), {}),
+    (InvalidArgumentError, "inject_many", ([{"role": "user"}, {"content": "no role"}],), {}),
+    (InvalidArgumentError, "inject_many", ({"role": "user"},), {}),
+    (LimitExceededError, "inject_many", ([{"role": "user", "files": _FILES}],), {}),
     (InvalidArgumentError, "set_scratchpad", ([1],), {}),
     (InvalidArgumentError, "set_scratchpad", ({}, {"unknown": 1}), {}),
     (LimitExceededError, "set_scratchpad", ({"k": "x" * 70_000},), {}),
@@ -451,11 +455,17 @@ class SessionMachine(RuleBasedStateMachine):
         self.model.inject(sid, message)
 
     @precondition(_has_open)
-    @rule(pick=_PICK, exchange=tool_exchanges())
-    def inject_tool_exchange(self, pick: int, exchange: list[dict[str, Any]]) -> None:
+    @rule(pick=_PICK, exchange=tool_exchanges(), batched=st.booleans())
+    def inject_tool_exchange(
+        self, pick: int, exchange: list[dict[str, Any]], batched: bool
+    ) -> None:
         sid = self.pick_open(pick)
+        if batched:
+            assert self.store.inject_many(sid, exchange) == len(exchange)
+        else:
+            for message in exchange:
+                self.store.inject(sid, message)
         for message in exchange:
-            self.store.inject(sid, message)
             self.model.inject(sid, message)
 
     @precondition(_has_open)

@@ -518,6 +518,32 @@ def test_kv_values_are_bytes_whatever_buffer_was_given(log: EventLog) -> None:
         assert all(type(value) is bytes for _, value in view.kv_scan())
 
 
+def test_kv_put_many_writes_every_pair_over_pending_state(log: EventLog) -> None:
+    with log.transaction() as tx:
+        tx.kv_put(b"a", b"old")
+        tx.kv_defer(b"b", 7, lambda value: bytes([value]))
+        tx.cache[b"a"] = "decoded old"
+        tx.kv_put_many([(b"c", b"3"), (b"a", bytearray(b"1")), (b"b", memoryview(b"2"))])
+        assert b"a" not in tx.cache  # a cached decoding of the old value must not survive
+        assert tx.kv_scan() == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+        tx.kv_put_many([])
+    assert kv_all(log) == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+
+
+def test_a_checked_append_reads_back_the_same_events(log: EventLog) -> None:
+    seen = Recorder()
+    log.subscribe(seen, after=0)
+    with log.transaction() as tx:
+        tx.append("a", said_many("a", 3), expected_version=NO_STREAM, checked=True)
+        tx.append("a", said_many("b", 2), expected_version=3, meta={"k": "v"}, checked=True)
+    stored = log.read()
+    assert seen.seen == stored
+    assert texts(stored) == ["a0", "a1", "a2", "b0", "b1"]
+    assert [e.meta for e in stored] == [{}, {}, {}, {"k": "v"}, {"k": "v"}]
+    assert seen.seen[3].meta is not seen.seen[4].meta  # each envelope has its own meta dict
+    assert log.verify().ok
+
+
 # Subscriptions
 
 

@@ -240,6 +240,26 @@ CASES: dict[str, Case] = {
         LimitExceededError,
         "exceeds kv_value_bytes_max",
     ),
+    "str-key-put-many": Case(
+        in_transaction(lambda tx: tx.kv_put_many([(b"a", b"1"), ("k", b"v")])),
+        InvalidArgumentError,
+        "projection key must be bytes, got str",
+    ),
+    "long-key-put-many": Case(
+        in_transaction(lambda tx: tx.kv_put_many([(b"k" * (limits.kv_key_bytes_max + 1), b"")])),
+        InvalidArgumentError,
+        f"1 to {limits.kv_key_bytes_max} bytes",
+    ),
+    "str-value-put-many": Case(
+        in_transaction(lambda tx: tx.kv_put_many([(b"a", b"1"), (b"k", "v")])),
+        InvalidArgumentError,
+        "projection value must be bytes, got str",
+    ),
+    "oversized-value-put-many": Case(
+        in_transaction(lambda tx: tx.kv_put_many([(b"k", bytes(limits.kv_value_bytes_max + 1))])),
+        LimitExceededError,
+        "exceeds kv_value_bytes_max",
+    ),
     "str-key-get": Case(
         in_view(lambda view: view.kv_get("k")), InvalidArgumentError, "must be bytes, got str"
     ),

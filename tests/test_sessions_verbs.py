@@ -347,6 +347,128 @@ def test_inject_keeps_unknown_fields_and_every_known_one(store: SessionStore) ->
     assert last["tool_call_id"] == "c1" and last["files"] == [{"path": "/f"}]
 
 
+# inject_many
+
+
+def mixed_messages(count: int) -> list[dict[str, Any]]:
+    """Plain text messages with richer ones (tool calls, usage, unknown keys) among them."""
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        if i % 5 == 3:
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": f"t{i}"}],
+                    "tool_calls": [{"id": f"c{i}", "name": "ls"}],
+                    "usage": {"input_tokens": i, "output_tokens": 1},
+                    "x_custom": {"n": i},
+                }
+            )
+        else:
+            out.append(user(f"m{i}"))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["plain", "mixed"])
+def test_inject_many_equals_one_inject_per_message(make_store: StoreFactory, kind: str) -> None:
+    messages = [user(f"m{i}") for i in range(30)] if kind == "plain" else mixed_messages(30)
+    batched, one_by_one = make_store(), make_store()
+    for store in (batched, one_by_one):
+        store.open_session("a")
+        store.open_session("b")
+        store.inject("a", user("first"))
+    head = batched.log.head
+    assert batched.inject_many("a", messages) == 30
+    assert batched.log.head == head + 30  # one event per message, in one commit
+    for message in messages:
+        one_by_one.inject("a", message)
+    for store in (batched, one_by_one):
+        store.inject("b", user("after"))  # the next command sees the batch's projection
+        store.fork_at("a", 10, "c")
+    assert contents(batched, "a") == contents(one_by_one, "a")
+    assert batched.snapshot("a")["transcript"] == [user("first"), *messages]  # type: ignore[index]
+    assert types(batched, "a") == types(one_by_one, "a")
+    assert contents(batched, "c") == contents(one_by_one, "c")
+    assert batched.length("a") == 31
+    # the projection equals one built event by event, and a rebuild
+    keep = dump(batched)
+    batched.rebuild()
+    assert dump(batched) == keep
+    assert batched.log.verify().ok
+
+
+def test_inject_many_inside_a_transaction_and_after_a_fork(store: SessionStore) -> None:
+    filled(store, "a", 4)
+    store.fork("a", "b")  # "a" shares its segment with "b" now: the batch must start a new one
+    with store.transaction():
+        store.inject_many("a", [user("x"), user("y")])
+        store.inject("a", user("z"))
+        store.inject_many("b", [user("only b")])
+    assert contents(store, "a") == ["m0", "m1", "m2", "m3", "x", "y", "z"]
+    assert contents(store, "b") == ["m0", "m1", "m2", "m3", "only b"]
+
+
+def test_inject_many_of_nothing_writes_nothing_but_needs_a_session(store: SessionStore) -> None:
+    store.open_session("a")
+    head = store.log.head
+    assert store.inject_many("a", []) == 0
+    assert store.log.head == head
+    refused(store, UnknownSessionError, "nope", lambda: store.inject_many("nope", []))
+
+
+def test_inject_many_refuses_the_whole_batch_for_one_bad_message(store: SessionStore) -> None:
+    filled(store, "a", 2)
+    batch = [user("ok"), user("fine"), {"content": "no role"}, user("never")]
+    refused(
+        store,
+        InvalidArgumentError,
+        "inject_many: messages[2]: a message needs a non-empty string `role`",
+        lambda: store.inject_many("a", batch),
+    )
+    files = [{"role": "user", "files": [f"/f{i}" for i in range(11)]}]
+    refused(store, LimitExceededError, "messages[0]", lambda: store.inject_many("a", files))
+    for wrong in ("text", {"role": "user"}, None, 5):
+        refused(
+            store,
+            InvalidArgumentError,
+            "a list of message dicts",
+            lambda w=wrong: store.inject_many("a", w),
+        )  # type: ignore[misc]
+    refused(store, UnknownSessionError, "gone", lambda: store.inject_many("gone", [user("x")]))
+    assert contents(store, "a") == ["m0", "m1"]
+
+
+def test_inject_many_keeps_to_the_transcript_limit(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessions._store.limits, "messages_per_transcript_max", 5)
+    filled(store, "a", 3)
+    refused(
+        store,
+        LimitExceededError,
+        "inject_many: transcript length",
+        lambda: store.inject_many("a", [user("1"), user("2"), user("3")]),
+    )
+    assert store.inject_many("a", [user("1"), user("2")]) == 2
+
+
+def test_messages_handed_in_are_not_shared_with_the_store(store: SessionStore) -> None:
+    store.open_session("a")
+    seen: list[Envelope] = []
+    store.subscribe("a", seen.append)
+    plain, rich = user("p"), mixed_messages(4)[3]
+    store.inject_many("a", [plain, rich])
+    plain["content"] = "changed"
+    rich["tool_calls"].append({"id": "late"})
+    rich["x_custom"]["n"] = "changed"
+    transcript = store.snapshot("a")["transcript"]  # type: ignore[index]
+    assert transcript[0] == user("p")
+    assert transcript[1]["tool_calls"] == [{"id": "c3", "name": "ls"}]
+    assert transcript[1]["x_custom"] == {"n": 3}
+    assert [e.data.message.content for e in seen] == ["p", [{"type": "text", "text": "t3"}]]  # type: ignore[attr-defined]
+    assert seen[1].data.message.tool_calls == [{"id": "c3", "name": "ls"}]  # type: ignore[attr-defined]
+
+
 # compact
 
 
