@@ -233,10 +233,11 @@ def scrub_string(text: str) -> tuple[str, list[str]]:
 
 
 def secret_kinds(text: str) -> list[str]:
-    """The names of the secret patterns found in `text` (empty for a clean string)."""
-    found = ["url_with_credentials" for m in _URL.finditer(text) if _url_leaks(m.group(0))]
-    found += [p.name for p in PATTERNS if p.regex.search(text)]
-    return found
+    """The names of the secret patterns sanitizing would replace in `text`, each once, in the
+    order they are applied (empty for a clean string)."""
+    _, used = scrub_string(text)
+    names = [placeholder.split(":")[1] for placeholder in used]
+    return list(dict.fromkeys(names))
 
 
 def child_path(parent: str, key: str) -> str:

@@ -1,0 +1,328 @@
+"""Redaction of session bundles: each class of the manifest, the Harn renderings reproduced from the
+local sample, and secrets or prompt text planted in every corner of a session never leaving it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replay import export_bundle, validate_bundle
+from replay._redact import (
+    PATTERNS,
+    PAYLOAD_KEYS,
+    REDACTED,
+    WITHHELD,
+    find_secrets,
+    redact,
+    scrub_string,
+)
+from sessions import SessionStore
+
+SAMPLES = Path(__file__).parent / "fixtures" / "harn" / "spec" / "session-bundles" / "fixtures"
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SAMPLES / name).read_text())
+    return data
+
+
+def body_of(bundle: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in bundle.items() if k != "redaction"}
+
+
+def entries_of(entries: list[Any]) -> list[dict[str, str]]:
+    return [entry.as_dict() for entry in entries]
+
+
+# The sensitive_field class
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "api_key",
+        "API_KEY",
+        "Authorization",
+        "cookie",
+        "set-cookie",
+        "token",
+        "access_token",
+        "github_token",
+        "password",
+        "db_password",
+        "client_secret",
+        "private_key",
+        "openai_api_key",
+        "cwd",
+        "project_root",
+        "workspace_root",
+        "home",
+        "home_dir",
+        "primary",
+        "persisted_path",
+        "root",
+    ],
+)
+def test_sensitive_field_names_are_replaced_with_a_manifest_entry(key: str) -> None:
+    out, entries = redact({"outer": {key: "value-1", "keep": "plain"}}, "sanitized")
+    assert out["outer"] == {key: REDACTED, "keep": "plain"}
+    path = f"$.outer.{key}" if key.replace("_", "").isalnum() else f'$.outer["{key}"]'
+    assert entries_of(entries) == [
+        {"path": path, "class": "sensitive_field", "action": "replaced", "replacement": REDACTED}
+    ]
+
+
+def test_a_sensitive_field_holding_an_object_is_replaced_whole_and_null_is_left_alone() -> None:
+    out, entries = redact({"credentials": {"user": "u", "pw": "p"}, "secret": None}, "sanitized")
+    assert out == {"credentials": REDACTED, "secret": None}
+    assert [e.path for e in entries] == ["$.credentials"]
+
+
+def test_paths_are_local_only_inside_files_and_roots() -> None:
+    data = {
+        "files": [{"path": "notes.txt", "name": "n"}],
+        "workspace": {"additional_roots": [{"path": "/srv/data", "mount_mode": "read_only"}]},
+        "tool_args": {"path": "src/main.py"},
+    }
+    out, entries = redact(data, "sanitized")
+    assert out["files"][0] == {"path": REDACTED, "name": "n"}
+    assert out["workspace"]["additional_roots"][0]["path"] == REDACTED
+    assert out["tool_args"] == {"path": "src/main.py"}
+    assert [e.path for e in entries] == [
+        "$.files[0].path",
+        "$.workspace.additional_roots[0].path",
+    ]
+
+
+def test_odd_keys_get_quoted_jsonpath_segments() -> None:
+    _, entries = redact({"my headers": {"x-api-key": "k"}}, "sanitized")
+    assert [e.path for e in entries] == ['$["my headers"]["x-api-key"]']
+
+
+# The secret_pattern_or_url class
+
+PLANTS = {
+    "openai_api_key": "sk-proj-" + "A1b2C3d4" * 4,
+    "anthropic_api_key": "sk-ant-api03-" + "Zz9_" * 6,
+    "aws_access_key_id": "AKIA" + "ABCDEFGHIJKLMNOP",
+    "github_token": "ghp_" + "a1B2" * 9,
+    "slack_token": "xoxb-1234567890-abcdefghij",
+    "stripe_secret_key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N",
+    "bearer_token": "Bearer abc.def-ghi_jkl~mno",
+    "password_assignment": "password=hunter2!",
+    "private_key_block": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    "home_directory": "/home/alice",
+    "url_with_credentials": "https://bob:s3cret@db.example.com/x",
+}
+
+
+def test_every_named_pattern_has_a_plant() -> None:
+    assert set(PLANTS) == {p.name for p in PATTERNS} | {"url_with_credentials"}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_secret_patterns_become_named_placeholders_inside_longer_text(name: str) -> None:
+    secret = PLANTS[name]
+    text = f"before {secret} after"
+    out, entries = redact({"note": text}, "sanitized")
+    placeholder = f"<redacted:{name}:{len(secret.encode())}>"
+    assert out["note"] == f"before {placeholder} after"
+    assert secret not in json.dumps(out)
+    assert entries_of(entries) == [
+        {
+            "path": "$.note",
+            "class": "secret_pattern_or_url",
+            "action": "replaced",
+            "replacement": placeholder,
+        }
+    ]
+    assert find_secrets({"note": text}) == [("$.note", [name])]
+    assert find_secrets(out) == []
+
+
+def test_home_directories_keep_the_rest_of_the_path() -> None:
+    out, _ = scrub_string("open /Users/carol/project/main.py now")
+    assert out == "open <redacted:home_directory:12>/project/main.py now"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/docs?page=2",
+        "https://harnlang.com/schemas/session-bundle.v1.json",
+        "http://localhost:8080/",
+    ],
+)
+def test_plain_urls_are_kept(url: str) -> None:
+    out, entries = redact({"link": f"see {url}"}, "sanitized")
+    assert out == {"link": f"see {url}"}
+    assert entries == []
+
+
+def test_urls_with_secret_query_parameters_are_replaced() -> None:
+    url = "https://api.example.com/v1?api_key=abc123&x=1"
+    out, entries = redact({"link": url}, "sanitized")
+    assert out == {"link": f"<redacted:url_with_credentials:{len(url)}>"}
+    assert [e.cls for e in entries] == ["secret_pattern_or_url"]
+
+
+def test_the_manifest_names_placeholders_not_the_text_around_them() -> None:
+    text = "the MARKER-WORD prompt carries sk-" + "x" * 24
+    _, entries = redact({"content": text}, "replay_only")
+    assert "MARKER-WORD" not in json.dumps(entries_of(entries))
+    assert {e.cls for e in entries} == {"secret_pattern_or_url", "prompt_or_tool_payload"}
+
+
+def test_redaction_is_deterministic_idempotent_and_leaves_its_input_alone() -> None:
+    data = {"a": [{"token": "t"}, "key sk-" + "q" * 30], "b": {"content": "x"}}
+    snapshot = json.dumps(data)
+    first = redact(data, "replay_only")
+    assert redact(data, "replay_only") == first
+    assert json.dumps(data) == snapshot
+    again, entries = redact(first[0], "sanitized")
+    assert again == first[0]
+    assert entries == []
+
+
+def test_local_changes_nothing() -> None:
+    data = {"api_key": "sk-" + "z" * 30, "content": "hi"}
+    assert redact(data, "local") == (data, [])
+
+
+# The prompt_or_tool_payload class
+
+
+@pytest.mark.parametrize("key", sorted(PAYLOAD_KEYS))
+def test_replay_only_withholds_each_payload_key(key: str) -> None:
+    out, entries = redact({"x": {key: {"deep": "words"}, "role": "user"}}, "replay_only")
+    assert out == {"x": {key: WITHHELD, "role": "user"}}
+    assert entries_of(entries) == [
+        {
+            "path": f"$.x.{key}",
+            "class": "prompt_or_tool_payload",
+            "action": "withheld",
+            "replacement": WITHHELD,
+        }
+    ]
+
+
+def test_replay_only_leaves_null_payloads_and_keeps_earlier_sanitized_entries() -> None:
+    out, entries = redact({"summary": None, "arguments": {"api_key": "k"}}, "replay_only")
+    assert out == {"summary": None, "arguments": WITHHELD}
+    assert [(e.path, e.cls) for e in entries] == [
+        ("$.arguments", "prompt_or_tool_payload"),
+        ("$.arguments.api_key", "sensitive_field"),
+    ]
+
+
+# The Harn renderings, reproduced from the local sample
+
+
+@pytest.mark.parametrize(
+    ("mode", "name"),
+    [
+        ("sanitized", "sample-sanitized.bundle.json"),
+        ("replay_only", "sample-replay-only.bundle.json"),
+    ],
+)
+def test_redacting_the_local_sample_reproduces_the_harn_rendering(mode: str, name: str) -> None:
+    local, expected = load("sample-local.bundle.json"), load(name)
+    out, entries = redact(body_of(local), mode)
+    assert out == body_of(expected)
+    assert entries_of(entries) == expected["redaction"]["entries"]
+
+
+# Secrets and prompt text planted in a session
+
+SECRETS = {
+    "content_key": "sk-" + "C0ntentKey" * 3,
+    "tool_arg_token": "ghp_" + "T00lArg" * 6,
+    "metadata_key": "metadata-plain-value-41",
+    "bearer": "Bearer eyBearerTokenValue0123456789",
+    "aws": "AKIAPLANTEDKEY123456",
+    "password": "hunter2-in-scratchpad",
+    "anchor": "/home/dana/private-project",
+    "root": "/srv/mounted/secret-root",
+    "route_token": "route-token-plain-value-77",
+    "file_path": "/home/dana/notes/secret.txt",
+    "url": "https://dana:pw-in-url@git.example.com/repo.git",
+}
+MARKERS = [f"MARKER{n:02d}" for n in range(10)]
+
+
+def planted_session(store: SessionStore) -> str:
+    sid = store.open_session(
+        "planted",
+        system_prompt=f"You are careful {MARKERS[0]}",
+        workspace_anchor={"root": SECRETS["anchor"], "cwd": SECRETS["anchor"] + "/src"},
+        metadata={"api_key": SECRETS["metadata_key"], "note": f"clone {SECRETS['url']}"},
+    )
+    store.inject(
+        sid,
+        {
+            "role": "user",
+            "content": f"{MARKERS[1]} use {SECRETS['content_key']} with {SECRETS['bearer']}",
+            "files": [{"path": SECRETS["file_path"]}],
+        },
+    )
+    arguments = json.dumps({"cmd": MARKERS[2], "auth": SECRETS["tool_arg_token"]})
+    store.inject(
+        sid,
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": MARKERS[3]}],
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "sh", "arguments": arguments},
+                },
+                {"id": "c2", "name": "read", "input": {"file": MARKERS[4], "key": SECRETS["aws"]}},
+            ],
+        },
+    )
+    store.inject(sid, {"role": "tool", "tool_call_id": "c1", "content": f"out {MARKERS[5]}"})
+    store.inject(sid, {"role": "tool", "tool_call_id": "c2", "content": f"read {MARKERS[6]}"})
+    store.set_scratchpad(sid, {"plan": f"password: {SECRETS['password']}", "step": MARKERS[7]})
+    store.add_root(sid, SECRETS["root"])
+    store.attach(sid, "tui", {"mode": "controller"})
+    request = {"request_id": "r1", "tool": "sh", "arguments": {"token": SECRETS["route_token"]}}
+    request["prompt"] = f"Allow {MARKERS[8]}?"
+    store.route_permission(sid, "tui", request)
+    store.client_inject_prompt(sid, "tui", f"go on {MARKERS[9]}")
+    return sid
+
+
+@pytest.mark.parametrize("mode", ["sanitized", "replay_only"])
+def test_planted_secrets_never_reach_a_shared_bundle(tmp_path: Path, mode: str) -> None:
+    with SessionStore.open(tmp_path / "s") as store:
+        sid = planted_session(store)
+        local = json.dumps(export_bundle(store, sid, "local"))
+        bundle = export_bundle(store, sid, mode)
+    text = json.dumps(bundle)
+    for name, secret in SECRETS.items():
+        assert secret in local, name  # the plant is really there to be found
+        assert secret not in text, name
+    assert validate_bundle(bundle) == []
+    assert validate_bundle(json.loads(local)) != []
+
+
+def test_replay_only_carries_no_prompt_or_tool_payload_text(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "s") as store:
+        sid = planted_session(store)
+        local = json.dumps(export_bundle(store, sid, "local"))
+        sanitized = json.dumps(export_bundle(store, sid, "sanitized"))
+        replay_only = export_bundle(store, sid, "replay_only")
+    text = json.dumps(replay_only)
+    for marker in MARKERS:
+        assert marker in local and marker in sanitized, marker
+        assert marker not in text, marker
+    # what replay needs is still there: roles, tool names, ids, event types and hashes
+    section = replay_only["transcript"]["sections"][0]
+    assert [m["role"] for m in section["messages"]] == ["user", "assistant", "tool", "tool", "user"]
+    assert [c["tool_name"] for c in replay_only["tools"]["calls"]] == ["sh", "read"]
+    assert all(len(e["hash"]) == 64 for e in section["events"])
