@@ -173,11 +173,13 @@ def seed_from_jsonl(
     opts = _parse_options(options)
     source: dict[str, Any] = {"file": os.path.basename(shown), **opts.provenance}
     try:
-        transcript = read_transcript(shown)
+        transcript = read_transcript(
+            shown, drop_tool_calls=opts.drop_tool_calls, truncate_to_last=opts.truncate_to_last
+        )
     except TranscriptError as exc:
         return SeedResult(ok=False, error=str(exc), source=MappingProxyType(source))
     source["blake3"] = transcript.blake3
-    messages, lines, truncated = _apply_options(transcript, opts)
+    messages, lines, truncated = transcript.messages, transcript.lines, transcript.truncated
     partial = transcript.source_format == PROVIDER_RESPONSES_ONLY
     failed = SeedResult(
         ok=False,
@@ -207,8 +209,10 @@ def seed_from_jsonl(
         session_id = _commit(store, transcript, messages, opts, seeded_from)
     except _Refused as refused:
         return _replace(failed, error=_refusal_text(store, shown, messages, lines, refused))
-    ok = _replace(failed, ok=True, session_id=session_id)
-    return _replace(ok, turns_loaded=len(messages), messages_loaded=len(messages))
+    loaded = len(messages)
+    return _replace(
+        failed, ok=True, session_id=session_id, turns_loaded=loaded, messages_loaded=loaded
+    )
 
 
 def _replace(result: SeedResult, **changes: Any) -> SeedResult:
@@ -217,71 +221,13 @@ def _replace(result: SeedResult, **changes: Any) -> SeedResult:
     return SeedResult(**data)
 
 
-# Options, in their order: drop_tool_calls, then truncate_to_last; validation comes after.
-
-_TOOL_ROLES = frozenset(("tool", "tool_result"))
-_TOOL_KEYS = frozenset(("tool_calls", "native_tool_calls", "tool_call_id", "tool_use_id"))
-
-
-def _apply_options(transcript: Transcript, opts: _Options) -> tuple[list[Message], list[int], bool]:
-    messages, lines = transcript.messages, transcript.lines
-    if opts.drop_tool_calls:
-        kept = [
-            (stripped, line)
-            for message, line in zip(messages, lines, strict=True)
-            if (stripped := _without_tools(message)) is not None
-        ]
-        messages = [message for message, _ in kept]
-        lines = [line for _, line in kept]
-    truncated = False
-    if opts.truncate_to_last is not None:
-        start = max(0, len(messages) - opts.truncate_to_last)
-        truncated = start > 0
-        messages, lines = messages[start:], lines[start:]
-    return messages, lines, truncated
-
-
-def _without_tools(message: Message) -> Message | None:
-    """`message` with its tool payloads removed, or None when nothing prompt-visible is left:
-    tool messages go, tool-call fields go, content keeps only its text blocks."""
-    role = message.get("role")
-    if role in _TOOL_ROLES:
-        return None
-    stripped = {key: value for key, value in message.items() if key not in _TOOL_KEYS}
-    content = stripped.get("content")
-    if isinstance(content, list):
-        texts = [block for block in content if _is_text_block(block)]
-        if not texts:
-            return None
-        stripped["content"] = texts
-    if role == "assistant" and _no_text(stripped.get("content")):
-        return None
-    return stripped
-
-
-def _is_text_block(block: object) -> bool:
-    """A text block, or a block that does not say what it is (a bare string, an untyped dict)."""
-    kind = block.get("type") if isinstance(block, dict) else None
-    return not isinstance(kind, str) or kind == "text"
-
-
-def _no_text(content: object) -> bool:
-    if content is None:
-        return True
-    if isinstance(content, str):
-        return not content.strip()
-    if isinstance(content, list):
-        return not content
-    return False
-
-
 def _invalid(
     path: str, transcript: Transcript, messages: list[Message], opts: _Options
 ) -> str | None:
     """Why the reconstruction cannot be trusted, or None. `truncate_to_last=0` asks for an empty
     session on purpose, so it is not an error to end up with no messages then."""
     wants_empty = opts.truncate_to_last == 0
-    if not transcript.messages and not wants_empty:
+    if not transcript.found and not wants_empty:
         return f"{path}: the transcript has no prompt-visible messages"
     if not messages and not wants_empty:
         return f"{path}: the seed options dropped every message of the transcript"

@@ -8,6 +8,7 @@ so memory follows the messages kept, not the file. It never writes; `replay._see
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -53,10 +54,14 @@ class TranscriptError(InvalidArgumentError):
 
 @dataclass
 class Transcript:
-    """What one file says: its messages in order (each with the line it came from) and metadata."""
+    """What one file says, with `drop_tool_calls` and `truncate_to_last` already applied: the
+    messages kept, in order, each with the line it came from; how many the format produced before
+    the options (`found`); whether the truncation cut any; and the metadata."""
 
     messages: list[Message]
     lines: list[int]
+    found: int
+    truncated: bool
     source_format: str
     records: int
     system_prompt: str | None
@@ -66,11 +71,19 @@ class Transcript:
     blake3: str
 
 
-def read_transcript(path: str | os.PathLike[str]) -> Transcript:
-    """Read the whole file in one pass; raise `TranscriptError` on the first unreadable line."""
+def read_transcript(
+    path: str | os.PathLike[str],
+    *,
+    drop_tool_calls: bool = False,
+    truncate_to_last: int | None = None,
+) -> Transcript:
+    """Read the whole file in one pass; raise `TranscriptError` on the first unreadable line.
+
+    The options are applied as messages arrive (dropping tool payloads first, then keeping the
+    last `truncate_to_last`), so only the messages that will be kept are held."""
     shown = os.fspath(path)
     digest = blake3()
-    state = _State()
+    state = _State(drop_tool_calls, truncate_to_last)
     for number, record in _records(shown, digest):
         state.add(number, record)
     return state.finish(digest.hexdigest())
@@ -144,12 +157,15 @@ class _State:
     it and a response appends to it, so it holds only the latest snapshot and the responses after
     it (and, in a responses-only file, every response)."""
 
-    def __init__(self) -> None:
+    def __init__(self, drop_tool_calls: bool, keep_last: int | None) -> None:
         self.records = 0
         self.events_seen = False
         self.snapshot_seen = False
-        self.messages: list[Message] = []
-        self.lines: list[int] = []
+        self.drop_tool_calls = drop_tool_calls
+        self.keep_last = keep_last
+        self.kept: deque[tuple[Message, int]] = deque(maxlen=keep_last)
+        self.found = 0  # messages the format produced, before the options
+        self.after_drop = 0  # of those, the ones `drop_tool_calls` left
         self.system_prompt: str | None = None
         self.provider: str | None = None
         self.model: str | None = None
@@ -163,10 +179,9 @@ class _State:
         if kind in _MESSAGE_KINDS:
             if not self.events_seen:
                 self.events_seen = True
-                self.messages, self.lines = [], []  # snapshots and responses no longer count
-            found = _event_messages(kind, record)
-            self.messages.extend(found)
-            self.lines.extend([number] * len(found))
+                self._clear()  # snapshots and responses no longer count
+            for message in _event_messages(kind, record):
+                self._keep(message, number)
             return
         if kind in _REQUEST_KINDS:
             self._request_metadata(record)
@@ -180,12 +195,27 @@ class _State:
         snapshot = _snapshot_messages(record)
         if snapshot is not None:
             self.snapshot_seen = True
-            self.messages, self.lines = snapshot, [number] * len(snapshot)
+            self._clear()
+            for message in snapshot:
+                self._keep(message, number)
         elif kind in _RESPONSE_KINDS:
             reply = _response_message(record)
             if reply is not None:
-                self.messages.append(reply)
-                self.lines.append(number)
+                self._keep(reply, number)
+
+    def _clear(self) -> None:
+        self.kept.clear()
+        self.found = self.after_drop = 0
+
+    def _keep(self, message: Message, number: int) -> None:
+        self.found += 1
+        if self.drop_tool_calls:
+            stripped = without_tools(message)
+            if stripped is None:
+                return
+            message = stripped
+        self.after_drop += 1
+        self.kept.append((message, number))
 
     def _request_metadata(self, record: dict[str, Any]) -> None:
         snapshot = record.get("request_snapshot")
@@ -205,8 +235,10 @@ class _State:
         else:
             source_format = PROVIDER_RESPONSES_ONLY
         return Transcript(
-            messages=self.messages,
-            lines=self.lines,
+            messages=[message for message, _ in self.kept],
+            lines=[number for _, number in self.kept],
+            found=self.found,
+            truncated=self.keep_last is not None and self.after_drop > self.keep_last,
             source_format=source_format,
             records=self.records,
             system_prompt=self.system_prompt,
@@ -323,3 +355,43 @@ def _response_message(record: dict[str, Any]) -> Message | None:
     if thinking is not None:
         message["reasoning"] = thinking
     return message
+
+
+# The `drop_tool_calls` option
+
+_TOOL_ROLES = frozenset(("tool", "tool_result"))
+_TOOL_KEYS = frozenset(("tool_calls", "native_tool_calls", "tool_call_id", "tool_use_id"))
+
+
+def without_tools(message: Message) -> Message | None:
+    """`message` with its tool payloads removed, or None when nothing prompt-visible is left:
+    tool messages go, tool-call fields go, content keeps only its text blocks."""
+    role = message.get("role")
+    if role in _TOOL_ROLES:
+        return None
+    stripped = {key: value for key, value in message.items() if key not in _TOOL_KEYS}
+    content = stripped.get("content")
+    if isinstance(content, list):
+        texts = [block for block in content if _is_text_block(block)]
+        if not texts:
+            return None
+        stripped["content"] = texts
+    if role == "assistant" and _no_text(stripped.get("content")):
+        return None
+    return stripped
+
+
+def _is_text_block(block: object) -> bool:
+    """A text block, or a block that does not say what it is (a bare string, an untyped dict)."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    return not isinstance(kind, str) or kind == "text"
+
+
+def _no_text(content: object) -> bool:
+    if content is None:
+        return True
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):
+        return not content
+    return False

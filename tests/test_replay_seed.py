@@ -903,3 +903,24 @@ def test_superseded_snapshots_are_not_kept_in_memory(tmp_path: Path) -> None:
     assert peak < 3_000_000, (
         f"peak {peak:,} bytes while reading a {path.stat().st_size:,} byte file"
     )
+
+
+def test_with_truncate_to_last_only_the_last_messages_are_kept_while_reading(
+    tmp_path: Path,
+) -> None:
+    """A 10 MB file of message events read with truncate_to_last=3 holds about three messages."""
+    filler = "w" * 5_000
+    path = write(tmp_path, *(msg("user", f"{i}{filler}") for i in range(2_000)))
+    assert path.stat().st_size > 10_000_000
+    tracemalloc.start()
+    try:
+        transcript = read_transcript(path, truncate_to_last=3)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [m["content"][:4] for m in transcript.messages] == ["1997", "1998", "1999"]
+    assert transcript.lines == [1998, 1999, 2000]
+    assert (transcript.found, transcript.truncated) == (2_000, True)
+    assert peak < 3_000_000, (
+        f"peak {peak:,} bytes while reading a {path.stat().st_size:,} byte file"
+    )
