@@ -277,6 +277,18 @@ def test_bad_arguments_raise_typed_errors(store: SessionStore) -> None:
         export_bundle(store, "nope")
 
 
+def test_a_past_state_exports_from_an_as_of_view(store: SessionStore) -> None:
+    sid = store.open_session("then")
+    store.inject(sid, {"role": "user", "content": "first"})
+    head = store.log.head
+    store.inject(sid, {"role": "user", "content": "second"})
+    bundle = export_bundle(store.as_of(head), sid, "local")
+    section = bundle["transcript"]["sections"][0]
+    assert [m["content"] for m in section["messages"]] == ["first"]
+    assert [e["position"] for e in section["events"]][-1] == head
+    schema_check(bundle)
+
+
 # Every export validates against the published schema
 
 
