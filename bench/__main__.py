@@ -1,10 +1,11 @@
 """`python -m bench [--quick] [--suite NAME ...] [--only NAME ...] [--rounds N] [--json PATH]
 [--rebuild-cache] [--strict]`.
 
-Runs two suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
-event log) and `engine` (bench/engine_bench.py, the session engine). `--only` takes benchmark names
-of either suite and runs only the suites they belong to. Each suite prints one table of medians
-when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
+Runs three suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
+event log), `engine` (bench/engine_bench.py, the session engine) and `replay`
+(bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file). `--only` takes
+benchmark names of any suite and runs only the suites they belong to. Each suite prints one table
+of medians when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
 `var/bench/<suite>.quick.json`, so a smoke run never replaces real figures).
 
 The engine suite caches the big stores it builds under `var/bench-cache/` (see
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import engine_bench, log_bench
+from bench import engine_bench, log_bench, replay_bench
 from bench._timing import Result, filesystem_of, machine, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,11 @@ def _run_engine(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str
     return engine_bench.run(ctx, names)
 
 
+def _run_replay(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
+    ctx = replay_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
+    return replay_bench.run(ctx, names)
+
+
 SUITES = (
     Suite("log", list(log_bench.BENCHMARKS), log_bench.FULL, log_bench.QUICK, _run_log),
     Suite(
@@ -72,6 +78,14 @@ SUITES = (
         _run_engine,
         summary=engine_bench.summary,
         checks=engine_bench.checks,
+    ),
+    Suite(
+        "replay",
+        list(replay_bench.BENCHMARKS),
+        replay_bench.FULL,
+        replay_bench.QUICK,
+        _run_replay,
+        summary=replay_bench.summary,
     ),
 )
 ALL_BENCHMARKS = [name for suite in SUITES for name in suite.benchmarks]
