@@ -200,6 +200,7 @@ def check_and_decode_at(
     reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
     decode = _decoder.decode
     out: list[Envelope] = []
+    add = out.append
     last_position, last_hash = -1, b""
     for position, (before, record) in zip(positions, pairs, strict=True):
         if record is None:
@@ -229,7 +230,7 @@ def check_and_decode_at(
                 f"event at position {position} says it is at position {envelope.position}",
                 position,
             )
-        out.append(envelope)
+        add(envelope)
         last_position, last_hash = position, digest
     return out
 

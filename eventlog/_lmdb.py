@@ -292,18 +292,22 @@ class _LmdbTxn:
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
         cursor = self._txn.cursor(self._store.events)
+        set_key, step, value = cursor.set_key, cursor.next, cursor.value
+        out: list[tuple[Buffer | None, Buffer | None]] = []
+        add = out.append
         last = -2
         for position in positions:
             if position == last + 1 and last > 0:
-                yield None, cursor.value() if cursor.next() else None
+                add((None, value() if step() else None))
             elif position == 1:
-                yield None, cursor.value() if cursor.set_key(position_key(1)) else None
-            elif cursor.set_key(position_key(position - 1)):
-                before = cursor.value()
-                yield before, cursor.value() if cursor.next() else None
+                add((None, value() if set_key(position_key(1)) else None))
+            elif set_key((position - 1).to_bytes(8, "big")):
+                before = value()
+                add((before, value() if step() else None))
             else:
-                yield None, None
+                add((None, None))
             last = position
+        return iter(out)
 
     def stream_version(self, key: bytes) -> int:
         cursor = self._txn.cursor(self._store.streams)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog import Envelope, LogView, Transaction
+from eventlog import Envelope, IntegrityError, LogView, Transaction
 from eventlog import events as ev
 from projections import _state as st
 from projections._state import (
@@ -265,9 +265,6 @@ def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
     return []
 
 
-_NO_INDEX = (0).to_bytes(2, "big")
-
-
 def _append_messages(
     tx: Transaction, envelopes: Sequence[Envelope], transcript: Transcript
 ) -> None:
@@ -278,21 +275,9 @@ def _append_messages(
     if segment == 0 or _segment_length(tx, segment) != end:
         segment, start, end = _new_segment(tx), 0, 0
         ranges = (*ranges, (segment, 0, 0))
-    segment_bytes = segment.to_bytes(8, "big")
-    prefix = st.REF_PREFIX + segment_bytes
-    if len(envelopes) == 1:
-        tx.kv_put(
-            prefix + end.to_bytes(4, "big"), envelopes[0].position.to_bytes(8, "big") + _NO_INDEX
-        )
-    else:
-        tx.kv_put_many(
-            [
-                (prefix + slot.to_bytes(4, "big"), envelope.position.to_bytes(8, "big") + _NO_INDEX)
-                for slot, envelope in enumerate(envelopes, end)
-            ]
-        )
-    end += len(envelopes)
-    tx.kv_defer(st.SEGMENT_LENGTH_PREFIX + segment_bytes, end, _int4)
+    pack = st.REF_FORMAT.pack
+    packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
+    end = _put_refs(tx, segment, end, packed)
     last = envelopes[-1]
     updated = Transcript(
         ranges=(*ranges[:-1], (segment, start, end)),
@@ -301,6 +286,33 @@ def _append_messages(
         last_activity_at=last.recorded_at,
     )
     _save_transcript(tx, last.stream, updated)
+
+
+def _put_refs(tx: Transaction, segment: int, end: int, packed: bytes) -> int:
+    """Write packed references into the slots from `end` (the segment's length) on, chunk by
+    chunk; returns the new length. Chunks are rewritten whole, once per transaction, at commit."""
+    size, slot, offset = st.REFS_PER_CHUNK, end, 0
+    while offset < len(packed):
+        chunk, used = divmod(slot, size)
+        piece = packed[offset : offset + (size - used) * st.REF_BYTES]
+        key = st.ref_chunk_key(segment, chunk)
+        value = piece if used == 0 else _ref_chunk(tx, key, used) + piece
+        tx.kv_defer(key, value, bytes)
+        slot += len(piece) // st.REF_BYTES
+        offset += len(piece)
+    tx.kv_defer(st.segment_length_key(segment), slot, _int4)
+    return slot
+
+
+def _ref_chunk(tx: Transaction, key: bytes, used: int) -> bytes:
+    cached = tx.cache.get(key)
+    value = cached if cached is not None else tx.kv_get(key)
+    if value is None or len(value) != used * st.REF_BYTES:
+        raise IntegrityError(
+            f"projection: reference chunk {key!r} holds {0 if value is None else len(value)} "
+            f"bytes, expected {used * st.REF_BYTES}; rebuild the projection"
+        )
+    return bytes(value)
 
 
 def message_of(data: ev.Event, index: int) -> ev.Message:
@@ -338,10 +350,7 @@ def _append_refs(
     if segment == 0:
         segment, start, end = _new_segment(tx), 0, 0
         ranges.append((segment, 0, 0))
-    for offset, (position, index) in enumerate(refs):
-        tx.kv_put(st.ref_key(segment, end + offset), st.pack_ref(position, index))
-    end += len(refs)
-    tx.kv_defer(st.segment_length_key(segment), end, _int4)
+    end = _put_refs(tx, segment, end, b"".join([st.pack_ref(*ref) for ref in refs]))
     ranges[-1] = (segment, start, end)
     return msgspec.structs.replace(
         transcript, ranges=tuple(ranges), length=transcript.length + len(refs)

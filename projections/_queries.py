@@ -20,17 +20,38 @@ def read_messages(view: LogView, transcript: Transcript) -> list[ev.Message]:
     """The messages of a transcript, in order, each read (hash-checked) from the log."""
     refs: list[tuple[int, int]] = []
     for segment, start, end in transcript.ranges:
-        found = view.kv_scan(start=st.ref_key(segment, start), stop=st.ref_key(segment, end))
-        if len(found) != end - start:
-            raise IntegrityError(
-                f"segment {segment} holds {len(found)} of the messages {start}..{end} it should"
-            )
-        refs.extend(st.unpack_ref(value) for _, value in found)
-    envelopes = view.events_at(position for position, _ in refs)
+        refs.extend(read_refs(view, segment, start, end))
+    envelopes = view.events_at([position for position, _ in refs])
     return [
         message_of(envelope.data, index)
         for envelope, (_, index) in zip(envelopes, refs, strict=True)
     ]
+
+
+def read_refs(view: LogView, segment: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The (position, index) references in slots ``[start, end)`` of a segment."""
+    if start >= end:
+        return []
+    size, width = st.REFS_PER_CHUNK, st.REF_BYTES
+    first, last = start // size, (end - 1) // size
+    found = view.kv_scan(
+        start=st.ref_chunk_key(segment, first), stop=st.ref_chunk_key(segment, last + 1)
+    )
+    full = size * width
+    if len(found) != last - first + 1 or any(len(value) != full for _, value in found[:-1]):
+        raise IntegrityError(
+            f"projection: segment {segment} lacks references for its slots {start}..{end}; "
+            "rebuild the projection"
+        )
+    low = (start - first * size) * width
+    high = low + (end - start) * width
+    data = found[0][1] if len(found) == 1 else b"".join([value for _, value in found])
+    if len(data) < high:
+        raise IntegrityError(
+            f"projection: segment {segment} holds {len(data) // width + first * size} slots, "
+            f"fewer than the {end} a transcript uses; rebuild the projection"
+        )
+    return list(st.REF_FORMAT.iter_unpack(data[low:high]))
 
 
 def child_ids(view: LogView, session_id: str) -> list[str]:
@@ -102,13 +123,17 @@ def catch_up(log: EventLog) -> int:
     """
     with log.view() as view:
         done, head = projected_position(view), view.head
-    if done == head:
+        layout = view.kv_get(st.LAYOUT_KEY)
+    if done == head and layout == st.LAYOUT_VERSION:
         return 0
     if done > head:
         raise IntegrityError(
             f"the projection reflects position {done}, but the log ends at {head}", head
         )
     with log.transaction() as tx:
+        if tx.kv_get(st.LAYOUT_KEY) != st.LAYOUT_VERSION:
+            # Written by another version of this code (or never): its keys mean something else.
+            return _rebuild_in(tx)
         start = projected_position(tx)
         return _apply_after(tx, start) - start
 
@@ -116,5 +141,10 @@ def catch_up(log: EventLog) -> int:
 def rebuild(log: EventLog) -> int:
     """Recompute the whole projection from position 1, in one transaction. Returns the position."""
     with log.transaction() as tx:
-        tx.kv_clear()
-        return _apply_after(tx, 0)
+        return _rebuild_in(tx)
+
+
+def _rebuild_in(tx: Transaction) -> int:
+    tx.kv_clear()
+    tx.kv_put(st.LAYOUT_KEY, st.LAYOUT_VERSION)
+    return _apply_after(tx, 0)

@@ -4,7 +4,10 @@ Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
   P                          log position the projection reflects (8 bytes)
   h/<sid>                    SessionState of the session's current incarnation
   t/<sid>                    Transcript: ranges over shared message segments
-  g/<seg:8><index:4>         one message reference: log position (8) + index inside the event (2)
+  V                          layout version of this key space (1); another value means rebuild
+  g/<seg:8><chunk:4>         the message references of slots chunk*128 .. chunk*128+127 of a
+                             segment, packed: per slot the log position (8) and the index of the
+                             message inside its event (2); only a segment's last chunk is short
   G/<seg:8>                  segment length (4)
   #seg                       next segment id (8)
   c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
@@ -13,6 +16,7 @@ Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
 
 from __future__ import annotations
 
+import struct
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +25,9 @@ import msgspec
 from eventlog import StructCodec
 
 POSITION_KEY = b"P"
+LAYOUT_KEY = b"V"
+LAYOUT_VERSION = b"\x02"
+"""Version 2 packs a segment's message references into chunks (version 1: one key per message)."""
 SEGMENT_COUNTER_KEY = b"#seg"
 ACTIVE_COUNT_KEY = b"n/active"
 STATE_PREFIX = b"h/"
@@ -42,8 +49,15 @@ def transcript_key(session_id: str) -> bytes:
     return TRANSCRIPT_PREFIX + session_id.encode()
 
 
-def ref_key(segment: int, index: int) -> bytes:
-    return REF_PREFIX + segment.to_bytes(8, "big") + index.to_bytes(4, "big")
+REFS_PER_CHUNK = 128
+"""Slots per reference chunk: a full chunk (1,280 bytes) still fits inside an LMDB page, and
+reading a 1,000-message transcript takes eight values instead of a thousand."""
+REF_BYTES = 10
+REF_FORMAT = struct.Struct(">QH")
+
+
+def ref_chunk_key(segment: int, chunk: int) -> bytes:
+    return REF_PREFIX + segment.to_bytes(8, "big") + chunk.to_bytes(4, "big")
 
 
 def segment_length_key(segment: int) -> bytes:
@@ -59,11 +73,7 @@ def child_key(parent_id: str, position: int) -> bytes:
 
 
 def pack_ref(position: int, index: int) -> bytes:
-    return position.to_bytes(8, "big") + index.to_bytes(2, "big")
-
-
-def unpack_ref(value: bytes) -> tuple[int, int]:
-    return int.from_bytes(value[:8], "big"), int.from_bytes(value[8:10], "big")
+    return REF_FORMAT.pack(position, index)
 
 
 class LiveClient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):

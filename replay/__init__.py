@@ -1,3 +1,26 @@
-"""Transcripts in, bundles in and out (built by the replay issue). Uses the public API of `sessions`."""
+"""The edges of the engine: transcripts in, session bundles in and out, the whole log in and out.
 
-__all__: list[str] = []
+Built only on the public API of `sessions` (and the log it exposes); nothing here reaches into the
+projections or the storage.
+"""
+
+from replay._bundle import export_bundle
+from replay._import import BundleConflictError, import_bundle
+from replay._logio import LogExportResult, LogImportResult, export_log, import_log
+from replay._seed import SeedResult, seed_from_jsonl
+from replay._validate import BundleError, BundleIssue, validate_bundle
+
+__all__ = [
+    "BundleConflictError",
+    "BundleError",
+    "BundleIssue",
+    "LogExportResult",
+    "LogImportResult",
+    "SeedResult",
+    "export_bundle",
+    "export_log",
+    "import_bundle",
+    "import_log",
+    "seed_from_jsonl",
+    "validate_bundle",
+]

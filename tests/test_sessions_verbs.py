@@ -851,6 +851,62 @@ def test_rebuild_equals_the_incremental_state(store: SessionStore) -> None:
     assert {sid: store.snapshot(sid) for sid in ("a", "b", "c")} == snapshots
 
 
+@pytest.mark.parametrize("count", [127, 128, 129, 256, 300])
+def test_transcripts_across_reference_chunks(store: SessionStore, count: int) -> None:
+    size = projections._state.REFS_PER_CHUNK
+    filled(store, "a", count)
+    want = [f"m{i}" for i in range(count)]
+    for keep in sorted({0, 1, size - 1, size, size + 1, count - 1, count}):
+        store.fork_at("a", keep, f"k{keep}")
+        assert contents(store, f"k{keep}") == want[:keep], keep
+    store.inject_many("k1", [user(f"x{i}") for i in range(size + 2)])  # a new segment, 2 chunks
+    assert contents(store, "k1") == ["m0", *[f"x{i}" for i in range(size + 2)]]
+    assert contents(store, "a") == want
+    assert store.trim("a", size + 1) == min(count, size + 1)
+    assert contents(store, "a") == want[-(size + 1) :]
+    before = dump(store)
+    store.rebuild()
+    assert dump(store) == before
+
+
+def test_transcripts_match_a_list_model_with_tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list-model property again with two references per chunk, so that nearly every
+    operation crosses a chunk boundary."""
+    monkeypatch.setattr(projections._state, "REFS_PER_CHUNK", 2)
+    test_transcripts_match_a_list_model()
+
+
+def test_a_damaged_reference_chunk_is_reported_and_rebuild_repairs_it(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "s", hot_sessions=0) as store:
+        filled(store, "a", 200)
+        want = contents(store, "a")
+        with store.log.transaction() as tx:
+            key = tx.kv_scan(projections._state.REF_PREFIX)[-1][0]  # the chunk being filled
+            tx.kv_put(key, b"\x00" * 15)  # of the wrong size
+        with pytest.raises(sessions.IntegrityError, match="rebuild the projection"):
+            store.snapshot("a")
+        with pytest.raises(sessions.IntegrityError, match="rebuild the projection"):
+            store.inject("a", user("more"))  # never folds onto a damaged chunk
+        store.rebuild()
+        assert contents(store, "a") == want
+
+
+def test_opening_a_store_with_another_projection_layout_rebuilds_it(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path) as store:
+        filled(store, "a", 5)
+        store.fork_at("a", 2, "b")
+        expected = dump(store)
+        with store.log.transaction() as tx:  # what an older version would have left behind
+            tx.kv_clear()
+            tx.kv_put(projections._state.LAYOUT_KEY, b"\x01")
+            tx.kv_put(projections._state.POSITION_KEY, store.log.head.to_bytes(8, "big"))
+            tx.kv_put(b"g/stale", b"junk")
+    with SessionStore.open(path) as store:
+        assert dump(store) == expected
+        assert contents(store, "b") == ["m0", "m1"]
+
+
 def test_as_of_shows_the_past_and_refuses_writes(store: SessionStore) -> None:
     filled(store, "a", 2)
     middle = store.log.head
