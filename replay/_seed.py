@@ -162,14 +162,19 @@ def seed_from_jsonl(
     `source_provenance` (a dict). Unknown options and wrong option types raise
     `InvalidArgumentError`; a file that cannot be read or seeded gives `ok=False` with `error`,
     and then no session exists and the log is unchanged.
+
+    The session records the transcript's system prompt and tool format, and in its metadata
+    `seeded_from`: the file's base name and blake3, the source format, counts, provider, model and
+    the provenance options. The base name, not the path: a path describes the machine that seeded
+    the session, travels into exported bundles, and the hash already identifies the content.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidArgumentError(
             f"{_VERB}: path must be a str or path, got {type(path).__name__}"
         )
     shown = os.fspath(path)
-    if not isinstance(shown, str):
-        raise InvalidArgumentError(f"{_VERB}: path must be a str path, got bytes {shown!r}")
+    if not isinstance(shown, str) or "\0" in shown:
+        raise InvalidArgumentError(f"{_VERB}: path must be a str path without NUL, got {shown!r}")
     opts = _parse_options(options)
     source: dict[str, Any] = {"file": os.path.basename(shown), **opts.provenance}
     try:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from blake3 import blake3
 
+from eventlog import limits
 from replay import SeedResult, _limits, seed_from_jsonl
 from replay._transcript import read_transcript
 from sessions import InvalidArgumentError, SessionStore
@@ -254,6 +255,8 @@ def test_a_path_of_the_wrong_type_raises(store: SessionStore) -> None:
         seed_from_jsonl(store, 42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="path must be a str or path, got bytes"):
         seed_from_jsonl(store, b"t.jsonl")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="without NUL"):
+        seed_from_jsonl(store, "t\0.jsonl")
 
 
 def test_the_record_kind_falls_back_from_type_to_kind(store: SessionStore, tmp_path: Path) -> None:
@@ -837,6 +840,16 @@ def test_a_snapshot_message_the_engine_refuses_names_the_snapshot_line(
         {"type": "response", "text": "fine"},
     )
     assert_refused(store, path, r"transcript\.jsonl:2: the session engine refused this message")
+
+
+def test_a_transcript_longer_than_the_engine_allows_is_refused_where_it_goes_past(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "messages_per_transcript_max", 2)
+    path = write(tmp_path, msg("user", "a"), msg("assistant", "b"), msg("user", "c"))
+    assert_refused(store, path, r"transcript\.jsonl:3: .*exceeds messages_per_transcript_max = 2")
+    _, messages = seed_ok(store, path, truncate_to_last=2)
+    assert [m["content"] for m in messages] == ["b", "c"]
 
 
 def test_a_failed_seed_inside_a_callers_transaction_undoes_only_itself(
