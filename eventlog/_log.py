@@ -523,7 +523,8 @@ class Transaction(LogView):
         For projection state rewritten by every event: `value` stays decoded in `cache`, reads of
         the key in this transaction see it, and a scan writes pending values before it runs.
         """
-        _check_key(key)
+        if type(key) is not bytes or not 0 < len(key) <= limits.kv_key_bytes_max:
+            _check_key(key)  # raises, naming what is wrong
         self.cache[key] = value
         self._deferred[key] = (value, encode)
 

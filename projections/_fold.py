@@ -276,8 +276,15 @@ def _append_messages(
         segment, start, end = _new_segment(tx), 0, 0
         ranges = (*ranges, (segment, 0, 0))
     pack = st.REF_FORMAT.pack
-    packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
-    end = _put_refs(tx, segment, end, packed)
+    if len(envelopes) == 1 and end % st.REFS_PER_CHUNK:  # one more slot in a started chunk
+        key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
+        chunk = _ref_chunk(tx, key, end % st.REFS_PER_CHUNK)
+        tx.kv_defer(key, chunk + pack(envelopes[0].position, 0), bytes)
+        end += 1
+        tx.kv_defer(st.segment_length_key(segment), end, _int4)
+    else:
+        packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
+        end = _put_refs(tx, segment, end, packed)
     last = envelopes[-1]
     updated = Transcript(
         ranges=(*ranges[:-1], (segment, start, end)),
