@@ -49,7 +49,7 @@ from replay._transcript import read_transcript
 from sessions import SessionStore
 
 MB = 1_000_000
-TOOLS = ("read_file", "search", "run_tests", "list_dir", "apply_patch")
+TOOLS = ("open_file", "grep", "run_tests", "list_dir", "apply_patch")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ SESSION_ID_POOL: tuple[str, ...] = (
 SESSION_ID_POOL += ("x" * 128,)
 GHOST_IDS = ("ghost", "never-opened-👻")  # the machine never opens these
 CLIENT_ID_POOL = ("tui", "portal", "mobile", "ci-bot")
-ROOTS = ("/repo", "/data", "/tmp/scratch")
+ROOTS = ("/repo", "/data", "/scratch")
 MOUNT_MODES = ("read_only", "read_write")
 
 

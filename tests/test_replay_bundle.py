@@ -63,7 +63,7 @@ def rich_session(store: SessionStore) -> tuple[str, str]:
         agent_id="agent-7",
         workspace_anchor={"root": "/repo", "anchored_at": "2026-05-01T00:00:00Z"},
         workspace_policy={"default_mount_mode": "read_only"},
-        metadata={"provider": "mock", "tool_schemas": [{"name": "read_file"}]},
+        metadata={"provider": "mock", "tool_schemas": [{"name": "open_file"}]},
     )
     store.inject_many(
         sid,
@@ -77,7 +77,7 @@ def rich_session(store: SessionStore) -> tuple[str, str]:
                     {
                         "id": "call-1",
                         "type": "function",
-                        "function": {"name": "read_file", "arguments": '{"path": "deploy.log"}'},
+                        "function": {"name": "open_file", "arguments": '{"path": "deploy.log"}'},
                     },
                     {"id": "call-2", "name": "grep", "input": {"pattern": "ERR"}},
                 ],
@@ -95,7 +95,7 @@ def rich_session(store: SessionStore) -> tuple[str, str]:
     store.set_scratchpad(sid, {"plan": "check canary"})
     store.attach(sid, "tui", {"mode": "controller"})
     store.attach(sid, "web")
-    store.route_permission(sid, "tui", {"request_id": "perm-1", "tool": "read_file"})
+    store.route_permission(sid, "tui", {"request_id": "perm-1", "tool": "open_file"})
     store.heartbeat(sid, "web")
     child = store.fork_at(sid, 2, "child")
     store.inject(child, {"role": "user", "content": "And now?"})
@@ -178,7 +178,7 @@ def test_tool_calls_are_paired_with_their_results(store: SessionStore) -> None:
     sid, _ = rich_session(store)
     calls = export_bundle(store, sid, "local")["tools"]["calls"]
     assert [(c["tool_name"], c["tool_use_id"], c["result"]) for c in calls] == [
-        ("read_file", "call-1", "stale config"),
+        ("open_file", "call-1", "stale config"),
         ("grep", "call-2", None),
     ]
     assert calls[0]["arguments"] == '{"path": "deploy.log"}'
@@ -196,7 +196,7 @@ def test_permissions_workspace_usage_and_schemas(store: SessionStore) -> None:
         "perm-1",
         "tui",
     )
-    assert route["payload"]["request"] == {"request_id": "perm-1", "tool": "read_file"}
+    assert route["payload"]["request"] == {"request_id": "perm-1", "tool": "open_file"}
     workspace = bundle["workspace"]
     assert workspace["primary"] == "/repo"
     assert [r["path"] for r in workspace["additional_roots"]] == ["/data"]
@@ -210,7 +210,7 @@ def test_permissions_workspace_usage_and_schemas(store: SessionStore) -> None:
     assert usage["call_count"] == 2
     assert bundle["runtime"]["provider_models"] == ["mock-1", "mock-2"]
     assert bundle["tools"]["schemas"] == [
-        {"source": "session.metadata.tool_schemas", "index": 0, "value": {"name": "read_file"}}
+        {"source": "session.metadata.tool_schemas", "index": 0, "value": {"name": "open_file"}}
     ]
 
 
@@ -526,7 +526,7 @@ def test_the_harn_samples_import(tmp_path: Path, name: str) -> None:
         }
         assert snapshot["title"] == "Session bundle fixture"
         metadata = snapshot["metadata"]
-        assert metadata["tool_schemas"] == [{"name": "read_file"}]
+        assert metadata["tool_schemas"] == [{"name": "open_file"}]
         assert metadata["imported_from"]["source_kind"] == "run_record"
         assert metadata["imported_lineage"]["parent_id"] is None
         head = store.log.head
