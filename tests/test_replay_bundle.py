@@ -526,7 +526,7 @@ def test_the_harn_samples_import(tmp_path: Path, name: str) -> None:
         }
         assert snapshot["title"] == "Session bundle fixture"
         metadata = snapshot["metadata"]
-        assert metadata["tool_schemas"] == [{"name": "open_file"}]
+        assert metadata["tool_schemas"] == [{"name": "read_file"}]
         assert metadata["imported_from"]["source_kind"] == "run_record"
         assert metadata["imported_lineage"]["parent_id"] is None
         head = store.log.head
