@@ -27,6 +27,10 @@ suffix, and of every event's stored bytes."""
 meta_bytes_max: Final = 4 * 1024
 """An event's encoded `meta` (client id, causation, correlation). Meta is routing data, not payload."""
 
+idempotency_key_chars_max: Final = 200
+"""`meta["idempotency_key"]`: a request id or a UUID, never a document. It is a unique index key on
+a server backend, where index entries must stay well under a page."""
+
 read_page_events_max: Final = 10_000
 """Events returned by one `read` or `read_stream` call. Each page is one read transaction, and long
 read transactions pin old pages and make the LMDB file grow."""
@@ -68,6 +72,21 @@ proxies anyway, and an unbounded token is a hashing cost an attacker chooses."""
 
 token_chars_min: Final = 32
 """A caller-supplied bearer token. Shorter strings cannot carry enough entropy to be a credential."""
+
+token_entropy_bits_min: Final = 128
+"""The estimated entropy of a caller-supplied token (see `sessions/_tokens.py`): 128 bits is what
+an online or offline guessing attack cannot reach, and what every generated token far exceeds."""
+
+token_distinct_chars_min: Final = 10
+"""Different characters in a caller-supplied token. Fewer means a pattern or a word, not a secret;
+even 32 random hex characters show about 15."""
+
+principal_chars_max: Final = 256
+"""A bearer session's principal: an identity (user, tenant, service), not a document."""
+
+bearer_attributes_bytes_max: Final = 4 * 1024
+"""A bearer session's attributes as JSON. They are small labels (role, tenant) read on every
+authenticated request; anything bigger belongs in the caller's own store, keyed by principal."""
 
 scratchpad_bytes_max: Final = 64 * 1024
 """An encoded scratchpad. It is the agent's small working memory, rewritten whole on every set."""

@@ -24,9 +24,17 @@ from projections._queries import (
     rebuild,
 )
 from projections._state import ACTIVE, CLOSED, DELETED, LiveClient, SessionState, Transcript
+from projections._tokens import (
+    BEARER_STREAM_PREFIX,
+    BearerRecord,
+    bearer_stream,
+    load_record,
+)
 
 __all__ = [
     "ACTIVE",
+    "BEARER_STREAM_PREFIX",
+    "BearerRecord",
     "CLOSED",
     "DELETED",
     "SYSTEM_STREAM_PREFIX",
@@ -35,10 +43,12 @@ __all__ = [
     "Transcript",
     "active_count",
     "apply",
+    "bearer_stream",
     "catch_up",
     "child_ids",
     "dump",
     "iter_states",
+    "load_record",
     "load_state",
     "load_transcript",
     "message_of",

@@ -27,6 +27,7 @@ from projections._state import (
     SessionState,
     Transcript,
 )
+from projections._tokens import BEARER_STREAM_PREFIX, apply_bearer
 
 SYSTEM_STREAM_PREFIX = "$"
 """Streams whose names start with this are not sessions (bearer tokens, runtime bookkeeping)."""
@@ -126,6 +127,8 @@ def _apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
 
 def apply(tx: Transaction, envelope: Envelope) -> None:
     if envelope.stream.startswith(SYSTEM_STREAM_PREFIX):
+        if envelope.stream.startswith(BEARER_STREAM_PREFIX):
+            apply_bearer(tx, envelope)
         return
     data = envelope.data
     opener = _OPENERS.get(type(data))

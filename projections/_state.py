@@ -12,6 +12,7 @@ Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
   #seg                       next segment id (8)
   c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
   n/active                   number of sessions whose status is active (8)
+  b/<handle>                 BearerRecord of a bearer session (see `projections/_tokens.py`)
 """
 
 from __future__ import annotations

@@ -16,8 +16,11 @@ from eventlog import (
 )
 from sessions._ids import current_id, uuid7
 from sessions._store import SessionStore, SessionSubscription
+from sessions._tokens import BearerSession, BearerSessions
 
 __all__ = [
+    "BearerSession",
+    "BearerSessions",
     "CapacityError",
     "ConcurrencyError",
     "ControllerConflictError",
