@@ -38,6 +38,7 @@ from sessions._checks import check_count, check_dict, check_policy, check_text, 
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter, plain_message, to_dicts, to_message
+from sessions._tokens import BearerSessions
 
 logger = logging.getLogger("sessionlog.sessions")
 
@@ -129,6 +130,8 @@ class SessionStore(LiveVerbs):
         self._hot: OrderedDict[str, tuple[int, list[ev.Message]]] = OrderedDict()
         self._subscribers: dict[str, list[SessionSubscription]] = {}
         self._log_subscription: Subscription | None = None
+        self.tokens = BearerSessions(self)
+        """Durable bearer sessions: `create`, `get`, `touch`, `expire` (see `sessions/_tokens.py`)."""
         log.set_projector(pj.project)
         if readonly_at is None:
             pj.catch_up(log)
