@@ -313,6 +313,11 @@ class Transaction(LogView):
         events = _check_events(events)
         meta = _check_meta(meta)
         at = _check_time(recorded_at)
+        idempotency_key = _check_idempotency_key(meta)
+        if idempotency_key is not None:
+            done = self._appended_before(stream, idempotency_key)
+            if done is not None:
+                return done
         txn = self._txn
         if self._head < 0:
             self._load_head()
@@ -334,6 +339,9 @@ class Transaction(LogView):
             )
         try:
             txn.put_records(self._head + 1, records, key, version + 1)
+            remember = getattr(txn, "remember_idempotency_key", None)
+            if idempotency_key is not None and remember is not None:
+                remember(idempotency_key, stream, self._head + 1, self._head + len(records))
         except BaseException:
             self._broken = True  # part of the call may be in the transaction: it must not commit
             raise
@@ -351,6 +359,21 @@ class Transaction(LogView):
                 self._broken = True  # the events are in, their projection is not: never commit
                 raise
         return list(range(first, self._head + 1))
+
+    def _appended_before(self, stream: str, idempotency_key: str) -> list[int] | None:
+        """The positions of an earlier append that carried this key, on backends that keep keys
+        (PostgreSQL, where a commit's outcome can be unknown); None when there was none."""
+        lookup = getattr(self._txn, "idempotent_positions", None)
+        found = None if lookup is None else lookup(idempotency_key)
+        if found is None:
+            return None
+        earlier_stream, first, last = found
+        if earlier_stream != stream:
+            raise InvalidArgumentError(
+                f"idempotency key {idempotency_key!r} was used for stream `{earlier_stream}`, "
+                f"not `{stream}`"
+            )
+        return list(range(first, last + 1))
 
     def _encode(
         self,
@@ -615,6 +638,24 @@ def _check_meta(meta: object) -> dict[str, Any]:
     return meta
 
 
+def _check_idempotency_key(meta: dict[str, Any]) -> str | None:
+    key = meta.get("idempotency_key")
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(
+            f'meta["idempotency_key"] must be a non-empty str, got {type(key).__name__} {key!r}'
+        )
+    if len(key) > limits.idempotency_key_chars_max:
+        raise LimitExceededError(
+            'meta["idempotency_key"]',
+            "idempotency_key_chars_max",
+            limits.idempotency_key_chars_max,
+            len(key),
+        )
+    return key
+
+
 def _check_time(at: object) -> datetime:
     if at is None:
         return datetime.now(UTC)
@@ -730,13 +771,22 @@ class EventLog:
         `sync=False` skips the fsync of each commit: much faster, and a power loss or kernel crash
         may then lose the most recent commits (never corrupt older ones). A process crash loses
         nothing either way.
-        """
-        from eventlog._lmdb import LmdbStorage  # imported here: the memory log needs no LMDB
 
-        storage = LmdbStorage(
-            path, map_size=map_size, sync=sync, readonly=readonly, headroom_bytes=headroom_bytes
-        )
-        log = cls(storage, f"lmdb:{path}")
+        A `postgresql://` URL opens the PostgreSQL log instead (see `eventlog/_postgres.py`):
+        `?schema=` picks the schema, `sync=False` commits without waiting for the server's flush.
+        """
+        if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+            from eventlog._postgres import PostgresStorage  # only PostgreSQL users need psycopg
+
+            pg = PostgresStorage(path, sync=sync, readonly=readonly)
+            log = cls(pg, f"postgresql:{pg.where}")
+        else:
+            from eventlog._lmdb import LmdbStorage  # imported here: the memory log needs no LMDB
+
+            storage = LmdbStorage(
+                path, map_size=map_size, sync=sync, readonly=readonly, headroom_bytes=headroom_bytes
+            )
+            log = cls(storage, f"lmdb:{path}")
         try:
             log._check_tail()
         except BaseException:
@@ -997,7 +1047,12 @@ class EventLog:
                 continue
             if not follow or (stop is not None and stop()):
                 return
-            time.sleep(poll_interval_s)
+            # A server backend wakes us when any machine commits; the interval stays the bound.
+            wait = getattr(self._storage, "wait_for_commit", None)
+            if wait is None:
+                time.sleep(poll_interval_s)
+            else:
+                wait(poll_interval_s)
 
     def size_bytes(self) -> int:
         """Bytes the store occupies on disk (or in memory)."""

@@ -63,6 +63,12 @@ class StoreFullError(StorageError):
     """
 
 
+class OutcomeUnknownError(StorageError):
+    """The connection to a database server was lost during a commit: the transaction may or may
+    not have committed. Retrying an append that carries `meta["idempotency_key"]` is safe: if the
+    first attempt committed, the retry returns its positions and writes nothing."""
+
+
 class LogClosedError(SessionLogError):
     """The log (or store) was used after `close()`."""
 

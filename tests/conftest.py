@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from eventlog import EventLog
+from tests import _pg
 
 settings.register_profile(
     "dev",
@@ -41,13 +42,20 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 
-LOG_KINDS = ["memory", "lmdb"]
+LOG_KINDS = ["memory", "lmdb", "postgres"]
 
 
 def make_log(kind: str, path: Path) -> EventLog:
     if kind == "memory":
         return EventLog.memory()
+    if kind == "postgres":
+        return EventLog.open(_pg.fresh_schema_url())
     return EventLog.open(path / "log")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop this run's PostgreSQL database (made on first use by `tests/_pg.py`)."""
+    _pg.drop_database()
 
 
 @pytest.fixture(params=LOG_KINDS)
@@ -57,7 +65,8 @@ def log_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def log(log_kind: str, tmp_path: Path) -> Iterator[EventLog]:
-    """An empty log of each kind: the in-memory reference and LMDB in a temp dir."""
+    """An empty log of each kind: the in-memory reference, LMDB in a temp dir, and PostgreSQL in a
+    schema of its own."""
     with make_log(log_kind, tmp_path) as opened:
         yield opened
 
