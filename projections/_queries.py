@@ -7,7 +7,7 @@ the incremental one by construction; the property tests check that it really doe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from eventlog import EventLog, IntegrityError, LogView, Transaction, limits
 from eventlog import events as ev
@@ -103,8 +103,11 @@ def dump(view: LogView) -> list[tuple[bytes, bytes]]:
         start = page[-1][0] + b"\x00"
 
 
-def _apply_after(tx: Transaction, after: int) -> int:
+def _apply_after(
+    tx: Transaction, after: int, progress: Callable[[int, int], object] | None = None
+) -> int:
     position = after
+    head = tx.head
     while True:
         page = tx.read(after=position, limit=limits.read_page_events_max)
         if not page:
@@ -113,6 +116,8 @@ def _apply_after(tx: Transaction, after: int) -> int:
             apply(tx, envelope)
         position = page[-1].position
         tx.kv_put(st.POSITION_KEY, position.to_bytes(8, "big"))
+        if progress is not None:
+            progress(position, head)
 
 
 def catch_up(log: EventLog) -> int:
@@ -138,13 +143,15 @@ def catch_up(log: EventLog) -> int:
         return _apply_after(tx, start) - start
 
 
-def rebuild(log: EventLog) -> int:
-    """Recompute the whole projection from position 1, in one transaction. Returns the position."""
+def rebuild(log: EventLog, *, progress: Callable[[int, int], object] | None = None) -> int:
+    """Recompute the whole projection from position 1, in one transaction. Returns the position.
+
+    `progress(done, head)` is called after each page of events applied."""
     with log.transaction() as tx:
-        return _rebuild_in(tx)
+        return _rebuild_in(tx, progress)
 
 
-def _rebuild_in(tx: Transaction) -> int:
+def _rebuild_in(tx: Transaction, progress: Callable[[int, int], object] | None = None) -> int:
     tx.kv_clear()
     tx.kv_put(st.LAYOUT_KEY, st.LAYOUT_VERSION)
-    return _apply_after(tx, 0)
+    return _apply_after(tx, 0, progress)

@@ -41,6 +41,8 @@ BATCH_RECORD_BYTES = 32 * 1024 * 1024
 _encoder = msgspec.json.Encoder()
 
 Source = str | os.PathLike[str] | IO[bytes] | IO[str]
+# `progress(done, total)`: an optional hook for long work (a command line draws a bar with it).
+Progress = Callable[[int, int], object]
 
 
 @dataclass(frozen=True)
@@ -89,13 +91,16 @@ def render_line(envelope: Envelope, record: bytes) -> bytes:
 
 
 def export_log(
-    store: SessionStore, out: str | os.PathLike[str] | IO[bytes] | IO[str]
+    store: SessionStore,
+    out: str | os.PathLike[str] | IO[bytes] | IO[str],
+    *,
+    progress: Progress | None = None,
 ) -> LogExportResult:
     """Write every event of `store`, in position order, to `out` (a path, or a binary or text
     file object) as JSON lines; returns what was written.
 
     The export ends at the head as it was when the export began, and holds one page of events
-    in memory at a time.
+    in memory at a time. `progress(done, total)` is called after each page of events.
     """
     log = store.log
     with log.view() as view:
@@ -119,6 +124,8 @@ def export_log(
             for envelope, record in page:  # a line at a time: the rendered page is never whole
                 written += write(render_line(envelope, record) + b"\n")
             del page
+            if progress is not None:
+                progress(after, head)
     return LogExportResult(events=head, head_hash=head_hash, bytes_written=written)
 
 
@@ -170,12 +177,14 @@ def import_log(
     *,
     batch_events: int = BATCH_EVENTS,
     batch_record_bytes: int = BATCH_RECORD_BYTES,
+    progress: Progress | None = None,
 ) -> LogImportResult:
     """Import a whole-log export into `store`, reproducing its hash chain and its projections.
 
     The target must be empty, or hold a prefix of the source (an interrupted import: the rest is
     added), or hold exactly the source (nothing is written). Anything else, and any damage in the
     source, raises `IntegrityError` or `InvalidArgumentError` naming the line, before any write.
+    `progress(done, total)` counts events over both passes: `total` is twice the source's events.
     """
     for name, value in (("batch_events", batch_events), ("batch_record_bytes", batch_record_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -186,10 +195,12 @@ def import_log(
         )
     with _reader(src) as (open_pass, name):
         with open_pass() as lines:
-            plan = _check_source(store, lines, name, batch_events, batch_record_bytes)
+            plan = _check_source(store, lines, name, batch_events, batch_record_bytes, progress)
         if plan.present < plan.events:
             with open_pass() as lines:
-                _write(store, lines, name, plan)
+                _write(store, lines, name, plan, progress)
+        if progress is not None:
+            progress(2 * plan.events, 2 * plan.events)
     head = store.log.head
     return LogImportResult(
         source_events=plan.events,
@@ -208,7 +219,12 @@ def _target_hash(store: SessionStore, position: int) -> bytes:
 
 
 def _check_source(
-    store: SessionStore, lines: Iterator[bytes], name: str, batch_events: int, batch_bytes: int
+    store: SessionStore,
+    lines: Iterator[bytes],
+    name: str,
+    batch_events: int,
+    batch_bytes: int,
+    progress: Progress | None = None,
 ) -> _Plan:
     """Check every line of the source against the chain and against the target, streaming."""
     first = next(lines, None)
@@ -233,6 +249,8 @@ def _check_source(
                 f"{name}:{lineno}: the target holds a different log: its event {position} has "
                 f"hash {target_hash.hex()}, the source's has {envelope.hash.hex()}"
             )
+        if progress is not None and position % _PAGE_EVENTS == 0:
+            progress(position, 2 * events)
         if position > target_head:
             count, size = count + 1, size + len(record)
             if count >= batch_events or size >= batch_bytes:
@@ -361,7 +379,13 @@ def _compare_fields(value: dict[str, Any], envelope: Envelope, record: bytes, wh
             )
 
 
-def _write(store: SessionStore, lines: Iterator[bytes], name: str, plan: _Plan) -> None:
+def _write(
+    store: SessionStore,
+    lines: Iterator[bytes],
+    name: str,
+    plan: _Plan,
+    progress: Progress | None = None,
+) -> None:
     """Write the events the target lacks, a batch per transaction. Each batch must end at the
     hash the checking pass saw there, so a file changed in between is caught before it commits."""
     next(lines, None)  # the header, checked already
@@ -375,6 +399,8 @@ def _write(store: SessionStore, lines: Iterator[bytes], name: str, plan: _Plan) 
         batch.append(_quick_record(line) or _record_of(_parse(line, where), where))
         if position == end:
             _commit(store, batch, end, end_hash, where)
+            if progress is not None:
+                progress(plan.events + end, 2 * plan.events)
             if end == plan.events:
                 return
             batch = []

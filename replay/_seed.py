@@ -8,7 +8,7 @@ one `store.transaction()`. A result that is not ok leaves the log exactly as it 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
@@ -151,7 +151,11 @@ def _parse_options(options: Mapping[str, Any]) -> _Options:
 
 
 def seed_from_jsonl(
-    store: SessionStore, path: str | os.PathLike[str], **options: Any
+    store: SessionStore,
+    path: str | os.PathLike[str],
+    *,
+    progress: Callable[[int, int], object] | None = None,
+    **options: Any,
 ) -> SeedResult:
     """Create a session holding the messages of the `llm_transcript.jsonl` file at `path`.
 
@@ -167,6 +171,9 @@ def seed_from_jsonl(
     `seeded_from`: the file's base name and blake3, the source format, counts, provider, model and
     the provenance options. The base name, not the path: a path describes the machine that seeded
     the session, travels into exported bundles, and the hash already identifies the content.
+
+    `progress(bytes_read, file_bytes)`, if given, follows the reading; it is a hook, not an
+    option, and is recorded nowhere.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidArgumentError(
@@ -179,7 +186,10 @@ def seed_from_jsonl(
     source: dict[str, Any] = {"file": os.path.basename(shown), **opts.provenance}
     try:
         transcript = read_transcript(
-            shown, drop_tool_calls=opts.drop_tool_calls, truncate_to_last=opts.truncate_to_last
+            shown,
+            drop_tool_calls=opts.drop_tool_calls,
+            truncate_to_last=opts.truncate_to_last,
+            progress=progress,
         )
     except TranscriptError as exc:
         return SeedResult(ok=False, error=str(exc), source=MappingProxyType(source))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ _COPIED_KEYS = (
 )
 _BOM = b"\xef\xbb\xbf"
 _READ_BUFFER_BYTES = 1 << 20
+# How often `progress` hears of the bytes read: often enough for a bar, rare enough to cost nothing.
+_PROGRESS_LINES = 4096
 
 Message = dict[str, Any]
 
@@ -76,32 +78,41 @@ def read_transcript(
     *,
     drop_tool_calls: bool = False,
     truncate_to_last: int | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> Transcript:
     """Read the whole file in one pass; raise `TranscriptError` on the first unreadable line.
 
     The options are applied as messages arrive (dropping tool payloads first, then keeping the
-    last `truncate_to_last`), so only the messages that will be kept are held."""
+    last `truncate_to_last`), so only the messages that will be kept are held.
+    `progress(bytes_read, file_bytes)` is called every few thousand lines."""
     shown = os.fspath(path)
     digest = blake3()
     state = _State(drop_tool_calls, truncate_to_last)
-    for number, record in _records(shown, digest):
+    for number, record in _records(shown, digest, progress):
         state.add(number, record)
     return state.finish(digest.hexdigest())
 
 
-def _records(path: str, digest: blake3) -> Iterator[tuple[int, dict[str, Any]]]:
+def _records(
+    path: str, digest: blake3, progress: Callable[[int, int], object] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) of every non-blank line, hashing every byte read."""
     decode = msgspec.json.Decoder().decode
     bound = _limits.transcript_line_bytes_max
     try:
         with open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
+            size = os.fstat(file.fileno()).st_size if progress is not None else 0
             number = 0
             while True:
                 line = file.readline(bound + 1)
                 if not line:
+                    if progress is not None:
+                        progress(size, size)
                     return
                 number += 1
                 digest.update(line)
+                if progress is not None and number % _PROGRESS_LINES == 0:
+                    progress(file.tell(), size)
                 if len(line) > bound and not line.endswith(b"\n"):
                     raise TranscriptError(
                         path,

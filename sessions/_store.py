@@ -573,11 +573,12 @@ class SessionStore(LiveVerbs):
 
     # Whole-store operations
 
-    def rebuild(self) -> int:
-        """Recompute every projection from the log; returns the position it reflects."""
+    def rebuild(self, *, progress: Callable[[int, int], object] | None = None) -> int:
+        """Recompute every projection from the log; returns the position it reflects.
+        `progress(done, head)` is called as pages of events are applied."""
         self._writable("rebuild")
         self._hot.clear()
-        return pj.rebuild(self.log)
+        return pj.rebuild(self.log, progress=progress)
 
     def as_of(self, position: int) -> SessionStore:
         """A read-only store showing every session as it was right after `position`."""
