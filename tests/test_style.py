@@ -13,6 +13,8 @@ LAYERS = {
     "projections": {"eventlog"},
     "sessions": {"eventlog", "projections"},
     "replay": {"eventlog", "projections", "sessions"},
+    # The command line composes every layer; none may import it.
+    "sessionlog": {"eventlog", "projections", "sessions", "replay"},
 }
 OURS = set(LAYERS)
 BROAD = {"Exception", "BaseException"}

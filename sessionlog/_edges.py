@@ -1,0 +1,134 @@
+"""The commands at the edges of a store: seed from a transcript, bundles and whole logs in and out.
+
+Each calls one function of `replay` and prints what it returns. A file that is not what the
+command reads is a `Failure` with `EXIT_BAD_INPUT`, told apart from a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import replay
+from sessionlog._commands import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    Failure,
+    emit_json,
+    opened,
+    readable_file,
+)
+from sessionlog._render import Progress
+from sessions import InvalidArgumentError
+
+# Seed options that are plain strings, by flag name; the library checks their values.
+SEED_TEXT_OPTIONS = (
+    "provider",
+    "model",
+    "source_agent",
+    "source_session_id",
+    "source_kind",
+    "source_label",
+)
+
+
+def seed(args: argparse.Namespace) -> int:
+    path = readable_file(args.file)
+    options: dict[str, Any] = {name: getattr(args, name) for name in SEED_TEXT_OPTIONS}
+    options.update(
+        rename_session=args.id,
+        drop_tool_calls=args.drop_tool_calls,
+        truncate_to_last=args.truncate_to_last,
+        validate=not args.no_validate,
+    )
+    with opened(args, create=True) as store, Progress("seed") as progress:
+        result = replay.seed_from_jsonl(store, path, progress=progress, **options)
+    if args.json:
+        emit_json(result.to_dict())
+    if not result.ok:
+        raise Failure(f"seed: {result.error}", EXIT_BAD_INPUT)
+    if not args.json:
+        print(
+            f"seeded session {result.session_id}: {result.messages_loaded:,} messages from "
+            f"{result.source_records:,} records ({result.source_format})"
+            + (", truncated" if result.truncated else "")
+        )
+    return EXIT_OK
+
+
+def export(args: argparse.Namespace) -> int:
+    with opened(args) as store:
+        bundle = replay.export_bundle(store, args.session_id, mode=args.mode)
+    text = json.dumps(bundle, indent=2, ensure_ascii=False)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text + "\n")
+        print(f"exported {args.mode} bundle {bundle['bundle_id']} to {args.output}")
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def import_(args: argparse.Namespace) -> int:
+    path = readable_file(args.file)
+    try:
+        bundle = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError too
+        raise Failure(f"import: {args.file} is not JSON: {exc}", EXIT_BAD_INPUT) from exc
+    if not isinstance(bundle, dict):
+        raise Failure(
+            f"import: {args.file}: expected a session bundle (a JSON object), "
+            f"got {type(bundle).__name__}",
+            EXIT_BAD_INPUT,
+        )
+    with opened(args, create=True) as store:
+        try:
+            session_id = replay.import_bundle(
+                store, bundle, allow_secrets=True if args.allow_secrets else None
+            )
+        except replay.BundleError as exc:
+            raise Failure(f"import: {args.file}: {exc}", EXIT_BAD_INPUT) from exc
+    print(session_id)
+    return EXIT_OK
+
+
+def export_log(args: argparse.Namespace) -> int:
+    with opened(args) as store, Progress("export-log") as progress:
+        if args.output:
+            result = replay.export_log(store, args.output, progress=progress)
+        else:
+            result = replay.export_log(store, sys.stdout.buffer, progress=progress)
+            sys.stdout.flush()
+    if args.output:
+        print(
+            f"exported {result.events:,} events ({result.bytes_written:,} bytes) to "
+            f"{args.output}; head hash {result.head_hash}"
+        )
+    return EXIT_OK
+
+
+def import_log(args: argparse.Namespace) -> int:
+    path = readable_file(args.file)
+    with opened(args, create=True) as store, Progress("import-log") as progress:
+        try:
+            result = replay.import_log(store, path, progress=progress)
+        except InvalidArgumentError as exc:
+            raise Failure(f"import-log: {exc}", EXIT_BAD_INPUT) from exc
+    if args.json:
+        emit_json(
+            {
+                "source_events": result.source_events,
+                "already_present": result.already_present,
+                "written": result.written,
+                "head": result.head,
+                "head_hash": result.head_hash,
+            }
+        )
+    else:
+        print(
+            f"imported {result.written:,} events ({result.already_present:,} already present); "
+            f"head {result.head:,}, hash {result.head_hash}"
+        )
+    return EXIT_OK

@@ -1,0 +1,358 @@
+"""`sessionlog`, the command line: the parser, its help, and the one place errors become exit codes.
+
+Owns the flags and how failures are reported (one line on stderr, an exit code per kind); the
+commands themselves live in `_commands` and `_edges` and stay thin wrappers over the library.
+It must never print a traceback for an operating error, nor hold any session logic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from replay import BundleConflictError
+from sessionlog import _commands, _edges, _limits
+from sessionlog._commands import (
+    EXIT_CONFLICT,
+    EXIT_ERROR,
+    EXIT_INTEGRITY,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    STORE_DEFAULT,
+    STORE_ENV,
+    Failure,
+)
+from sessions import (
+    ConcurrencyError,
+    ControllerConflictError,
+    IntegrityError,
+    InvalidArgumentError,
+    SessionExistsError,
+    SessionLogError,
+    UnknownSessionError,
+)
+
+Command = Callable[[argparse.Namespace], int]
+
+SUMMARY = "Inspect and manage a sessionlog store: sessions, their forks, and the event log."
+EXAMPLES = f"""\
+Examples:
+  sessionlog seed transcript.jsonl --id demo       a session from an llm_transcript.jsonl
+  sessionlog ls                                    the sessions, a page at a time
+  sessionlog show demo                             its transcript (--json for machines)
+  sessionlog tree demo --format mermaid            its forks, as a picture
+  sessionlog tail --follow --session demo          its events as they are committed
+  sessionlog verify                                check the hash chain and the indexes
+  sessionlog --store backup export-log -o log.jsonl
+
+Store: --store PATH, else ${STORE_ENV}, else {STORE_DEFAULT}.
+Exit codes: 0 ok, 1 other error, 2 usage, 3 not found, 4 integrity, 5 bad input file,
+6 conflict, 130 interrupted."""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's layout with capitalised section names: Usage / Commands / Options / Examples."""
+
+    def add_usage(
+        self,
+        usage: str | None,
+        actions: object,
+        groups: object,
+        prefix: str | None = None,
+    ) -> None:
+        super().add_usage(usage, actions, groups, prefix or "Usage: ")  # type: ignore[arg-type]
+
+    def _format_action(self, action: argparse.Action) -> str:
+        # The commands, listed without argparse's extra `COMMAND` line above them.
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(self._format_action(sub) for sub in action._get_subactions())
+        return super()._format_action(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit code 2, with a pointer to the help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def _parser(prog: str, description: str, examples: Sequence[str] = ()) -> _Parser:
+    epilog = "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+    return _Parser(
+        prog=prog,
+        description=description,
+        epilog=epilog,
+        formatter_class=_Formatter,
+        add_help=False,
+    )
+
+
+def _options(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The Options section every parser has: the store, and help."""
+    group = parser.add_argument_group("Options")
+    group.add_argument(
+        "--store",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help=f"the store directory (default: ${STORE_ENV}, else {STORE_DEFAULT})",
+    )
+    group.add_argument("-h", "--help", action="help", help="show this help and exit")
+    return group
+
+
+class _Command:
+    """One command's parser: `positional` adds to its Arguments, `add_argument` to its Options."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        parser._positionals.title = "Arguments"
+        self.parser = parser
+        self.options = _options(parser)
+
+    def positional(self, *names: str, **how: Any) -> None:
+        self.parser.add_argument(*names, **how)
+
+    def add_argument(self, *names: str, **how: Any) -> None:
+        self.options.add_argument(*names, **how)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def build_parser() -> _Parser:
+    parser = _parser("sessionlog", SUMMARY)
+    parser.usage = "sessionlog [--store PATH] COMMAND [ARGS]"
+    parser.epilog = EXAMPLES
+    commands = parser.add_subparsers(
+        title="Commands", metavar="COMMAND", dest="command", required=True, parser_class=_Parser
+    )
+    _options(parser)
+
+    def command(name: str, summary: str, run: Command, *examples: str) -> _Command:
+        sub = commands.add_parser(
+            name,
+            prog=f"sessionlog {name}",
+            help=summary,
+            description=summary,
+            epilog="Examples:\n" + "\n".join(f"  sessionlog {e}" for e in examples),
+            formatter_class=_Formatter,
+            add_help=False,
+        )
+        sub.set_defaults(run=run)
+        return _Command(sub)
+
+    _reading_commands(command)
+    _log_commands(command)
+    _edge_commands(command)
+    return parser
+
+
+def _reading_commands(command: Callable[..., _Command]) -> None:
+    o = command("ls", "list sessions, a page at a time", _commands.ls, "ls", "ls --all --json")
+    o.add_argument(
+        "--limit",
+        type=_positive,
+        default=_limits.ls_page_sessions_default,
+        help="sessions per page (default %(default)s)",
+    )
+    o.add_argument("--cursor", metavar="ID", help="start after this session id (from a page)")
+    o.add_argument("--status", choices=("active", "closed", "deleted"), help="only these")
+    o.add_argument("--all", action="store_true", help="every page, not just the first")
+    o.add_argument("--json", action="store_true", help="the pages as JSON")
+
+    o = command("show", "a session's transcript", _commands.show, "show ID", "show ID --json")
+    o.positional("session_id", metavar="ID", help="the session")
+    o.add_argument("--json", action="store_true", help="the whole snapshot as JSON")
+
+    o = command(
+        "tree",
+        "a session's ancestry as a tree, with fork points",
+        _commands.tree,
+        "tree ID",
+        "tree ID --format dot | dot -Tsvg > tree.svg",
+    )
+    o.positional("session_id", metavar="ID", help="any session of the family")
+    o.add_argument(
+        "--format",
+        choices=("text", "dot", "mermaid"),
+        default="text",
+        help="text (default), Graphviz dot, or a Mermaid flowchart",
+    )
+
+    o = command(
+        "as-of",
+        "a session as it was right after a log position",
+        _commands.as_of,
+        "as-of 120 ID",
+        "as-of 120 ID --json",
+    )
+    o.positional("position", type=_positive, help="a log position (0 = empty)")
+    o.positional("session_id", metavar="ID", help="the session")
+    o.add_argument("--json", action="store_true", help="the snapshot as JSON")
+
+    o = command("stats", "events, sessions, bytes on disk, head hash", _commands.stats, "stats")
+    o.add_argument("--json", action="store_true", help="the figures as JSON")
+
+
+def _log_commands(command: Callable[..., _Command]) -> None:
+    o = command(
+        "tail",
+        "events as they are committed, by any process",
+        _commands.tail,
+        "tail --after 100",
+        "tail --follow --session ID --json",
+    )
+    o.add_argument(
+        "--follow", "-f", action="store_true", help="keep waiting for new events (until Ctrl-C)"
+    )
+    o.add_argument("--session", metavar="ID", help="only this session's events")
+    o.add_argument(
+        "--after",
+        metavar="POSITION",
+        type=_positive,
+        default=0,
+        help="start after this log position (default 0: the beginning)",
+    )
+    o.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    o = command(
+        "verify",
+        "check the hash chain and the stream index",
+        _commands.verify,
+        "verify",
+        "verify --json",
+    )
+    o.add_argument("--json", action="store_true", help="the report as JSON")
+
+    command("rebuild", "recompute every projection from the log", _commands.rebuild, "rebuild")
+
+    o = command(
+        "export-log",
+        "the whole log as JSON lines",
+        _edges.export_log,
+        "export-log -o log.jsonl",
+        "export-log | gzip > log.jsonl.gz",
+    )
+    o.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
+
+    o = command(
+        "import-log",
+        "a whole-log export into this store",
+        _edges.import_log,
+        "--store copy import-log log.jsonl",
+    )
+    o.positional("file", metavar="FILE", help="a file `export-log` wrote")
+    o.add_argument("--json", action="store_true", help="the result as JSON")
+
+
+def _edge_commands(command: Callable[..., _Command]) -> None:
+    o = command(
+        "seed",
+        "a new session from an llm_transcript.jsonl",
+        _edges.seed,
+        "seed run/llm_transcript.jsonl",
+        "seed t.jsonl --id retry-1 --truncate-to-last 20",
+    )
+    o.positional("file", metavar="FILE", help="the transcript")
+    o.add_argument("--id", metavar="ID", help="the new session's id (default: a fresh UUIDv7)")
+    o.add_argument("--drop-tool-calls", action="store_true", help="leave tool traffic out")
+    o.add_argument(
+        "--truncate-to-last", metavar="N", type=_positive, help="keep only the last N messages"
+    )
+    o.add_argument("--no-validate", action="store_true", help="seed even a partial transcript")
+    o.add_argument("--provider", help="refuse unless the transcript used this provider")
+    o.add_argument("--model", help="refuse unless the transcript used this model")
+    for name in _edges.SEED_TEXT_OPTIONS[2:]:
+        flag = "--" + name.replace("_", "-")
+        o.add_argument(flag, metavar="TEXT", help="provenance, recorded with the session")
+    o.add_argument("--json", action="store_true", help="the seed result as JSON")
+
+    o = command(
+        "export",
+        "a session bundle (v1)",
+        _edges.export,
+        "export ID",
+        "export ID --mode replay_only -o bundle.json",
+    )
+    o.positional("session_id", metavar="ID", help="the session")
+    o.add_argument(
+        "--mode",
+        choices=("local", "sanitized", "replay_only"),
+        default="sanitized",
+        help="redaction mode (default sanitized)",
+    )
+    o.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
+
+    o = command("import", "a session bundle into this store", _edges.import_, "import b.json")
+    o.positional("file", metavar="FILE", help="a bundle `export` wrote")
+    o.add_argument(
+        "--allow-secrets",
+        action="store_true",
+        help="accept secret-looking strings in a bundle that is not local",
+    )
+
+
+# Running
+
+
+def _code_of(exc: SessionLogError) -> int:
+    """The exit code for a library error: its kind, not its message, decides."""
+    kinds: list[tuple[type[BaseException], int]] = [
+        (UnknownSessionError, EXIT_NOT_FOUND),
+        (IntegrityError, EXIT_INTEGRITY),
+        (BundleConflictError, EXIT_CONFLICT),
+        (SessionExistsError, EXIT_CONFLICT),
+        (ConcurrencyError, EXIT_CONFLICT),
+        (ControllerConflictError, EXIT_CONFLICT),
+        (InvalidArgumentError, EXIT_USAGE),
+    ]
+    return next((code for kind, code in kinds if isinstance(exc, kind)), EXIT_ERROR)
+
+
+def _fail(message: str, code: int) -> int:
+    line = " ".join(message.split())  # one line, whatever the message held
+    print(f"sessionlog: {line}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (the console script exits with it)."""
+    args = build_parser().parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except Failure as failure:
+        return _fail(str(failure), failure.code)
+    except SessionLogError as exc:
+        return _fail(str(exc), _code_of(exc))  # the library's messages name their verb
+    except FileNotFoundError as exc:
+        return _fail(f"{args.command}: {exc.strerror}: {exc.filename}", EXIT_NOT_FOUND)
+    except BrokenPipeError:
+        # The reader went away (`sessionlog tail | head`); say nothing more to it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as exc:
+        return _fail(f"{args.command}: {exc}", EXIT_ERROR)
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug of ours: still one line, with the way to see the traceback
+        if os.environ.get("SESSIONLOG_DEBUG"):
+            raise
+        return _fail(
+            f"{args.command}: internal error {type(exc).__name__}: {exc} "
+            "(set SESSIONLOG_DEBUG=1 to see the traceback)",
+            EXIT_INTERNAL,
+        )
