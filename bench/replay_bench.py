@@ -13,6 +13,9 @@ the file.
   it is not timed), target >= 40 MB/s. Baseline for both rows: reading the same file line by line
   and decoding every line with `msgspec.json.Decoder`, the floor for any reader of this format;
   the ratio is what our rules and the engine cost on top of it.
+- ``log_export`` / ``log_import`` (information): `export_log` of a store of 100,000 injected
+  messages (`--quick`: 10,000) to JSON lines, vs reading every event with `log.read`; and
+  `import_log` of that file into an empty durable store, vs py-lmdb putting the same record bytes.
 
 After the timed rounds, untimed runs measure (1) the phase split: the read pass, then
 `open_session` + `inject_many` of its messages into a fresh store in one transaction; (2) peak
@@ -40,11 +43,12 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import msgspec
 
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import _text
-from replay import seed_from_jsonl
+from replay import export_log, import_log, seed_from_jsonl
 from replay._transcript import read_transcript
 from sessions import SessionStore
 
@@ -56,11 +60,12 @@ TOOLS = ("open_file", "grep", "run_tests", "list_dir", "apply_patch")
 class Sizes:
     rounds: int
     transcript_bytes: int  # the generated file is at least this big
+    log_events: int  # events in the store of `log_io`
     budget_s: float  # per benchmark row: past this, stop after three rounds (see `compare`)
 
 
-FULL = Sizes(rounds=5, transcript_bytes=50 * MB, budget_s=90.0)
-QUICK = Sizes(rounds=3, transcript_bytes=5 * MB, budget_s=20.0)
+FULL = Sizes(rounds=5, transcript_bytes=50 * MB, log_events=100_000, budget_s=90.0)
+QUICK = Sizes(rounds=3, transcript_bytes=5 * MB, log_events=10_000, budget_s=20.0)
 
 
 @dataclass
@@ -280,7 +285,7 @@ def _phases(ctx: Context, path: Path) -> dict[str, Any]:
 
 _RSS_SCRIPT = """
 import sys
-from replay import seed_from_jsonl
+from replay import export_log, import_log, seed_from_jsonl
 from sessions import SessionStore
 
 def high_water():
@@ -354,7 +359,101 @@ def _profile(ctx: Context, path: Path, top: int = 12) -> list[str]:
     return [line.rstrip() for line in body[start : start + top + 1] if line.strip()]
 
 
-BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {"seed": seed}
+# Whole-log export and import
+
+
+def _log_store(ctx: Context) -> tuple[Path, int]:
+    """A store of sessions with messages of realistic sizes, built once per run."""
+    if "log_store" not in ctx.cache:
+        path = ctx.tmp / "log-source"
+        rng = random.Random(5)
+        with SessionStore.open(path) as store:
+            sessions = [store.open_session() for _ in range(20)]
+            for start in range(0, ctx.sizes.log_events, 1_000):
+                batch = [
+                    {"role": "user" if i % 2 else "assistant", "content": _text(rng, 200 + i % 600)}
+                    for i in range(1_000)
+                ]
+                store.inject_many(sessions[(start // 1_000) % len(sessions)], batch)
+            events = store.log.head
+        ctx.cache["log_store"] = (path, events)
+    return ctx.cache["log_store"]  # type: ignore[no-any-return]
+
+
+def log_io(ctx: Context) -> list[Result]:
+    source, events = _log_store(ctx)
+    export = ctx.tmp / "log-export.jsonl"
+    counter = itertools.count()
+
+    def exported() -> Sample:
+        with SessionStore.open(source) as store, Stopwatch() as watch:
+            export_log(store, export)
+        return watch.sample(events)
+
+    def read_all() -> Sample:
+        with SessionStore.open(source) as store, Stopwatch() as watch:
+            after = 0
+            while page := store.log.read(after=after, limit=1_000):
+                after = page[-1].position
+        return watch.sample(events)
+
+    def imported() -> Sample:
+        target = ctx.tmp / f"log-import-{next(counter)}"
+        try:
+            with SessionStore.open(target) as store, Stopwatch() as watch:
+                import_log(store, export)
+            return watch.sample(events)
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    def raw_puts() -> Sample:
+        target = ctx.tmp / f"log-raw-{next(counter)}"
+        with SessionStore.open(source) as store:
+            records: list[bytes] = []
+            while page := store.log.read_records(after=len(records), limit=10_000):
+                records.extend(raw for _, raw in page)
+        env = lmdb.open(str(target), map_size=1 << 34, sync=True, metasync=True)
+        try:
+            with Stopwatch() as watch:
+                for first in range(0, len(records), 20_000):
+                    with env.begin(write=True) as txn:
+                        for offset, record in enumerate(records[first : first + 20_000]):
+                            key = (first + offset + 1).to_bytes(8, "big")
+                            txn.put(key, record, append=True)
+            return watch.sample(events)
+        finally:
+            env.close()
+            shutil.rmtree(target, ignore_errors=True)
+
+    exported()  # the file the import rounds read
+    common = {
+        "unit": "events/s",
+        "rounds": ctx.sizes.rounds,
+        "target": None,
+        "budget_s": ctx.sizes.budget_s,
+        "progress": ctx.progress,
+    }
+    out = compare(
+        name="log_export",
+        description=f"export_log of a {events:,}-event store to JSON lines",
+        baseline=read_all,
+        subject=exported,
+        baseline_description="log.read of every event, page by page (reading and hash checks)",
+        **common,  # type: ignore[arg-type]
+    )
+    back = compare(
+        name="log_import",
+        description="import_log of that export into an empty durable store",
+        baseline=raw_puts,
+        subject=imported,
+        baseline_description="py-lmdb: put the same record bytes, 20,000 per durable transaction",
+        **common,  # type: ignore[arg-type]
+    )
+    out.notes = back.notes = {"events": events, "export_bytes": export.stat().st_size}
+    return [out, back]
+
+
+BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {"seed": seed, "log_io": log_io}
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
