@@ -86,18 +86,19 @@ def _snapshot_of(store: SessionStore, session_id: str, where: str) -> dict[str, 
 
 def ls(args: argparse.Namespace) -> int:
     with opened(args) as store:
-        cursor = args.cursor
-        while True:
-            page = store.list_sessions(cursor=cursor, limit=args.limit, status=args.status)
-            if args.json:
-                emit_json(page)
-            else:
-                print(_render.session_table(page["sessions"]))
-            cursor = page["next_cursor"]
-            if cursor is None or not args.all:
-                break
-        if cursor is not None and not args.json:
-            print(f"(more: sessionlog ls --cursor {cursor})")
+        page = store.list_sessions(cursor=args.cursor, limit=args.limit, status=args.status)
+        shown = list(page["sessions"])
+        while args.all and page["next_cursor"] is not None:
+            page = store.list_sessions(
+                cursor=page["next_cursor"], limit=args.limit, status=args.status
+            )
+            shown.extend(page["sessions"])
+    if args.json:
+        emit_json({"sessions": shown, "next_cursor": page["next_cursor"]})
+        return EXIT_OK
+    print(_render.session_table(shown))
+    if page["next_cursor"] is not None:
+        print(f"(more: sessionlog ls --cursor {page['next_cursor']})")
     return EXIT_OK
 
 
