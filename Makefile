@@ -11,7 +11,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: test lint typecheck pytest demo bench clean
+.PHONY: test lint typecheck pytest demo bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "sessionlog needs Python >= 3.11 on PATH" >&2; exit 1; }
@@ -38,5 +38,19 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# The peer libraries live in a virtualenv of their own, so the project's never depends on them.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+
+$(PEERS_STAMP): pyproject.toml bench/peers/requirements.txt
+	@test -n "$(PYTHON)" || { echo "sessionlog needs Python >= 3.11 on PATH" >&2; exit 1; }
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt -e .
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m bench.peers $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(PEERS_VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis
