@@ -260,7 +260,7 @@ def _view(record: pj.BearerRecord, token: str | None = None) -> BearerSession:
         created_at=str(iso(record.created_at)),
         last_seen_at=str(iso(record.last_seen_at)),
         expires_at=str(iso(record.expires_at)),
-        attributes=json.loads(json.dumps(record.attributes)),
+        attributes=record.attributes,  # decoded from bytes for this call: nobody else holds it
         token=token,
     )
 
