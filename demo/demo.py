@@ -1,13 +1,19 @@
-"""The main job, on the embedded LMDB store under var/demo: the event log at work.
+"""The main job (`make demo`): a session's whole life on the embedded LMDB store under var/demo.
 
-Appends a conversation, starts a writer process and kills it with SIGKILL mid-flight, reopens the
-store, checks that every event the writer had acknowledged is there, and verifies the hash chain.
-Running it again reuses the store and shows the log growing.
+Seeds a session from the shipped sample transcript, continues it, forks it two ways, attaches live
+clients with a takeover, compacts a fork, kills a writer process with SIGKILL mid-flight and checks
+that every acknowledged append survived, verifies the hash chain, exports a sanitized bundle, and
+prints the ancestry tree and the store's figures with the command line's own renderers.
+
+Every run starts from an empty var/demo: what it prints (counts, the crash check) is about one run,
+and a clean start makes a second run print the same story.
 """
 
 from __future__ import annotations
 
-import os
+import asyncio
+import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,66 +23,138 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eventlog import ANY, EventLog  # noqa: E402
-from eventlog.events import Message, MessageInjected  # noqa: E402
+import replay  # noqa: E402
+from sessionlog import _render  # noqa: E402
+from sessionlog._commands import load_tree, stats_rows, store_figures  # noqa: E402
+from sessions import SessionStore, UnknownSessionError  # noqa: E402
 
-STORE = ROOT / "var" / "demo" / "log"
-WRITER = """
-import sys
-from eventlog import ANY, EventLog
-from eventlog.events import Message, MessageInjected
-with EventLog.open(sys.argv[1]) as log:
-    n = 0
-    while True:
-        n += 1
-        event = MessageInjected(message=Message(role="user", content=f"writer message {n}"))
-        [position] = log.append("demo-writer", [event], expected_version=ANY)
-        print(position, flush=True)
-"""
+VAR = ROOT / "var" / "demo"
+STORE = VAR / "sessions"
+SAMPLE = ROOT / "demo" / "sample_transcript.jsonl"
+WRITER = ROOT / "demo" / "crash_writer.py"
+SESSION = "release-1"
+CRASH_SESSION = "crash-test"
+# The writer is killed once it has acknowledged this many appends (or after the time limit):
+# enough that the kill lands in the middle of a stream of commits.
+CRASH_ACKS = 40
+CRASH_TIME_S = 10.0
 
 
-def main() -> None:
-    STORE.parent.mkdir(parents=True, exist_ok=True)
-    with EventLog.open(STORE) as log:
-        start = log.head
-        turns = [("user", "Hello!"), ("assistant", "Hi. What are we doing?"), ("user", "Audit.")]
-        for role, text in turns:
-            log.append(
-                "demo-chat",
-                [MessageInjected(message=Message(role=role, content=text))],
-                expected_version=ANY,
-            )
-        print(f"appended {len(turns)} messages to demo-chat; head {start} -> {log.head}")
+def say(step: str, text: str) -> None:
+    print(f"  {step:<9} {text}")
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(STORE)], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert writer.stdout is not None
-    acknowledged: list[int] = []
-    deadline = time.monotonic() + 0.5
-    while time.monotonic() < deadline:
-        line = writer.stdout.readline()
-        if not line:
-            break
-        acknowledged.append(int(line))
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
-    print(f"writer killed with SIGKILL after {len(acknowledged)} acknowledged durable appends")
 
-    with EventLog.open(STORE) as log:
-        missing = [p for p in acknowledged if p > log.head]
-        report = log.verify()
-        print(f"reopened: head {log.head}, acknowledged events missing: {len(missing)}")
-        print(
-            f"verify: ok={report.ok}, {report.events_checked} events, "
-            f"{report.streams_checked} streams, head hash {report.head_hash.hex()[:16]}"
-        )
-        last = log.read_stream("demo-chat", after=max(0, log.stream_version("demo-chat") - 1))
-        print(f"last demo-chat message: {last[0].data.message.content!r}")  # type: ignore[union-attr]
-        if missing or not report.ok:
-            sys.exit(1)
+def continue_session(store: SessionStore, session_id: str, question: str) -> str:
+    """THE ONE PLACE that continues the conversation; returns how it was done.
+
+    Through the delegation runtime (`sessions.runtime.Runtime` with its `MockProvider`) when it is
+    installed and will drive this session; otherwise a question and a canned assistant reply are
+    injected. The runtime drives only sessions it created itself (`Runtime.prompt` refuses a
+    seeded one with `UnknownSessionError`); once it can adopt a session, the first branch runs."""
+    try:
+        from sessions.runtime import MockProvider, Runtime
+    except ImportError:
+        how = "sessions.runtime is not installed"
+    else:
+
+        async def prompt() -> str:
+            async with Runtime(store, providers=[MockProvider()]) as runtime:
+                answer = await runtime.prompt(session_id, question)
+            return str(answer["text"])
+
+        try:
+            text = asyncio.run(prompt())
+        except UnknownSessionError:
+            how = "the runtime does not adopt seeded sessions yet"
+        else:
+            return f"runtime + mock provider: {_render.cut(text, 40)!r}"
+    store.inject(session_id, {"role": "user", "content": question})
+    store.inject(session_id, {"role": "assistant", "content": "Added both lines under 1.4.0."})
+    return f"+2 messages, reply injected ({how})"
+
+
+def crash_and_recover() -> tuple[int, int]:
+    """Run the writer, SIGKILL it mid-flight, reopen: (acknowledged appends, appends found)."""
+    with subprocess.Popen(
+        [sys.executable, str(WRITER), str(STORE), CRASH_SESSION],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        assert writer.stdout is not None
+        acknowledged = 0
+        deadline = time.monotonic() + CRASH_TIME_S
+        for line in writer.stdout:
+            if line.strip().isdigit():
+                acknowledged = int(line)
+            if acknowledged >= CRASH_ACKS or time.monotonic() > deadline:
+                break
+        writer.send_signal(signal.SIGKILL)  # mid-flight: it is still appending
+        writer.wait()
+        for line in writer.stdout:  # acknowledged before the kill, read after it
+            if line.endswith("\n") and line.strip().isdigit():
+                acknowledged = int(line)
+    with SessionStore.open(STORE) as store:
+        found = store.messages(CRASH_SESSION)
+    numbers = [int(m["content"].rsplit(" ", 1)[1]) for m in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise SystemExit(f"demo: the crash-test session holds {numbers}, expected 1..n in order")
+    return acknowledged, len(numbers)
+
+
+def main() -> int:
+    started = time.monotonic()
+    shutil.rmtree(VAR, ignore_errors=True)
+    print(f"sessionlog demo: embedded LMDB store at {STORE.relative_to(ROOT)}")
+    with SessionStore.open(STORE) as store:
+        seeded = replay.seed_from_jsonl(store, SAMPLE, rename_session=SESSION)
+        if not seeded.ok:
+            raise SystemExit(f"demo: seeding failed: {seeded.error}")
+        store.rename(SESSION, "Release 1.4 changelog")
+        say("seed", f"{SESSION}: {seeded.messages_loaded} messages from {SAMPLE.name}")
+        say("continue", continue_session(store, SESSION, "Good. Add them to the changelog."))
+
+        whole = store.fork(SESSION, "release-1-retry")
+        early = store.fork_at(SESSION, 4, "release-1-at-4")
+        say("fork", f"{whole}: all {store.length(whole)} messages, the prefix shared, not copied")
+        say("fork_at", f"{early}: the first {store.length(early)} messages")
+
+        store.attach(SESSION, "ui-1", {"mode": "observer"})
+        store.attach(SESSION, "agent-a", {"mode": "controller"})
+        store.takeover(SESSION, "agent-b", {"reason": "agent-a stalled"})
+        clients = store.snapshot(SESSION)["live_clients"]  # type: ignore[index]
+        say("live", f"{len(clients)} clients; observer ui-1, agent-a taken over by agent-b")
+
+        before = store.length(whole)
+        kept = store.compact(whole, keep_last=4, compact_strategy="truncate")
+        say("compact", f"{whole}: {before} -> {kept} messages; {SESSION} still has "
+            f"{store.length(SESSION)}")  # fmt: skip
+        store.open_session(CRASH_SESSION, title="crash test")
+
+    acknowledged, found = crash_and_recover()
+    lost = max(acknowledged - found, 0)
+    say("crash", f"writer SIGKILLed after {acknowledged} acknowledged appends; reopened: "
+        f"{found} present, {lost} lost")  # fmt: skip
+
+    with SessionStore.open(STORE) as store:
+        report = store.log.verify()
+        say("verify", f"{'ok' if report.ok else 'FAILED'}: {report.events_checked} events, "
+            f"{report.streams_checked} streams, head {report.head_hash.hex()[:16]}")  # fmt: skip
+        bundle = replay.export_bundle(store, SESSION, mode="sanitized")
+        out = VAR / f"{SESSION}.bundle.json"
+        out.write_text(json.dumps(bundle, indent=2, ensure_ascii=False) + "\n")
+        entries = len(bundle["redaction"]["entries"])
+        say("export", f"sanitized bundle -> {out.relative_to(ROOT)} ({entries} redactions)")
+        tree, _ = load_tree(store, SESSION)
+        figures = store_figures(store)
+        figures["sessions_active"] = len(store.list_sessions()["sessions"])
+    print("\nancestry:")
+    print("  " + _render.text_tree(tree, mark=SESSION).replace("\n", "\n  "))
+    print("\nstore:")
+    print("  " + _render.pairs(stats_rows(figures)).replace("\n", "\n  "))
+    ok = report.ok and lost == 0 and acknowledged > 0
+    print(f"\n{'done' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
