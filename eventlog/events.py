@@ -191,6 +191,8 @@ class PromptStarted(Event, tag="prompt_started", frozen=True):
     loop_id: str | None = None
     parent_loop_id: str | None = None
     parallel_group: str | None = None
+    warnings: list[dict[str, Any]] = []
+    """Input filters that passed the prompt with a warning: ``{"filter": name, "reason": ...}``."""
 
 
 class PromptCompleted(Event, tag="prompt_completed", frozen=True):

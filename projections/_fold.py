@@ -15,6 +15,7 @@ import msgspec
 
 from eventlog import Envelope, IntegrityError, LogView, Transaction
 from eventlog import events as ev
+from projections import _runtime as rt
 from projections import _state as st
 from projections._state import (
     ACTIVE,
@@ -154,6 +155,9 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
         state = load_state(tx, envelope.stream)
         if state is not None:
             _write_state_change(tx, state, updater(state, envelope))
+    follower = rt.FOLLOWERS.get(type(data))
+    if follower is not None:  # the runtime's status, loops and usage (`_runtime.py`)
+        follower(tx, envelope)
 
 
 def _touch(transcript: Transcript, envelope: Envelope) -> Transcript:
@@ -250,6 +254,10 @@ def _begin_incarnation(
     _save_state(tx, state)
     _save_transcript(tx, state.session_id, transcript)
     _count(tx, st.ACTIVE_COUNT_KEY, +1)
+    forked = state.parent_id is not None
+    rt.begin(
+        tx, state.session_id, state.metadata, state.parent_spawn_ref, first=first, forked=forked
+    )
 
 
 _OPENERS: dict[type, Callable[[Transaction, Envelope], None]] = {
@@ -547,5 +555,5 @@ _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
 _ONE_MESSAGE = frozenset(
     kind
     for kind in (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted)
-    if kind not in _TRANSCRIPT_CHANGES and kind not in _STATE_CHANGES
+    if kind not in _TRANSCRIPT_CHANGES and kind not in _STATE_CHANGES and kind not in rt.FOLLOWERS
 )

@@ -13,6 +13,7 @@ Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
   c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
   n/active                   number of sessions whose status is active (8)
   b/<handle>                 BearerRecord of a bearer session (see `projections/_tokens.py`)
+  rt/...                     the runtime's status, loops and usage (see `projections/_runtime.py`)
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from eventlog import StructCodec
 
 POSITION_KEY = b"P"
 LAYOUT_KEY = b"V"
-LAYOUT_VERSION = b"\x02"
-"""Version 2 packs a segment's message references into chunks (version 1: one key per message)."""
+LAYOUT_VERSION = b"\x03"
+"""Version 2 packs a segment's message references into chunks (version 1: one key per message);
+version 3 adds the runtime's status, loop and usage records (`_runtime.py`, keys under rt/)."""
 SEGMENT_COUNTER_KEY = b"#seg"
 ACTIVE_COUNT_KEY = b"n/active"
 STATE_PREFIX = b"h/"

@@ -1,0 +1,424 @@
+"""The runtime projection: each runtime session's status, its loop records and its token usage,
+folded from the prompt lifecycle events in the same transaction as their append.
+
+A session is a runtime session when the metadata it was opened with names a `provider` (what
+`sessions.runtime.Runtime.create` writes); other sessions get no records here. Like the session
+fold, every function is total and reads no clock: an event that does not fit the current state (a
+completion for a request that is not in flight) changes nothing, so a rebuild never fails half way.
+
+Key layout (beside the session projection's keys in `_state.py`):
+  rt/s/<sid>                  RuntimeState of the session's current incarnation
+  rt/l/<sid>\\0<position:8>    LoopRecord of the prompt started at that log position
+  rt/i/<sid>\\0<loop_id>       that position (8), by loop id
+  rt/o/<sid>                  present while the runtime session is open (what `reap` scans)
+  rt/b/<sid>                  present while a prompt is in flight (what crash recovery scans)
+  rt/n                        number of open runtime sessions (8)
+  rt/u                        Usage summed over every loop of the store
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from eventlog import Envelope, LogView, StructCodec, Transaction, limits
+from eventlog import events as ev
+
+ACTIVE = "active"
+BUSY = "busy"
+IDLE = "idle"
+FAILED = "failed"
+
+RUNNING = "running"
+COMPLETED = "completed"
+CANCELLED = "cancelled"
+
+_STATE = b"rt/s/"
+_LOOP = b"rt/l/"
+_LOOP_ID = b"rt/i/"
+_OPEN = b"rt/o/"
+_BUSY = b"rt/b/"
+_OPEN_COUNT = b"rt/n"
+_USAGE = b"rt/u"
+
+
+class LoopUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """Token counts of one loop, or summed over loops."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: LoopUsage) -> LoopUsage:
+        return LoopUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+def loop_usage(usage: ev.Usage) -> LoopUsage:
+    """A provider's usage as a loop records it. The total is the provider's own `total_tokens`
+    when it reports one (in `extra`), else input plus output."""
+    reported = usage.extra.get("total_tokens")
+    total = reported if isinstance(reported, int) and not isinstance(reported, bool) else None
+    return LoopUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        total_tokens=usage.input_tokens + usage.output_tokens if total is None else total,
+    )
+
+
+class LoopRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """One prompt's agent loop: its place in the loop tree, the settings it ran with, its usage."""
+
+    loop_id: str
+    session_id: str
+    request_id: str
+    position: int
+    """Log position of its `prompt_started`: loops of a session sort by it."""
+    started_at: datetime
+    status: str = RUNNING
+    parent_loop_id: str | None = None
+    parallel_group: str | None = None
+    provider: str | None = None
+    config: dict[str, Any] = {}
+    """The merged runtime parameters the provider was called with (model, temperature, ...)."""
+    warnings: list[dict[str, Any]] = []
+    finished_at: datetime | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    usage: LoopUsage = LoopUsage()
+    child_loop_refs: list[dict[str, Any]] = []
+    """Sessions spawned from this loop: ``{"session_id", "tool_call_id"}`` each."""
+
+
+class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """The runtime's view of one incarnation of a session."""
+
+    session_id: str
+    provider: str
+    status: str = ACTIVE
+    open: bool = True
+    request_id: str | None = None
+    loop_position: int = 0
+    last_loop_id: str | None = None
+    last_loop_started_at: datetime | None = None
+    loops: int = 0
+    rejected: int = 0
+    usage: LoopUsage = LoopUsage()
+    close_reason: str | None = None
+
+
+STATE_CODEC = StructCodec(RuntimeState, "runtime state")
+LOOP_CODEC = StructCodec(LoopRecord, "loop record")
+USAGE_CODEC = StructCodec(LoopUsage, "usage totals")
+
+
+def _state_key(session_id: str) -> bytes:
+    return _STATE + session_id.encode()
+
+
+def _loop_prefix(session_id: str) -> bytes:
+    return _LOOP + session_id.encode() + b"\x00"
+
+
+def _loop_key(session_id: str, position: int) -> bytes:
+    return _loop_prefix(session_id) + position.to_bytes(8, "big")
+
+
+def _loop_id_prefix(session_id: str) -> bytes:
+    return _LOOP_ID + session_id.encode() + b"\x00"
+
+
+def _loop_id_key(session_id: str, loop_id: str) -> bytes | None:
+    key = _loop_id_prefix(session_id) + loop_id.encode()
+    return key if len(key) <= limits.kv_key_bytes_max else None  # unindexable: skipped, not fatal
+
+
+# Reading
+
+
+def load_runtime(view: LogView, session_id: str) -> RuntimeState | None:
+    data = view.kv_get(_state_key(session_id))
+    return None if data is None else STATE_CODEC.decode(data)
+
+
+def load_loops(view: LogView, session_id: str) -> list[LoopRecord]:
+    """Every loop of the session's current incarnation, oldest first."""
+    return [LOOP_CODEC.decode(value) for _, value in view.kv_scan(_loop_prefix(session_id))]
+
+
+def load_loop(view: LogView, session_id: str, loop_id: str) -> LoopRecord | None:
+    key = _loop_id_key(session_id, loop_id)
+    position = None if key is None else view.kv_get(key)
+    if position is None:
+        return None
+    data = view.kv_get(_loop_key(session_id, int.from_bytes(position, "big")))
+    return None if data is None else LOOP_CODEC.decode(data)
+
+
+def _ids_under(view: LogView, prefix: bytes) -> Iterator[str]:
+    after: bytes | None = None
+    while True:
+        page = view.kv_scan(prefix, start=after, limit=limits.list_page_sessions_max)
+        for key, _ in page:
+            yield key[len(prefix) :].decode()
+        if len(page) < limits.list_page_sessions_max:
+            return
+        after = page[-1][0] + b"\x00"
+
+
+def open_runtime_ids(view: LogView) -> Iterator[str]:
+    """Ids of the open runtime sessions, in id order."""
+    return _ids_under(view, _OPEN)
+
+
+def busy_ids(view: LogView) -> Iterator[str]:
+    """Ids of the runtime sessions with a prompt in flight, in id order."""
+    return _ids_under(view, _BUSY)
+
+
+def open_runtime_count(view: LogView) -> int:
+    value = view.kv_get(_OPEN_COUNT)
+    return int.from_bytes(value, "big") if value else 0
+
+
+def total_usage(view: LogView) -> LoopUsage:
+    """Usage summed over every loop ever recorded in this store (closed sessions included)."""
+    data = view.kv_get(_USAGE)
+    return LoopUsage() if data is None else USAGE_CODEC.decode(data)
+
+
+# Folding
+
+
+def _put_state(tx: Transaction, state: RuntimeState) -> None:
+    tx.kv_put(_state_key(state.session_id), STATE_CODEC.encode(state))
+
+
+def _put_loop(tx: Transaction, loop: LoopRecord) -> None:
+    tx.kv_put(_loop_key(loop.session_id, loop.position), LOOP_CODEC.encode(loop))
+
+
+def _load_loop_at(tx: Transaction, session_id: str, position: int) -> LoopRecord | None:
+    data = tx.kv_get(_loop_key(session_id, position))
+    return None if data is None else LOOP_CODEC.decode(data)
+
+
+def _add_open(tx: Transaction, delta: int) -> None:
+    value = open_runtime_count(tx) + delta
+    tx.kv_put(_OPEN_COUNT, max(value, 0).to_bytes(8, "big"))
+
+
+def begin(
+    tx: Transaction,
+    session_id: str,
+    metadata: dict[str, Any],
+    parent_spawn_ref: dict[str, Any] | None,
+    *,
+    first: bool,
+    forked: bool,
+) -> None:
+    """A new incarnation of `session_id` began (opened or forked): drop what the runtime kept of
+    the previous one, and start a record if this one is a runtime session."""
+    if not first:
+        _forget(tx, session_id)
+    provider = metadata.get("provider")
+    if not isinstance(provider, str):
+        return
+    _put_state(tx, RuntimeState(session_id=session_id, provider=provider))
+    tx.kv_put(_OPEN + session_id.encode(), b"")
+    _add_open(tx, +1)
+    if parent_spawn_ref is not None and not forked:
+        _link_child(tx, session_id, parent_spawn_ref)
+
+
+def _forget(tx: Transaction, session_id: str) -> None:
+    previous = load_runtime(tx, session_id)
+    if previous is None:
+        return
+    if previous.open:  # the engine never reopens an open session; a fold must still be total
+        _add_open(tx, -1)
+    for prefix in (_loop_prefix(session_id), _loop_id_prefix(session_id)):
+        for key, _ in tx.kv_scan(prefix):
+            tx.kv_delete(key)
+    for key in (_state_key(session_id), _OPEN + session_id.encode(), _BUSY + session_id.encode()):
+        tx.kv_delete(key)
+
+
+def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
+    """The parent loop a sub-agent session was spawned from lists the child."""
+    parent_id, loop_id = ref.get("session_id"), ref.get("loop_id")
+    if not isinstance(parent_id, str) or not isinstance(loop_id, str):
+        return
+    key = _loop_id_key(parent_id, loop_id)
+    position = None if key is None else tx.kv_get(key)
+    if position is None:
+        return
+    loop = _load_loop_at(tx, parent_id, int.from_bytes(position, "big"))
+    if loop is None:
+        return
+    child = {"session_id": child_id, "tool_call_id": ref.get("tool_call_id")}
+    _put_loop(tx, msgspec.structs.replace(loop, child_loop_refs=[*loop.child_loop_refs, child]))
+
+
+def _started(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.PromptStarted)
+    state = load_runtime(tx, envelope.stream)
+    if state is None or not state.open:
+        return
+    if state.status == BUSY:  # never written by the runtime: the older prompt lost its place
+        _finish(
+            tx, state, FAILED, envelope, error="superseded by another prompt", kind="superseded"
+        )
+        state = load_runtime(tx, envelope.stream)
+        assert state is not None
+    loop_id = data.loop_id or data.request_id
+    loop = LoopRecord(
+        loop_id=loop_id,
+        session_id=envelope.stream,
+        request_id=data.request_id,
+        position=envelope.position,
+        started_at=envelope.recorded_at,
+        parent_loop_id=data.parent_loop_id,
+        parallel_group=data.parallel_group,
+        provider=data.provider,
+        config=data.params,
+        warnings=data.warnings,
+    )
+    _put_loop(tx, loop)
+    key = _loop_id_key(envelope.stream, loop_id)
+    if key is not None:
+        tx.kv_put(key, envelope.position.to_bytes(8, "big"))
+    tx.kv_put(_BUSY + envelope.stream.encode(), b"")
+    _put_state(
+        tx,
+        msgspec.structs.replace(
+            state,
+            status=BUSY,
+            request_id=data.request_id,
+            loop_position=envelope.position,
+            last_loop_id=loop_id,
+            last_loop_started_at=envelope.recorded_at,
+            loops=state.loops + 1,
+        ),
+    )
+
+
+def _finish(
+    tx: Transaction,
+    state: RuntimeState,
+    outcome: str,
+    envelope: Envelope,
+    *,
+    usage: LoopUsage | None = None,
+    stop_reason: str | None = None,
+    error: str | None = None,
+    kind: str | None = None,
+) -> None:
+    """Close the loop in flight with `outcome`; the session goes idle, or failed."""
+    loop = _load_loop_at(tx, state.session_id, state.loop_position)
+    if loop is not None:
+        _put_loop(
+            tx,
+            msgspec.structs.replace(
+                loop,
+                status=outcome,
+                finished_at=envelope.recorded_at,
+                usage=usage or loop.usage,
+                stop_reason=stop_reason,
+                error=error,
+                error_kind=kind,
+            ),
+        )
+    if usage is not None:
+        tx.kv_put(_USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
+    tx.kv_delete(_BUSY + state.session_id.encode())
+    _put_state(
+        tx,
+        msgspec.structs.replace(
+            state,
+            status=FAILED if outcome == FAILED else IDLE,
+            request_id=None,
+            loop_position=0,
+            usage=state.usage + usage if usage is not None else state.usage,
+        ),
+    )
+
+
+def _in_flight(tx: Transaction, envelope: Envelope, request_id: str) -> RuntimeState | None:
+    state = load_runtime(tx, envelope.stream)
+    if state is None or state.status != BUSY or state.request_id != request_id:
+        return None
+    return state
+
+
+def _completed(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.PromptCompleted)
+    state = _in_flight(tx, envelope, data.request_id)
+    if state is not None:
+        usage = loop_usage(data.usage)
+        _finish(tx, state, COMPLETED, envelope, usage=usage, stop_reason=data.stop_reason)
+
+
+def _failed(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.PromptFailed)
+    state = _in_flight(tx, envelope, data.request_id)
+    if state is not None:
+        _finish(tx, state, FAILED, envelope, error=data.error, kind=data.kind)
+
+
+def _cancelled(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.PromptCancelled)
+    state = _in_flight(tx, envelope, data.request_id)
+    if state is not None:
+        _finish(tx, state, CANCELLED, envelope, stop_reason="cancelled", error=data.reason)
+
+
+def _rejected(tx: Transaction, envelope: Envelope) -> None:
+    state = load_runtime(tx, envelope.stream)
+    if state is not None and state.open:
+        _put_state(tx, msgspec.structs.replace(state, rejected=state.rejected + 1))
+
+
+def _ended(tx: Transaction, envelope: Envelope) -> None:
+    """Closed or deleted: the session leaves the open and busy indexes; its loops stay readable."""
+    state = load_runtime(tx, envelope.stream)
+    if state is None or not state.open:
+        return
+    data = envelope.data
+    reason = data.reason if isinstance(data, (ev.AgentSessionClosed, ev.SessionDeleted)) else None
+    tx.kv_delete(_OPEN + envelope.stream.encode())
+    tx.kv_delete(_BUSY + envelope.stream.encode())
+    _add_open(tx, -1)
+    _put_state(tx, msgspec.structs.replace(state, open=False, close_reason=reason))
+
+
+FOLLOWERS: dict[type, Callable[[Transaction, Envelope], None]] = {
+    ev.PromptStarted: _started,
+    ev.PromptCompleted: _completed,
+    ev.PromptFailed: _failed,
+    ev.PromptCancelled: _cancelled,
+    ev.InputRejected: _rejected,
+    ev.AgentSessionClosed: _ended,
+    ev.SessionDeleted: _ended,
+}
+"""What the session fold hands on to this module after its own work, by event type."""

@@ -1,0 +1,105 @@
+"""Argument checks of the runtime's verbs, and the provider's answer as the events record it.
+
+Every check raises `InvalidArgumentError` (or `ConfigurationError`) naming the verb, the argument,
+what was expected and what came. Nothing here touches storage or awaits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import projections as pj
+from eventlog import InvalidArgumentError, LimitExceededError, LogView, to_builtins
+from eventlog import events as ev
+from eventlog.errors import ConfigurationError
+from sessions._checks import check_dict
+from sessions._ids import uuid7
+from sessions._messages import to_message
+from sessions.runtime import _limits
+from sessions.runtime._providers import Completion
+
+Hook = Callable[..., object]
+
+
+def check_id(value: object, name: str, where: str) -> str:
+    if value is None:
+        return uuid7()
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise InvalidArgumentError(f"{where}: `{name}` must be a non-empty str, got {value!r}")
+    if len(value) > _limits.request_id_chars_max:
+        raise LimitExceededError(
+            f"{where}: `{name}`", "request_id_chars_max", _limits.request_id_chars_max, len(value)
+        )
+    return value
+
+
+def check_prompt(prompt: object, where: str) -> str:
+    if not isinstance(prompt, str) or not prompt:
+        raise InvalidArgumentError(f"{where}: `prompt` must be a non-empty str, got {prompt!r:.80}")
+    if len(prompt) > _limits.prompt_chars_max:
+        raise LimitExceededError(
+            f"{where}: prompt", "prompt_chars_max", _limits.prompt_chars_max, len(prompt)
+        )
+    return prompt
+
+
+def check_seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(f"Runtime: `{name}` must be a number of seconds > 0: {value!r}")
+    return float(value)
+
+
+def check_hook(hook: object, name: str) -> Hook | None:
+    if hook is not None and not callable(hook):
+        raise ConfigurationError(f"Runtime: `{name}` must be callable, got {type(hook).__name__}")
+    return hook
+
+
+def check_now(now: object, where: str) -> datetime:
+    if now is None:
+        return datetime.now(UTC)
+    if not isinstance(now, datetime) or now.tzinfo is None:
+        raise InvalidArgumentError(f"{where}: `now` must be a timezone-aware datetime, got {now!r}")
+    return now
+
+
+def check_spawn_ref(ref: object) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    data = check_dict(ref, "parent_spawn_ref", "create", optional=False)
+    if not isinstance(data.get("session_id"), str):
+        raise InvalidArgumentError(
+            f"create: `parent_spawn_ref` needs the parent's `session_id` (a str), got {ref!r:.120}"
+        )
+    for name in ("loop_id", "tool_call_id"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise InvalidArgumentError(f"create: `parent_spawn_ref.{name}` must be a str or None")
+    return data
+
+
+def reply_of(completion: object, where: str) -> tuple[ev.Message, ev.Usage, str]:
+    """The provider's answer as the assistant message to record, its usage and stop reason."""
+    if not isinstance(completion, Completion):
+        raise InvalidArgumentError(
+            f"{where}: the provider returned {type(completion).__name__}, not a Completion"
+        )
+    if not isinstance(completion.text, str) or not isinstance(completion.stop_reason, str):
+        raise InvalidArgumentError(f"{where}: a Completion needs str `text` and `stop_reason`")
+    usage = {k: v for k, v in dict(completion.usage).items() if v is not None}
+    for name, count in usage.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidArgumentError(f"{where}: usage `{name}` must be an int >= 0: {count!r}")
+    fields: dict[str, Any] = {"role": "assistant", "content": completion.text, "usage": usage}
+    if completion.tool_calls:
+        fields["tool_calls"] = [dict(call) for call in completion.tool_calls]
+    if completion.model is not None:
+        fields["model"] = completion.model
+    message = to_message(fields, where=where)
+    return message, message.usage or ev.Usage(), completion.stop_reason
+
+
+def session_metadata(view: LogView, session_id: str) -> dict[str, Any]:
+    state = pj.load_state(view, session_id)
+    return {} if state is None else dict(to_builtins(state.metadata))

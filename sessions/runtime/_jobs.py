@@ -1,0 +1,224 @@
+"""The runtime's store work: plain synchronous functions, each one decision and its events.
+
+Each runs inside a write transaction on the runtime's writer thread (`_writer.py`) and follows the
+engine's rule: read the projection, decide, raise before appending anything, then append. The
+check that a session is not busy and the append of `prompt_started` happen in one transaction
+against the stream version just read, so of two prompts racing for one session exactly one starts.
+Nothing here awaits, calls a provider or reads the clock for a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import projections as pj
+from eventlog import LogView, SessionExistsError, Transaction, UnknownSessionError
+from eventlog import events as ev
+from eventlog.errors import SessionBusyError, SessionFailedError
+from projections import _runtime as rt
+from sessions._checks import iso
+from sessions._messages import to_dicts
+from sessions._store import SessionStore
+from sessions.runtime._params import merge_params
+from sessions.runtime._recorder import usage_dict
+
+INTERRUPTED = "interrupted"
+"""`prompt_failed.kind` of a prompt that was in flight when its process stopped."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """A prompt that is now in flight: what the provider is to be called with."""
+
+    request_id: str
+    loop_id: str
+    provider: str
+    params: dict[str, Any]
+    messages: list[dict[str, Any]]
+    first: bool
+
+
+def info(view: LogView, session_id: str, verb: str) -> dict[str, Any]:
+    """The status record of an open runtime session; raises `UnknownSessionError` otherwise."""
+    state = pj.load_state(view, session_id)
+    runtime = rt.load_runtime(view, session_id)
+    if state is None or state.status != pj.ACTIVE or runtime is None or not runtime.open:
+        raise UnknownSessionError(session_id, verb)
+    transcript = pj.load_transcript(view, session_id) or pj.Transcript()
+    return {
+        "session_id": session_id,
+        "agent_id": state.agent_id,
+        "status": runtime.status,
+        "created_at": iso(state.created_at),
+        "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
+        "provider": runtime.provider,
+        "scope": state.scope,
+        "request_id": runtime.request_id,
+        "loops": runtime.loops,
+        "usage": usage_dict(runtime.usage),
+    }
+
+
+def open_session(
+    store: SessionStore,
+    session_id: str | None,
+    agent_id: str,
+    provider: str,
+    params: dict[str, Any],
+    metadata: dict[str, Any],
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    with store.log.transaction(join=True) as tx:
+        if session_id is not None and store.exists(session_id):
+            raise SessionExistsError(f"create: session `{session_id}` already exists")
+        recorded = {**metadata, "provider": provider, "runtime_params": params}
+        sid = store.open_session(session_id, agent_id=agent_id, metadata=recorded, **options)
+        return info(tx, sid, "create")
+
+
+def _session(
+    tx: Transaction, session_id: str, verb: str
+) -> tuple[pj.SessionState, rt.RuntimeState]:
+    state = pj.load_state(tx, session_id)
+    runtime = rt.load_runtime(tx, session_id)
+    if state is None or state.status != pj.ACTIVE or runtime is None or not runtime.open:
+        raise UnknownSessionError(session_id, verb)
+    return state, runtime
+
+
+def start_prompt(
+    store: SessionStore,
+    session_id: str,
+    request_id: str,
+    prompt: ev.Message,
+    defaults: Callable[[str], Mapping[str, Any]],
+    params: dict[str, Any],
+    loop: tuple[str, str | None, str | None],
+    warnings: list[dict[str, Any]],
+) -> Started:
+    """Refuse a busy or failed session, else append `prompt_started` with the merged parameters
+    and return the transcript the provider is to see."""
+    loop_id, parent_loop_id, parallel_group = loop
+    with store.log.transaction(join=True) as tx:
+        state, runtime = _session(tx, session_id, "prompt")
+        if runtime.status == rt.BUSY:
+            raise SessionBusyError(session_id, runtime.request_id)
+        if runtime.status == rt.FAILED:
+            raise SessionFailedError(
+                f"prompt: session `{session_id}` has failed; close it and create another"
+            )
+        session_params = state.metadata.get("runtime_params")
+        merged = merge_params(
+            defaults(runtime.provider),
+            session_params if isinstance(session_params, dict) else {},
+            params,
+        )
+        if parent_loop_id is None:
+            parent_loop_id = runtime.last_loop_id or _spawning_loop(state)
+        started = ev.PromptStarted(
+            request_id=request_id,
+            prompt=prompt,
+            provider=runtime.provider,
+            params=merged,
+            loop_id=loop_id,
+            parent_loop_id=parent_loop_id,
+            parallel_group=parallel_group,
+            warnings=warnings,
+        )
+        tx.append(session_id, [started], expected_version=tx.stream_version(session_id))
+        transcript = pj.load_transcript(tx, session_id) or pj.Transcript()
+        messages = to_dicts(pj.read_messages(tx, transcript))
+        return Started(
+            request_id=request_id,
+            loop_id=loop_id,
+            provider=runtime.provider,
+            params=merged,
+            messages=messages,
+            first=runtime.loops == 0,
+        )
+
+
+def _spawning_loop(state: pj.SessionState) -> str | None:
+    """A sub-agent's first loop continues the parent's loop that spawned it."""
+    ref = state.parent_spawn_ref or {}
+    loop_id = ref.get("loop_id")
+    return loop_id if isinstance(loop_id, str) else None
+
+
+def finish_prompt(store: SessionStore, session_id: str, request_id: str, event: ev.Event) -> bool:
+    """Append the outcome of a prompt if it is still the one in flight; False if it is not (the
+    session was closed, or recovery already marked it failed)."""
+    with store.log.transaction(join=True) as tx:
+        runtime = rt.load_runtime(tx, session_id)
+        if runtime is None or runtime.status != rt.BUSY or runtime.request_id != request_id:
+            return False
+        tx.append(session_id, [event], expected_version=tx.stream_version(session_id))
+        return True
+
+
+def reject_input(
+    store: SessionStore, session_id: str, request_id: str, filter_name: str, reason: str
+) -> None:
+    with store.log.transaction(join=True) as tx:
+        _session(tx, session_id, "prompt")
+        rejected = ev.InputRejected(filter=filter_name, reason=reason, request_id=request_id)
+        tx.append(session_id, [rejected], expected_version=tx.stream_version(session_id))
+
+
+def close_session(store: SessionStore, session_id: str, reason: str, verb: str) -> dict[str, Any]:
+    """Close an open runtime session (cancelling a prompt still recorded in flight); returns its
+    last status record."""
+    with store.log.transaction(join=True) as tx:
+        last = info(tx, session_id, verb)
+        events: list[ev.Event] = []
+        if last["request_id"] is not None:
+            events.append(ev.PromptCancelled(request_id=last["request_id"], reason=reason))
+        events.append(
+            ev.AgentSessionClosed(
+                reason=reason, status={"reason": reason, "status": last["status"]}
+            )
+        )
+        tx.append(session_id, events, expected_version=tx.stream_version(session_id))
+        return last
+
+
+def recover(store: SessionStore) -> list[str]:
+    """Mark every prompt still recorded in flight as failed (`interrupted`): at start-up nothing
+    can be running it. Returns the sessions it touched."""
+    touched: list[str] = []
+    with store.log.transaction(join=True) as tx:
+        for session_id in list(rt.busy_ids(tx)):
+            runtime = rt.load_runtime(tx, session_id)
+            if runtime is None or runtime.request_id is None:
+                continue
+            failed = ev.PromptFailed(
+                request_id=runtime.request_id,
+                error="the process running this prompt stopped before the provider answered",
+                kind=INTERRUPTED,
+            )
+            tx.append(session_id, [failed], expected_version=tx.stream_version(session_id))
+            touched.append(session_id)
+    return touched
+
+
+def expired(
+    view: LogView, now: datetime, ttl_s: float, idle_s: float
+) -> list[tuple[str, str, str | None]]:
+    """Open runtime sessions past their lifetime (``expired``) or idle too long (``idle``), as
+    ``(session_id, reason, request_id in flight)``. A busy session is never idle."""
+    found: list[tuple[str, str, str | None]] = []
+    for session_id in rt.open_runtime_ids(view):
+        state = pj.load_state(view, session_id)
+        runtime = rt.load_runtime(view, session_id)
+        if state is None or runtime is None:
+            continue
+        transcript = pj.load_transcript(view, session_id) or pj.Transcript()
+        last = transcript.last_activity_at or state.last_activity_at
+        if (now - state.created_at).total_seconds() >= ttl_s:
+            found.append((session_id, "expired", runtime.request_id))
+        elif runtime.status != rt.BUSY and (now - last).total_seconds() >= idle_s:
+            found.append((session_id, "idle", None))
+    return found

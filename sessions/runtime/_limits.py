@@ -1,0 +1,47 @@
+"""Every bound the delegation runtime enforces, each with the reason it exists.
+
+The engine's own bounds (session ids, event bytes, transcript length) live in `eventlog.limits`;
+these are the runtime's additions. A value past one raises `LimitExceededError` naming it.
+"""
+
+from typing import Final
+
+prompt_chars_max: Final = 1_000_000
+"""One prompt's text. Far above any model's context; it keeps one prompt event well under the
+log's `event_bytes_max` even when every character takes four UTF-8 bytes."""
+
+request_id_chars_max: Final = 128
+"""A request or loop id supplied by the caller. Ids are part of projection keys (under 480 bytes
+with the session id) and of every lifecycle event of the prompt; UUIDv7 needs 36."""
+
+model_chars_max: Final = 256
+"""A model identifier. Real ones are under 100 characters."""
+
+system_prompt_chars_max: Final = 256 * 1024
+"""A system prompt in runtime parameters. It travels with every loop record's settings snapshot."""
+
+stop_sequences_max: Final = 16
+"""Stop sequences in one parameter set. Providers accept four to sixteen."""
+
+stop_sequence_chars_max: Final = 1_000
+"""One stop sequence."""
+
+provider_specific_bytes_max: Final = 16 * 1024
+"""Provider-native parameters, encoded. They are recorded with every loop; bulk data does not
+belong in generation settings."""
+
+input_filters_max: Final = 64
+"""Input filters on one runtime. Each runs before every provider call."""
+
+writer_batch_jobs_max: Final = 256
+"""Store jobs the writer thread commits together. One durable commit acknowledges all of them; the
+bound keeps one commit's latency, and what one failed commit takes down, small."""
+
+ttl_s_default: Final = 3_600.0
+"""A session's lifetime before `reap` closes it as expired, as seed 002 sets it: one hour."""
+
+idle_s_default: Final = 600.0
+"""Idle time before `reap` closes a session, as seed 002 sets it: ten minutes."""
+
+shutdown_wait_s: Final = 30.0
+"""How long stopping the runtime waits for its writer thread to finish the jobs already queued."""

@@ -1,0 +1,135 @@
+"""The loop recorder's read side (seed 003): a session's header and its loop records, and the
+queries over its loop tree.
+
+A `SessionRecord` is a snapshot read from the runtime projection in one read transaction; its
+queries are pure functions of that snapshot. It never writes, and it holds no store handle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import projections as pj
+from eventlog import LogView, to_builtins
+from projections import _runtime as rt
+from sessions._checks import iso
+
+
+def loop_dict(loop: rt.LoopRecord) -> dict[str, Any]:
+    """A loop record as plain data."""
+    return {
+        "loop_id": loop.loop_id,
+        "session_id": loop.session_id,
+        "request_id": loop.request_id,
+        "parent_loop_id": loop.parent_loop_id,
+        "parallel_group": loop.parallel_group,
+        "provider": loop.provider,
+        "config": to_builtins(loop.config),
+        "warnings": to_builtins(loop.warnings),
+        "status": loop.status,
+        "started_at": iso(loop.started_at),
+        "finished_at": iso(loop.finished_at),
+        "stop_reason": loop.stop_reason,
+        "error": loop.error,
+        "error_kind": loop.error_kind,
+        "usage": usage_dict(loop.usage),
+        "child_loop_refs": to_builtins(loop.child_loop_refs),
+    }
+
+
+def usage_dict(usage: rt.LoopUsage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One session as the recorder sees it: header fields and every loop, oldest first."""
+
+    session_id: str
+    agent_id: str | None
+    status: str
+    open: bool
+    formation: dict[str, Any]
+    scope: str
+    created_at: str | None
+    last_active_at: str | None
+    """When the last loop started (seed 003), or the creation time before any loop."""
+    parent_spawn_ref: dict[str, Any] | None
+    provider: str
+    rejected_inputs: int
+    loops: list[dict[str, Any]] = field(default_factory=list)
+
+    def get_loop(self, loop_id: str) -> dict[str, Any] | None:
+        return next((loop for loop in self.loops if loop["loop_id"] == loop_id), None)
+
+    def total_usage(self) -> dict[str, int]:
+        """Every usage field summed over all loops."""
+        total = dict.fromkeys(usage_dict(rt.LoopUsage()), 0)
+        for loop in self.loops:
+            for name, count in loop["usage"].items():
+                total[name] += count
+        return total
+
+    def root_loops(self) -> list[dict[str, Any]]:
+        """Loops without a parent in this session (none at all, or one in another session)."""
+        ours = {loop["loop_id"] for loop in self.loops}
+        return [loop for loop in self.loops if loop["parent_loop_id"] not in ours]
+
+    def children_of(self, loop_id: str) -> list[dict[str, Any]]:
+        return [loop for loop in self.loops if loop["parent_loop_id"] == loop_id]
+
+    def parallel_siblings(self, loop_id: str) -> list[dict[str, Any]]:
+        """Every loop of `loop_id`'s parallel group (itself included); [] when it has none."""
+        found = self.get_loop(loop_id)
+        if found is None or found["parallel_group"] is None:
+            return []
+        group, parent = found["parallel_group"], found["parent_loop_id"]
+        return [
+            loop
+            for loop in self.loops
+            if loop["parallel_group"] == group and loop["parent_loop_id"] == parent
+        ]
+
+    def loop_chain_to(self, loop_id: str) -> list[str]:
+        """Loop ids from the root to `loop_id` along parent links, root first; [] if unknown.
+        Only the selected path is kept: siblings and other branches are not on it."""
+        by_id = {loop["loop_id"]: loop for loop in self.loops}
+        chain: list[str] = []
+        current = by_id.get(loop_id)
+        while current is not None and current["loop_id"] not in chain:
+            chain.append(current["loop_id"])
+            current = by_id.get(current["parent_loop_id"])
+        chain.reverse()
+        return chain
+
+
+def read_record(view: LogView, session_id: str) -> SessionRecord | None:
+    """The record of `session_id`'s current incarnation, open or closed; None if the runtime never
+    knew it."""
+    runtime = rt.load_runtime(view, session_id)
+    state = pj.load_state(view, session_id)
+    if runtime is None or state is None:
+        return None
+    loops = [loop_dict(loop) for loop in rt.load_loops(view, session_id)]
+    return SessionRecord(
+        session_id=session_id,
+        agent_id=state.agent_id,
+        status=runtime.status if runtime.open else "closed",
+        open=runtime.open,
+        formation=to_builtins(state.formation),
+        scope=state.scope,
+        created_at=iso(state.created_at),
+        last_active_at=iso(runtime.last_loop_started_at or state.created_at),
+        parent_spawn_ref=to_builtins(state.parent_spawn_ref),
+        provider=runtime.provider,
+        rejected_inputs=runtime.rejected,
+        loops=loops,
+    )

@@ -1,0 +1,549 @@
+"""The delegation runtime: asyncio verbs to create, prompt, cancel, close and expire sessions.
+
+Every state change is an event appended through a `Writer` (one thread per store, group commit);
+status, loops and usage are the runtime projection (`projections/_runtime.py`). Reads run in
+worker threads. Nothing here runs store work on the event loop, and a call returns only after the
+events it wrote are durable. Ephemeral sessions live in an in-memory store beside the durable one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
+
+from eventlog import CapacityError, InvalidArgumentError, UnknownSessionError, check_encodable
+from eventlog import events as ev
+from eventlog.errors import (
+    InputRejectedError,
+    PromptCancelledError,
+    ProviderError,
+    SessionBusyError,
+)
+from projections import _runtime as rt
+from sessions._checks import check_dict, iso
+from sessions._ids import check_session_id
+from sessions._store import SessionStore
+from sessions.runtime import _filters, _jobs, _limits
+from sessions.runtime._args import (
+    Hook,
+    check_hook,
+    check_id,
+    check_now,
+    check_prompt,
+    check_seconds,
+    check_spawn_ref,
+    reply_of,
+    session_metadata,
+)
+from sessions.runtime._params import check_params
+from sessions.runtime._providers import Completion, MockProvider, Provider, ProviderRegistry
+from sessions.runtime._recorder import SessionRecord, read_record, usage_dict
+from sessions.runtime._writer import Writer
+
+T = TypeVar("T")
+logger = logging.getLogger("sessionlog.runtime")
+
+
+@dataclass
+class _Flight:
+    """A prompt this process is running: what `cancel` and `close` reach for."""
+
+    request_id: str
+    task: asyncio.Future[Completion] | None = None
+    cancel_reason: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cancel(self, reason: str) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+
+async def _outcome(future: asyncio.Future[T]) -> tuple[T, bool]:
+    """A queued job's result, waited for through cancellation: once queued, the job commits or
+    fails regardless, and the caller must know which before it gives up. Returns the result and
+    whether the caller was cancelled meanwhile."""
+    interrupted = False
+    while True:
+        try:
+            return await asyncio.shield(future), interrupted
+        except asyncio.CancelledError:
+            interrupted = True
+        except Exception:
+            if interrupted:  # nothing was written; the cancellation is what the caller asked for
+                raise asyncio.CancelledError from None
+            raise
+
+
+async def _call_hook(hook: Hook | None, name: str, *args: object) -> None:
+    """Run a user hook; like the engine's subscribers, its failure is logged and never changes
+    the outcome of the verb that fired it."""
+    if hook is None:
+        return
+    try:
+        result = hook(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:  # a hook's bug must not undo a committed verb
+        logger.exception("runtime hook %s failed", name)
+
+
+class Runtime:
+    """Drives sessions of a `SessionStore` through providers, from one asyncio event loop.
+
+    Use it as ``async with Runtime(store) as runtime:``; starting it marks prompts that were in
+    flight when a previous process stopped as failed (``interrupted``). One runtime per store.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        providers: ProviderRegistry | Iterable[Provider] | None = None,
+        default_provider: str = "mock",
+        ttl_s: float = _limits.ttl_s_default,
+        idle_s: float = _limits.idle_s_default,
+        max_sessions: int | None = None,
+        on_session_close: Hook | None = None,
+        input_filters: Iterable[_filters.InputFilter] = (),
+        before_task: Hook | None = None,
+        after_task: Hook | None = None,
+        ephemeral_store: SessionStore | None = None,
+    ) -> None:
+        if not isinstance(store, SessionStore):
+            raise InvalidArgumentError(f"Runtime: store must be a SessionStore, got {store!r:.80}")
+        if providers is None:
+            providers = ProviderRegistry([MockProvider()])
+        elif not isinstance(providers, ProviderRegistry):
+            providers = ProviderRegistry(providers)
+        self.providers = providers
+        self.default_provider = default_provider
+        providers.get(default_provider, "Runtime: default_provider")
+        self.ttl_s = check_seconds(ttl_s, "ttl_s")
+        self.idle_s = check_seconds(idle_s, "idle_s")
+        if max_sessions is not None and (
+            isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1
+        ):
+            raise InvalidArgumentError(
+                f"Runtime: max_sessions must be an int >= 1: {max_sessions!r}"
+            )
+        self.max_sessions = max_sessions
+        self._on_close = check_hook(on_session_close, "on_session_close")
+        self._before_task = check_hook(before_task, "before_task")
+        self._after_task = check_hook(after_task, "after_task")
+        self._filters = _filters.check_filters(input_filters)
+        self.store = store
+        self._own_ephemeral = ephemeral_store is None
+        self.ephemeral_store = ephemeral_store or SessionStore.memory()
+        self._ephemeral_ids: set[str] = set()
+        self._flights: dict[str, _Flight] = {}
+        self._writers: dict[int, Writer] = {}
+        self._create_lock: asyncio.Lock | None = None
+        self.recovered: list[str] = []
+
+    # Lifecycle of the runtime itself
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start the writers and fail every prompt left in flight by a stopped process."""
+        if self._writers:
+            return
+        self._create_lock = asyncio.Lock()
+        for store, name in ((self.store, "durable"), (self.ephemeral_store, "ephemeral")):
+            self._writers[id(store)] = Writer(store, f"sessionlog-runtime-{name}")
+        for store in (self.store, self.ephemeral_store):
+            touched, _ = await _outcome(
+                self._writers[id(store)].submit(partial(_jobs.recover, store))
+            )
+            self.recovered.extend(touched)
+        if self.recovered:
+            logger.warning("marked %d interrupted prompts failed", len(self.recovered))
+
+    async def stop(self) -> None:
+        """Cancel the prompts still running, finish queued writes, stop the writers."""
+        for flight in list(self._flights.values()):
+            flight.cancel("shutdown")
+        for flight in list(self._flights.values()):
+            await flight.done.wait()
+        for writer in self._writers.values():
+            await asyncio.to_thread(writer.stop)
+        self._writers.clear()
+        if self._own_ephemeral:
+            self.ephemeral_store.close()
+
+    def _writer(self, store: SessionStore) -> Writer:
+        writer = self._writers.get(id(store))
+        if writer is None:
+            raise InvalidArgumentError("the runtime is not started: use `async with Runtime(...)`")
+        return writer
+
+    def _store_of(self, session_id: str) -> SessionStore:
+        return self.ephemeral_store if session_id in self._ephemeral_ids else self.store
+
+    async def _write(self, store: SessionStore, fn: Callable[[], T]) -> T:
+        value, interrupted = await _outcome(self._writer(store).submit(fn))
+        if interrupted:
+            raise asyncio.CancelledError
+        return value
+
+    async def _read(self, store: SessionStore, fn: Callable[[Any], T]) -> T:
+        def run() -> T:
+            with store.log.view() as view:
+                return fn(view)
+
+        return await asyncio.to_thread(run)
+
+    # Sessions
+
+    async def create(
+        self,
+        agent_id: str,
+        *,
+        provider: str | None = None,
+        runtime_params: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        scope: str = "persistent",
+        parent_spawn_ref: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        formation: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Open a session bound to `provider` (the default when None); returns its status record.
+
+        `runtime_params` are the session's layer, between the provider's defaults and each
+        prompt's. `scope="ephemeral"` keeps the session in memory only: a restart forgets it.
+        `parent_spawn_ref` (``{session_id, loop_id, tool_call_id}``) marks a sub-agent session;
+        the parent's loop then lists it among its children.
+        """
+        if not isinstance(agent_id, str) or not agent_id:
+            raise InvalidArgumentError(f"create: `agent_id` must be a non-empty str: {agent_id!r}")
+        name = self.default_provider if provider is None else provider
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"create: `provider` must be a str, got {name!r}")
+        self.providers.get(name, "create")
+        params = check_params(runtime_params, "create")
+        extra = check_dict(metadata, "metadata", "create")
+        if scope not in ("persistent", "ephemeral"):
+            raise InvalidArgumentError(
+                f"create: `scope` must be persistent or ephemeral: {scope!r}"
+            )
+        sid = None if session_id is None else check_session_id(session_id, where="create")
+        made = check_dict(formation, "formation", "create") or {"kind": "explicit"}
+        made.setdefault("timestamp", iso(datetime.now(UTC)))
+        options: dict[str, Any] = {"scope": scope, "formation": made}
+        spawn = check_spawn_ref(parent_spawn_ref)
+        if spawn is not None:
+            options["parent_spawn_ref"] = spawn
+        check_encodable(extra, what="create: `metadata`")
+        store = self.ephemeral_store if scope == "ephemeral" else self.store
+        assert self._create_lock is not None, "start() made the lock"
+        async with self._create_lock:  # capacity spans both stores: creates take turns
+            if self.max_sessions is not None:
+                count = 0
+                for each in (self.store, self.ephemeral_store):
+                    count += await self._read(each, rt.open_runtime_count)
+                if count >= self.max_sessions:
+                    raise CapacityError(
+                        f"create: the runtime holds max_sessions = {self.max_sessions} open "
+                        "sessions; close or reap some first"
+                    )
+            job = partial(_jobs.open_session, store, sid, agent_id, name, params, extra, options)
+            created = await self._write(store, job)
+            if scope == "ephemeral":
+                self._ephemeral_ids.add(created["session_id"])
+        return created
+
+    async def status(self, session_id: str) -> dict[str, Any]:
+        """``{session_id, agent_id, status, created_at, last_activity_at, ...}`` of an open
+        session; `UnknownSessionError` for a closed or unknown one."""
+        sid = check_session_id(session_id, where="status")
+        return await self._read(
+            self._store_of(sid), partial(_jobs.info, session_id=sid, verb="status")
+        )
+
+    async def record(self, session_id: str) -> SessionRecord:
+        """The loop recorder's view of a session, open or closed (seed 003)."""
+        sid = check_session_id(session_id, where="record")
+        found = await self._read(self._store_of(sid), partial(read_record, session_id=sid))
+        if found is None and self._store_of(sid) is self.store:
+            found = await self._read(self.ephemeral_store, partial(read_record, session_id=sid))
+        if found is None:
+            raise UnknownSessionError(sid, "record")
+        return found
+
+    async def total_usage(self) -> dict[str, int]:
+        """Usage summed over every loop of both stores (the ephemeral one since this start)."""
+        total = rt.LoopUsage()
+        for store in (self.store, self.ephemeral_store):
+            total = total + await self._read(store, rt.total_usage)
+        return usage_dict(total)
+
+    async def close(self, session_id: str, *, reason: str = "closed") -> dict[str, Any]:
+        """Close a session, cancelling its prompt if one is running; afterwards the session is not
+        found. Calls `after_task(record)` and `on_session_close(session_id, reason)`."""
+        sid = check_session_id(session_id, where="close")
+        flight = self._flights.get(sid)
+        if flight is not None:
+            flight.cancel(reason)
+            await flight.done.wait()
+        store = self._store_of(sid)
+        last = await self._write(store, partial(_jobs.close_session, store, sid, reason, "close"))
+        self._ephemeral_ids.discard(sid)
+        if self._after_task is not None:
+            await _call_hook(self._after_task, "after_task", await self.record(sid))
+        await _call_hook(self._on_close, "on_session_close", sid, reason)
+        return {"closed": True, "session_id": sid, "reason": reason, "status": last["status"]}
+
+    async def reap(self, now: datetime | None = None) -> list[dict[str, str]]:
+        """Close every session past its TTL (reason ``expired``, cancelling a running prompt) or
+        idle past `idle_s` (reason ``idle``), as of `now`; returns what it closed."""
+        at = check_now(now, "reap")
+        closed: list[dict[str, str]] = []
+        for store in (self.store, self.ephemeral_store):
+            due = await self._read(
+                store, partial(_jobs.expired, now=at, ttl_s=self.ttl_s, idle_s=self.idle_s)
+            )
+            for sid, reason, _ in due:
+                try:
+                    await self.close(sid, reason=reason)
+                except UnknownSessionError:
+                    continue  # closed by someone else meanwhile
+                closed.append({"session_id": sid, "reason": reason})
+        return closed
+
+    async def rotate_if_inactive(
+        self, session_id: str, threshold_s: float, now: datetime | None = None
+    ) -> str:
+        """If the session has been idle for `threshold_s` or more, close it (reason ``rotated``)
+        and return a new session of the same agent, provider and parameters, formed by
+        ``inactivity_timeout`` and pointing back to it; else return `session_id`."""
+        threshold = check_seconds(threshold_s, "threshold_s")
+        at = check_now(now, "rotate_if_inactive")
+        current = await self.status(session_id)
+        last = datetime.fromisoformat(current["last_activity_at"])
+        if (at - last).total_seconds() < threshold or current["status"] == rt.BUSY:
+            return str(current["session_id"])
+        store = self._store_of(current["session_id"])
+        record = await self.record(current["session_id"])
+        metadata = await self._read(store, partial(session_metadata, session_id=record.session_id))
+        params = metadata.pop("runtime_params", None)
+        metadata.pop("provider", None)
+        fresh = await self.create(
+            record.agent_id or "agent",
+            provider=record.provider,
+            runtime_params=params if isinstance(params, dict) else None,
+            metadata=metadata,
+            scope=record.scope,
+            formation={
+                "kind": "inactivity_timeout",
+                "threshold_secs": threshold,
+                "previous_session_id": record.session_id,
+                "timestamp": iso(at),
+            },
+        )
+        await self.close(record.session_id, reason="rotated")
+        return str(fresh["session_id"])
+
+    # Prompts
+
+    async def prompt(
+        self,
+        session_id: str,
+        prompt: str,
+        runtime_params: Mapping[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
+        loop_id: str | None = None,
+        parent_loop_id: str | None = None,
+        parallel_group: str | None = None,
+    ) -> dict[str, Any]:
+        """Send `prompt` to the session's provider and wait for the answer:
+        ``{text, stop_reason, request_id, loop_id, tool_calls, usage}``.
+
+        Refused with `SessionBusyError` while another prompt runs (never queued). The prompt and
+        the answer are recorded as `prompt_started` / `prompt_completed`; a provider failure as
+        `prompt_failed` (`ProviderError`), a cancellation as `prompt_cancelled`
+        (`PromptCancelledError`, or `CancelledError` when the caller itself was cancelled).
+        A loop continues the session's previous loop unless `parent_loop_id` says otherwise.
+        """
+        sid = check_session_id(session_id, where="prompt")
+        text = check_prompt(prompt, "prompt")
+        params = check_params(runtime_params, "prompt")
+        rid = check_id(request_id, "request_id", "prompt")
+        loop = (
+            check_id(loop_id, "loop_id", "prompt"),
+            None
+            if parent_loop_id is None
+            else check_id(parent_loop_id, "parent_loop_id", "prompt"),
+            None
+            if parallel_group is None
+            else check_id(parallel_group, "parallel_group", "prompt"),
+        )
+        running = self._flights.get(sid)
+        if running is not None:
+            raise SessionBusyError(sid, running.request_id)
+        store = self._store_of(sid)
+        warnings, rejection = _filters.screen(self._filters, text)
+        if rejection is not None:
+            job = partial(_jobs.reject_input, store, sid, rid, *rejection)
+            await self._write(store, job)
+            raise InputRejectedError(sid, *rejection)
+        flight = self._flights[sid] = _Flight(request_id=rid)
+        try:
+            return await self._run(store, sid, flight, text, params, loop, warnings)
+        finally:
+            if self._flights.get(sid) is flight:
+                del self._flights[sid]
+            flight.done.set()
+
+    async def _run(
+        self,
+        store: SessionStore,
+        sid: str,
+        flight: _Flight,
+        text: str,
+        params: dict[str, Any],
+        loop: tuple[str, str | None, str | None],
+        warnings: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        rid = flight.request_id
+        defaults = partial(self._defaults, sid)
+        start = partial(
+            _jobs.start_prompt,
+            store,
+            sid,
+            rid,
+            ev.Message(role="user", content=text),
+            defaults,
+            params,
+            loop,
+            warnings,
+        )
+        started, interrupted = await _outcome(self._writer(store).submit(start))
+        if interrupted or flight.cancel_reason is not None:
+            reason = flight.cancel_reason or "the caller was cancelled"
+            await self._finish(store, sid, rid, ev.PromptCancelled(request_id=rid, reason=reason))
+            if interrupted:
+                raise asyncio.CancelledError
+            raise PromptCancelledError(
+                f"prompt: request `{rid}` of `{sid}` was cancelled ({reason})"
+            )
+        if started.first:
+            await _call_hook(
+                self._before_task, "before_task", {"session_id": sid, "request_id": rid}
+            )
+        provider = self.providers.get(started.provider, "prompt")
+        task = flight.task = asyncio.ensure_future(
+            provider.complete(started.messages, started.params)
+        )
+        try:
+            completion = await task
+        except asyncio.CancelledError:
+            task.cancel()  # when our caller was cancelled, the provider call must stop too
+            caller = asyncio.current_task()
+            reason = flight.cancel_reason or "the caller was cancelled"
+            await self._finish(store, sid, rid, ev.PromptCancelled(request_id=rid, reason=reason))
+            if caller is not None and caller.cancelling():
+                raise
+            raise PromptCancelledError(
+                f"prompt: request `{rid}` of `{sid}` was cancelled ({reason})"
+            ) from None
+        except Exception as exc:  # any provider failure is recorded, then raised as ProviderError
+            await self._fail(store, sid, rid, f"{type(exc).__name__}: {exc}", "provider")
+            raise ProviderError(
+                f"prompt: provider `{started.provider}` failed on request `{rid}` of `{sid}`: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            reply, usage, stop_reason = reply_of(
+                completion, f"prompt: provider `{started.provider}`"
+            )
+        except InvalidArgumentError as exc:
+            await self._fail(store, sid, rid, str(exc), "invalid_reply")
+            raise ProviderError(str(exc)) from exc
+        done = ev.PromptCompleted(request_id=rid, reply=reply, stop_reason=stop_reason, usage=usage)
+        if not await self._finish(store, sid, rid, done):
+            raise PromptCancelledError(
+                f"prompt: session `{sid}` was closed while request `{rid}` ran"
+            )
+        return {
+            "session_id": sid,
+            "text": reply.content,
+            "stop_reason": stop_reason,
+            "request_id": rid,
+            "loop_id": started.loop_id,
+            "tool_calls": list(reply.tool_calls or []),
+            "usage": usage_dict(rt.loop_usage(usage)),
+        }
+
+    def _defaults(self, session_id: str, provider: str) -> Mapping[str, Any]:
+        return self.providers.get(provider, f"prompt to `{session_id}`").defaults
+
+    async def _finish(self, store: SessionStore, sid: str, rid: str, event: ev.Event) -> bool:
+        written, _ = await _outcome(
+            self._writer(store).submit(partial(_jobs.finish_prompt, store, sid, rid, event))
+        )
+        return written
+
+    async def _fail(self, store: SessionStore, sid: str, rid: str, error: str, kind: str) -> None:
+        failed = ev.PromptFailed(request_id=rid, error=error[: _limits.prompt_chars_max], kind=kind)
+        await self._finish(store, sid, rid, failed)
+
+    async def cancel(self, session_id: str, request_id: str) -> bool:
+        """Cancel the prompt `request_id` if it is running; True once `prompt_cancelled` is
+        recorded, False if that request is not running (finished, or never started)."""
+        sid = check_session_id(session_id, where="cancel")
+        flight = self._flights.get(sid)
+        if flight is None or flight.request_id != request_id:
+            await self.status(sid)  # an unknown session is an error, a finished request is not
+            return False
+        flight.cancel("cancelled")
+        await flight.done.wait()
+        return True
+
+    async def delegate(
+        self,
+        agent_id: str,
+        prompt: str,
+        *,
+        provider: str | None = None,
+        runtime_params: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        scope: str = "persistent",
+    ) -> dict[str, Any]:
+        """Create a session (formation ``first_loop``), prompt it once, close it (reason
+        ``delegated``, or ``failed`` when the prompt raised); returns the prompt's result with
+        ``session_id``."""
+        created = await self.create(
+            agent_id,
+            provider=provider,
+            metadata=metadata,
+            scope=scope,
+            formation={"kind": "first_loop"},
+        )
+        sid = created["session_id"]
+        try:
+            result = await self.prompt(sid, prompt, runtime_params)
+        except BaseException:
+            await asyncio.shield(self._close_quietly(sid, "failed"))
+            raise
+        await self.close(sid, reason="delegated")
+        return result
+
+    async def _close_quietly(self, sid: str, reason: str) -> None:
+        try:
+            await self.close(sid, reason=reason)
+        except UnknownSessionError:
+            return  # already closed: what was wanted
