@@ -126,6 +126,20 @@ SAMPLES: list[tuple[str, ev.Event]] = [
     ),
     ("bearer-h1", ev.BearerSessionTouched(last_seen_at=T1)),
     ("bearer-h1", ev.BearerSessionExpired(expired_at=T1, reason="revoked")),
+    # Added with the delegation runtime: the loop fields and the input-filter warnings.
+    (
+        "s-1",
+        ev.PromptStarted(
+            request_id="r4",
+            prompt=ev.Message(role="user", content="HELLO"),
+            provider="mock",
+            params={"model": "m", "provider_specific": {"seed": 1}},
+            loop_id="l4",
+            parent_loop_id="l1",
+            parallel_group="g",
+            warnings=[{"filter": "caps", "reason": "all caps"}],
+        ),
+    ),
 ]
 
 

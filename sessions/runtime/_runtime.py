@@ -248,6 +248,7 @@ class Runtime:
             options["parent_spawn_ref"] = spawn
         check_encodable(extra, what="create: `metadata`")
         store = self.ephemeral_store if scope == "ephemeral" else self.store
+        self._writer(store)  # refuses before any work when the runtime is not started
         assert self._create_lock is not None, "start() made the lock"
         async with self._create_lock:  # capacity spans both stores: creates take turns
             if self.max_sessions is not None:
