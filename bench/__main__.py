@@ -1,10 +1,11 @@
 """`python -m bench [--quick] [--suite NAME ...] [--only NAME ...] [--rounds N] [--json PATH]
 [--rebuild-cache] [--strict]`.
 
-Runs four suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
+Runs five suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
 event log), `engine` (bench/engine_bench.py, the session engine), `replay`
 (bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file), and `tokens`
-(bench/tokens_bench.py, bearer-session get and durable touch). `--only` takes
+(bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
+(bench/runtime_bench.py, durable prompt round-trips through the delegation runtime). `--only` takes
 benchmark names of any suite and runs only the suites they belong to. Each suite prints one table
 of medians when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
 `var/bench/<suite>.quick.json`, so a smoke run never replaces real figures).
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import engine_bench, log_bench, replay_bench, tokens_bench
+from bench import engine_bench, log_bench, replay_bench, runtime_bench, tokens_bench
 from bench._timing import Result, filesystem_of, machine, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +75,11 @@ def _run_tokens(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str
     return tokens_bench.run(ctx, names)
 
 
+def _run_runtime(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
+    ctx = runtime_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
+    return runtime_bench.run(ctx, names)
+
+
 SUITES = (
     Suite("log", list(log_bench.BENCHMARKS), log_bench.FULL, log_bench.QUICK, _run_log),
     Suite(
@@ -99,6 +105,14 @@ SUITES = (
         tokens_bench.FULL,
         tokens_bench.QUICK,
         _run_tokens,
+    ),
+    Suite(
+        "runtime",
+        list(runtime_bench.BENCHMARKS),
+        runtime_bench.FULL,
+        runtime_bench.QUICK,
+        _run_runtime,
+        summary=runtime_bench.summary,
     ),
 )
 ALL_BENCHMARKS = [name for suite in SUITES for name in suite.benchmarks]
