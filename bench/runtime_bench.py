@@ -31,7 +31,6 @@ from bench._timing import Result, Sample, Stopwatch, compare
 from bench.log_bench import _position_key, _raw_env
 from sessions import SessionStore
 from sessions.runtime import Completion, MockProvider, Runtime
-from sessions.runtime import _writer as writer_module
 
 PROMPT = "Summarize the open issues in the tracker and propose an order to fix them."
 
@@ -196,34 +195,23 @@ class _TimedMock(MockProvider):
 def _breakdown(ctx: Context, store: SessionStore) -> dict[str, Any]:
     """One instrumented sequential round: provider, store (writer thread) and runtime time."""
     provider = _TimedMock()
-    spent = {"store_s": 0.0}
-    original = writer_module.Writer._commit
 
-    def timed(self: writer_module.Writer, batch: list[Any]) -> None:
-        started = time.perf_counter()
-        try:
-            original(self, batch)
-        finally:
-            spent["store_s"] += time.perf_counter() - started
-
-    async def body() -> float:
+    async def body() -> tuple[float, float]:
         async with Runtime(store, providers=[provider]) as runtime:
             sid = (await runtime.create("bench"))["session_id"]
-            spent["store_s"] = 0.0
+            writer = runtime._writers[id(store)]
+            busy = writer.busy_s
             started = time.perf_counter()
             for _ in range(ctx.sizes.prompts):
                 await runtime.prompt(sid, PROMPT)
             elapsed = time.perf_counter() - started
+            busy = writer.busy_s - busy
             await runtime.close(sid)
-        return elapsed
+        return elapsed, busy
 
-    writer_module.Writer._commit = timed  # type: ignore[method-assign]
-    try:
-        total = asyncio.run(body())
-    finally:
-        writer_module.Writer._commit = original  # type: ignore[method-assign]
+    total, store_s = asyncio.run(body())
     trips = ctx.sizes.prompts
-    store_s, provider_s = spent["store_s"], provider.spent_s
+    provider_s = provider.spent_s
     return {
         "roundtrip_us": total / trips * 1e6,
         "provider_us": provider_s / trips * 1e6,

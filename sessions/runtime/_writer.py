@@ -13,6 +13,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -53,6 +54,8 @@ class Writer:
         self.store = store
         self.commits = 0
         self.jobs = 0
+        self.busy_s = 0.0
+        """Time spent running jobs and committing them (fsync included), for benchmarks."""
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -91,6 +94,7 @@ class Writer:
 
     def _commit(self, batch: list[_Job]) -> None:
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        started = time.perf_counter()
         try:
             with self.store.transaction():
                 for job in batch:
@@ -108,6 +112,7 @@ class Writer:
         else:
             self.commits += 1
             self.jobs += len(batch)
+        self.busy_s += time.perf_counter() - started
         for job, value, error in outcomes:
             _tell(job, value, error)
 
