@@ -20,6 +20,7 @@ from projections._queries import (
     dump,
     iter_states,
     projected_position,
+    ranges_added,
     read_messages,
     rebuild,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "message_of",
     "project",
     "projected_position",
+    "ranges_added",
     "read_messages",
     "rebuild",
     "slice_ranges",

@@ -15,17 +15,41 @@ from projections import _state as st
 from projections._fold import apply, message_of
 from projections._state import STATE_CODEC, SessionState, Transcript
 
+Ranges = tuple[tuple[int, int, int], ...]
 
-def read_messages(view: LogView, transcript: Transcript) -> list[ev.Message]:
-    """The messages of a transcript, in order, each read (hash-checked) from the log."""
+
+def read_messages(
+    view: LogView, transcript: Transcript, *, ranges: Ranges | None = None
+) -> list[ev.Message]:
+    """The messages of a transcript (or of `ranges` of it), in order, each read (hash-checked)
+    from the log."""
     refs: list[tuple[int, int]] = []
-    for segment, start, end in transcript.ranges:
+    for segment, start, end in transcript.ranges if ranges is None else ranges:
         refs.extend(read_refs(view, segment, start, end))
     envelopes = view.events_at([position for position, _ in refs])
     return [
         message_of(envelope.data, index)
         for envelope, (_, index) in zip(envelopes, refs, strict=True)
     ]
+
+
+def ranges_added(before: Ranges, after: Ranges) -> Ranges | None:
+    """The ranges `after` holds beyond `before` when it is `before` with messages appended (the
+    last range grown and/or new ranges after it), else None. Filled slots of a segment never
+    change, so the messages of `before` are then still the first ones of `after`."""
+    if len(after) < len(before):
+        return None
+    if not before:
+        return after
+    last = len(before) - 1
+    if after[:last] != before[:last]:
+        return None
+    segment, start, end = before[last]
+    now_segment, now_start, now_end = after[last]
+    if (now_segment, now_start) != (segment, start) or now_end < end:
+        return None
+    grown = ((segment, end, now_end),) if now_end > end else ()
+    return grown + after[last + 1 :]
 
 
 def read_refs(view: LogView, segment: int, start: int, end: int) -> list[tuple[int, int]]:

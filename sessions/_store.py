@@ -127,7 +127,10 @@ class SessionStore(LiveVerbs):
         self.summarizer = summarizer
         self.readonly_at = readonly_at
         self._hot_cap = hot_sessions
-        self._hot: OrderedDict[str, tuple[int, list[ev.Message]]] = OrderedDict()
+        # session id -> (transcript version, its ranges, its messages), least recently used first
+        self._hot: OrderedDict[
+            str, tuple[int, tuple[tuple[int, int, int], ...], list[ev.Message]]
+        ] = OrderedDict()
         self._subscribers: dict[str, list[SessionSubscription]] = {}
         self._log_subscription: Subscription | None = None
         self.tokens = BearerSessions(self)
@@ -439,14 +442,18 @@ class SessionStore(LiveVerbs):
     def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
         cacheable = self._hot_cap > 0 and not self.log.in_transaction
+        hit = self._hot.get(session_id) if cacheable else None
+        if hit is not None and hit[0] == transcript.version:
+            self._hot.move_to_end(session_id)
+            return hit[2]
+        added = None if hit is None else pj.ranges_added(hit[1], transcript.ranges)
+        if hit is not None and added is not None:
+            # Messages were only appended since: read just those (the inject-then-read loop).
+            messages = hit[2] + pj.read_messages(view, transcript, ranges=added)
+        else:
+            messages = pj.read_messages(view, transcript)
         if cacheable:
-            hit = self._hot.get(session_id)
-            if hit is not None and hit[0] == transcript.version:
-                self._hot.move_to_end(session_id)
-                return hit[1]
-        messages = pj.read_messages(view, transcript)
-        if cacheable:
-            self._hot[session_id] = (transcript.version, messages)
+            self._hot[session_id] = (transcript.version, transcript.ranges, messages)
             self._hot.move_to_end(session_id)
             while len(self._hot) > self._hot_cap:
                 self._hot.popitem(last=False)

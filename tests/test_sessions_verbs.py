@@ -1308,3 +1308,45 @@ def test_an_exception_inside_a_transaction_writes_nothing(store: SessionStore) -
     assert not store.exists("b") and not store.exists("c")
     store.inject("a", user("after"))
     assert contents(store, "a") == ["m0", "m1", "after"]
+
+
+# The hot cache after appends
+
+
+def test_ranges_added_finds_appended_messages_only() -> None:
+    added = projections.ranges_added
+    assert added((), ((1, 0, 3),)) == ((1, 0, 3),)
+    assert added(((1, 0, 3),), ((1, 0, 3),)) == ()
+    assert added(((1, 0, 3),), ((1, 0, 5),)) == ((1, 3, 5),)
+    assert added(((1, 0, 3),), ((1, 0, 5), (2, 0, 1))) == ((1, 3, 5), (2, 0, 1))
+    assert added(((7, 2, 4), (1, 0, 3)), ((7, 2, 4), (1, 0, 3), (9, 0, 2))) == ((9, 0, 2),)
+    assert added(((1, 0, 3),), ((1, 1, 3),)) is None  # trimmed from the front
+    assert added(((1, 0, 3),), ((1, 0, 2),)) is None  # shortened
+    assert added(((1, 0, 3),), ()) is None  # reset
+    assert added(((1, 0, 3), (2, 0, 1)), ((1, 0, 3),)) is None
+    assert added(((1, 0, 3),), ((2, 0, 3),)) is None  # another segment (compaction)
+
+
+def test_a_cached_transcript_follows_every_change(make_store: StoreFactory) -> None:
+    store = make_store(hot_sessions=4)
+    filled(store, "a", 3)
+    expected = ["m0", "m1", "m2"]
+    changes: list[tuple[Callable[[], object], list[str]]] = [
+        (lambda: store.inject("a", user("x")), [*expected, "x"]),
+        (lambda: store.inject_many("a", [user("y"), user("z")]), [*expected, "x", "y", "z"]),
+        (lambda: store.set_scratchpad("a", {"k": 1}), [*expected, "x", "y", "z"]),
+        (lambda: store.fork("a", "b"), [*expected, "x", "y", "z"]),
+        (lambda: store.inject("a", user("after fork")), [*expected, "x", "y", "z", "after fork"]),
+        (lambda: store.trim("a", 2), ["z", "after fork"]),
+        (lambda: store.inject("a", user("t")), ["z", "after fork", "t"]),
+        (lambda: store.compact("a", keep_last=1), ["t"]),
+        (lambda: store.inject("a", user("c")), ["t", "c"]),
+        (lambda: store.reset("a"), []),
+        (lambda: store.inject("a", user("r")), ["r"]),
+    ]
+    for change, want in changes:
+        contents(store, "a")  # warm the cache before each change
+        change()
+        assert contents(store, "a") == want
+        if store.exists("b"):
+            assert contents(store, "b") == [*expected, "x", "y", "z"]
