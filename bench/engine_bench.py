@@ -527,7 +527,7 @@ def _key_kind(key: bytes) -> str:
     for prefix, kind in ((b"h/", "h/<sid>"), (b"t/", "t/<sid>"), (b"c/", "c/<parent>\\0<pos>")):
         if key.startswith(prefix):
             return kind
-    if key.startswith((b"g/", b"G/")):
+    if key.startswith(b"g/"):
         return key[:2].decode() + "<segment>"
     return key.decode(errors="replace")
 

@@ -77,16 +77,6 @@ def _int4(value: int) -> bytes:
     return value.to_bytes(4, "big")
 
 
-def _segment_length(tx: Transaction, segment: int) -> int | None:
-    key = st.segment_length_key(segment)
-    if key in tx.cache:
-        return tx.cache[key]  # type: ignore[no-any-return]
-    stored = tx.kv_get(key)
-    length = None if stored is None else int.from_bytes(stored, "big")
-    tx.cache[key] = length
-    return length
-
-
 def _count(tx: Transaction, key: bytes, delta: int) -> None:
     current = tx.kv_get(key)
     value = (int.from_bytes(current, "big") if current else 0) + delta
@@ -283,19 +273,16 @@ def _append_messages(
     (the hot path of every inject)."""
     ranges = transcript.ranges
     segment, start, end = ranges[-1] if ranges else (0, 0, 0)
-    if segment == 0 or _segment_length(tx, segment) != end:
-        segment, start, end = _new_segment(tx), 0, 0
+    chunk = _tail_chunk(tx, segment, end) if segment else None
+    if chunk is None:
+        segment, start, end, chunk = _new_segment(tx), 0, 0, b""
         ranges = (*ranges, (segment, 0, 0))
     pack = st.REF_FORMAT.pack
-    if len(envelopes) == 1 and end % st.REFS_PER_CHUNK:  # one more slot in a started chunk
-        key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
-        chunk = _ref_chunk(tx, key, end % st.REFS_PER_CHUNK)
-        tx.kv_defer(key, chunk + pack(envelopes[0].position, 0), bytes)
-        end += 1
-        tx.kv_defer(st.segment_length_key(segment), end, _int4)
+    if len(envelopes) == 1:
+        packed = pack(envelopes[0].position, 0)
     else:
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
-        end = _put_refs(tx, segment, end, packed)
+    end = _put_refs(tx, segment, end, chunk, packed)
     last = envelopes[-1]
     updated = Transcript(
         ranges=(*ranges[:-1], (segment, start, end)),
@@ -306,31 +293,37 @@ def _append_messages(
     _save_transcript(tx, last.stream, updated)
 
 
-def _put_refs(tx: Transaction, segment: int, end: int, packed: bytes) -> int:
-    """Write packed references into the slots from `end` (the segment's length) on, chunk by
-    chunk; returns the new length. Chunks are rewritten whole, once per transaction, at commit."""
-    size, slot, offset = st.REFS_PER_CHUNK, end, 0
-    while offset < len(packed):
-        chunk, used = divmod(slot, size)
-        piece = packed[offset : offset + (size - used) * st.REF_BYTES]
-        key = st.ref_chunk_key(segment, chunk)
-        value = piece if used == 0 else _ref_chunk(tx, key, used) + piece
-        tx.kv_defer(key, value, bytes)
-        slot += len(piece) // st.REF_BYTES
-        offset += len(piece)
-    tx.kv_defer(st.segment_length_key(segment), slot, _int4)
-    return slot
-
-
-def _ref_chunk(tx: Transaction, key: bytes, used: int) -> bytes:
+def _tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
+    """The references in the chunk that slot `end` of `segment` falls in, if `end` is where the
+    segment ends, so appending there extends it in place; None if the segment goes on (a fork
+    that shares it got there first). A segment's length is its last chunk's: no key of its own."""
+    key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
     cached = tx.cache.get(key)
     value = cached if cached is not None else tx.kv_get(key)
-    if value is None or len(value) != used * st.REF_BYTES:
-        raise IntegrityError(
-            f"projection: reference chunk {key!r} holds {0 if value is None else len(value)} "
-            f"bytes, expected {used * st.REF_BYTES}; rebuild the projection"
-        )
-    return bytes(value)
+    used = (end % st.REFS_PER_CHUNK) * st.REF_BYTES
+    if value is None and used == 0:
+        return b""
+    if value is not None and len(value) >= used:
+        return bytes(value) if len(value) == used else None
+    raise IntegrityError(
+        f"projection: reference chunk {key!r} holds {0 if value is None else len(value)} bytes, "
+        f"fewer than the {used} its transcript has used; rebuild the projection"
+    )
+
+
+def _put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: bytes) -> int:
+    """Write packed references into the slots from `end` on, where the segment ends and `chunk`
+    holds the references before `end` in its chunk; returns the segment's new length. Chunks are
+    rewritten whole, and written once per transaction, at commit."""
+    size, width, slot, offset = st.REFS_PER_CHUNK, st.REF_BYTES, end, 0
+    while offset < len(packed):
+        index, used = divmod(slot, size)
+        piece = packed[offset : offset + (size - used) * width]
+        tx.kv_defer(st.ref_chunk_key(segment, index), chunk + piece, bytes)
+        chunk = b""  # any further chunk starts empty
+        slot += len(piece) // width
+        offset += len(piece)
+    return slot
 
 
 def message_of(data: ev.Event, index: int) -> ev.Message:
@@ -361,14 +354,14 @@ def _append_refs(
     nobody sharing the old segment ever sees these messages."""
     ranges = list(transcript.ranges)
     segment = start = end = 0
+    chunk = None
     if ranges and not fresh:
         segment, start, end = ranges[-1]
-        if _segment_length(tx, segment) != end:
-            segment = 0
-    if segment == 0:
-        segment, start, end = _new_segment(tx), 0, 0
+        chunk = _tail_chunk(tx, segment, end)
+    if chunk is None:
+        segment, start, end, chunk = _new_segment(tx), 0, 0, b""
         ranges.append((segment, 0, 0))
-    end = _put_refs(tx, segment, end, b"".join([st.pack_ref(*ref) for ref in refs]))
+    end = _put_refs(tx, segment, end, chunk, b"".join([st.pack_ref(*ref) for ref in refs]))
     ranges[-1] = (segment, start, end)
     return msgspec.structs.replace(
         transcript, ranges=tuple(ranges), length=transcript.length + len(refs)

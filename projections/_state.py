@@ -7,8 +7,8 @@ Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
   V                          layout version of this key space (1); another value means rebuild
   g/<seg:8><chunk:4>         the message references of slots chunk*128 .. chunk*128+127 of a
                              segment, packed: per slot the log position (8) and the index of the
-                             message inside its event (2); only a segment's last chunk is short
-  G/<seg:8>                  segment length (4)
+                             message inside its event (2); only a segment's last chunk is short,
+                             so the last chunk gives the segment's length
   #seg                       next segment id (8)
   c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
   n/active                   number of sessions whose status is active (8)
@@ -28,15 +28,15 @@ from eventlog import StructCodec
 
 POSITION_KEY = b"P"
 LAYOUT_KEY = b"V"
-LAYOUT_VERSION = b"\x03"
+LAYOUT_VERSION = b"\x04"
 """Version 2 packs a segment's message references into chunks (version 1: one key per message);
-version 3 adds the runtime's status, loop and usage records (`_runtime.py`, keys under rt/)."""
+version 3 adds the runtime's status, loop and usage records (`_runtime.py`, keys under rt/);
+version 4 drops the segment-length keys (G/), which the last chunk of a segment already gives."""
 SEGMENT_COUNTER_KEY = b"#seg"
 ACTIVE_COUNT_KEY = b"n/active"
 STATE_PREFIX = b"h/"
 TRANSCRIPT_PREFIX = b"t/"
 REF_PREFIX = b"g/"
-SEGMENT_LENGTH_PREFIX = b"G/"
 CHILD_PREFIX = b"c/"
 
 ACTIVE = "active"
@@ -61,10 +61,6 @@ REF_FORMAT = struct.Struct(">QH")
 
 def ref_chunk_key(segment: int, chunk: int) -> bytes:
     return REF_PREFIX + segment.to_bytes(8, "big") + chunk.to_bytes(4, "big")
-
-
-def segment_length_key(segment: int) -> bytes:
-    return SEGMENT_LENGTH_PREFIX + segment.to_bytes(8, "big")
 
 
 def child_prefix(parent_id: str) -> bytes:
