@@ -76,7 +76,13 @@ class PrivateServer:
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            argv, cwd=self.base, check=check, capture_output=True, text=True, timeout=120, **self._as
+            argv,
+            cwd=self.base,
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **self._as,
         )
 
     def init(self, **settings: str) -> PrivateServer:

@@ -23,6 +23,7 @@ from eventlog._codec import GENESIS_HASH, encode_records
 from replay import LogExportResult, LogImportResult, export_log, import_log
 from sessions import SessionStore
 from sessions.testing import SESSION_ID_POOL, count_tokens, histories, run_history
+from tests import _pg
 
 # Helpers
 
@@ -118,11 +119,14 @@ def source_export(
         yield out.getvalue(), state_of(store, ids) | {"ids": ids}
 
 
-@pytest.fixture(params=["memory", "lmdb"])
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    store = (
-        SessionStore.memory() if request.param == "memory" else SessionStore.open(tmp_path / "t")
-    )
+    if request.param == "postgres":  # moving a deployment from LMDB to PostgreSQL
+        store = SessionStore.open(_pg.fresh_schema_url())
+    elif request.param == "memory":
+        store = SessionStore.memory()
+    else:
+        store = SessionStore.open(tmp_path / "t")
     with store:
         yield store
 

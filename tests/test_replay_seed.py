@@ -20,6 +20,7 @@ from eventlog import limits
 from replay import SeedResult, _limits, seed_from_jsonl
 from replay._transcript import read_transcript
 from sessions import InvalidArgumentError, SessionStore
+from tests import _pg
 
 FIXTURES = Path(__file__).parent / "fixtures/harn/_derived_from_harn_tests/llm_transcript_seed"
 EXPECTATIONS: dict[str, Any] = json.loads((FIXTURES / "expectations.json").read_text())
@@ -40,9 +41,10 @@ RESULT_FIELDS = [
 ]
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "s") as opened:
+@pytest.fixture(params=["lmdb", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
+    where = _pg.fresh_schema_url() if request.param == "postgres" else tmp_path / "s"
+    with SessionStore.open(where) as opened:
         yield opened
 
 

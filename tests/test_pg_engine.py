@@ -1,0 +1,278 @@
+"""The engine on PostgreSQL: the session state machine, histories against the reference, seeding,
+and what only a server backend has (schema migration, idempotency keys, a down server, wake-ups).
+
+Every test here runs against a real server (see `tests/_pg.py`) in a schema of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import projections as pj
+import sessions.testing
+from eventlog import (
+    NO_STREAM,
+    ConcurrencyError,
+    CorruptStoreError,
+    EventLog,
+    InvalidArgumentError,
+    LimitExceededError,
+    StorageError,
+    _postgres,
+    limits,
+)
+from eventlog.events import Message, MessageInjected
+from sessions import SessionStore
+from sessions.testing import (
+    SESSION_ID_POOL,
+    SessionMachine,
+    count_tokens,
+    histories,
+    observed,
+    run_history,
+)
+from tests import _pg
+
+
+def said(text: str) -> MessageInjected:
+    return MessageInjected(message=Message(role="user", content=text))
+
+
+class PostgresSessionMachine(SessionMachine):
+    """The engine's hypothesis machine with its store in a PostgreSQL schema; `reopen` reopens
+    the same schema (named after the machine's temp dir)."""
+
+    def make_store(self, path: Path) -> SessionStore:
+        schema = "m_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        url = f"{_pg.database_url()}?schema={schema}"
+        return SessionStore.open(url, sync=False, hot_sessions=3, token_counter=count_tokens)
+
+
+TestPostgresSessionMachine = PostgresSessionMachine.TestCase
+# Each step costs a few hundred round trips to the server: a quarter of the profile's examples
+# keeps this machine near the LMDB one's time while still driving every rule.
+TestPostgresSessionMachine.settings = settings(
+    TestPostgresSessionMachine.settings,
+    max_examples=max(5, (TestPostgresSessionMachine.settings.max_examples or 20) // 4),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories())
+def test_histories_replay_alike_on_memory_and_postgres(
+    history: list[sessions.testing.VerbCall],
+) -> None:
+    durable = SessionStore.open(_pg.fresh_schema_url("h"), sync=False, token_counter=count_tokens)
+    reference = SessionStore.memory(token_counter=count_tokens)
+    with durable, reference:
+        assert run_history(durable, history) == run_history(reference, history)
+        assert durable.log.verify().ok
+        for sid in SESSION_ID_POOL:
+            a, b = durable.snapshot(sid), reference.snapshot(sid)
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert observed(a) == observed(b)
+        with durable.log.view() as view:
+            before = pj.dump(view)
+        durable.rebuild()
+        with durable.log.view() as view:
+            assert pj.dump(view) == before
+
+
+# Schema: created, versioned, migrated, and refused when it is not ours
+
+
+def test_a_new_schema_records_its_version_and_a_v1_schema_is_migrated() -> None:
+    url = _pg.fresh_schema_url()
+    schema = url.rsplit("schema=", 1)[1]
+    with EventLog.open(url) as log:
+        log.append("s", [said("one")], expected_version=NO_STREAM)
+    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"'.encode())
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            str(_postgres.SCHEMA_VERSION),
+        )
+        # Make it look like a store written by the first version of the schema.
+        conn.execute("DROP TABLE idempotency")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with pytest.raises(CorruptStoreError, match="version 1"):
+        EventLog.open(url, readonly=True)
+    with EventLog.open(url) as log:
+        assert log.read()[0].data == said("one")
+        assert log.append("s", [said("two")], expected_version=1, meta={"idempotency_key": "k"})
+    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"'.encode())
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            "2",
+        )
+
+
+def test_a_schema_from_a_newer_version_or_of_other_tables_is_refused_untouched() -> None:
+    url = _pg.fresh_schema_url()
+    schema = url.rsplit("schema=", 1)[1]
+    EventLog.open(url).close()
+    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"'.encode())
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(CorruptStoreError, match="version 99"):
+        EventLog.open(url)
+    other = _pg.fresh_schema_url()
+    other_schema = other.rsplit("schema=", 1)[1]
+    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{other_schema}"'.encode())
+        conn.execute(f'CREATE TABLE "{other_schema}".events (id int)'.encode())
+    with pytest.raises(CorruptStoreError, match="not a sessionlog log"):
+        EventLog.open(other)
+    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (other_schema,)
+        ).fetchall()
+    assert tables == [("events",)]
+
+
+def test_a_read_only_log_reads_and_refuses_writes() -> None:
+    url = _pg.fresh_schema_url()
+    with EventLog.open(url) as log:
+        log.append("s", [said("one")], expected_version=NO_STREAM)
+    with EventLog.open(url, readonly=True) as reader:
+        assert reader.head == 1
+        with pytest.raises(StorageError, match="read-only"):
+            reader.append("s", [said("two")], expected_version=1)
+
+
+def test_bad_urls_are_refused_with_their_reason() -> None:
+    base = _pg.database_url()
+    with pytest.raises(StorageError, match="pool_max must be an int"):
+        EventLog.open(f"{base}?pool_max=zero")
+    with pytest.raises(StorageError, match="schema must be 1 to 63 bytes"):
+        EventLog.open(f"{base}?schema={'x' * 64}")
+
+
+# Idempotency keys: a retried command writes once
+
+
+def test_a_retried_append_with_the_same_key_writes_once() -> None:
+    with EventLog.open(_pg.fresh_schema_url()) as log:
+        first = log.append("s", [said("a"), said("b")], expected_version=NO_STREAM,
+                           meta={"idempotency_key": "req-1"})  # fmt: skip
+        # The retry carries the version the caller expected the first time: the key decides.
+        again = log.append("s", [said("a"), said("b")], expected_version=NO_STREAM,
+                           meta={"idempotency_key": "req-1"})  # fmt: skip
+        assert first == again == [1, 2]
+        assert log.head == 2
+        assert log.append("s", [said("c")], expected_version=2, meta={"idempotency_key": "req-2"})
+        with pytest.raises(InvalidArgumentError, match="was used for stream `s`"):
+            log.append("t", [said("x")], expected_version=NO_STREAM,
+                       meta={"idempotency_key": "req-1"})  # fmt: skip
+        with pytest.raises(InvalidArgumentError, match="non-empty str"):
+            log.append("s", [said("x")], expected_version=3, meta={"idempotency_key": 7})
+        with pytest.raises(LimitExceededError, match="idempotency_key_chars_max"):
+            log.append("s", [said("x")], expected_version=3,
+                       meta={"idempotency_key": "k" * (limits.idempotency_key_chars_max + 1)})  # fmt: skip
+        assert log.head == 3
+        assert log.verify().ok
+
+
+def test_a_key_from_an_aborted_transaction_is_forgotten() -> None:
+    with EventLog.open(_pg.fresh_schema_url()) as log:
+        with pytest.raises(ConcurrencyError), log.transaction() as tx:
+            tx.append("s", [said("a")], expected_version=NO_STREAM, meta={"idempotency_key": "k"})
+            tx.append("s", [said("b")], expected_version=NO_STREAM)  # stale: aborts the whole
+        assert log.head == 0
+        assert log.append("s", [said("a")], expected_version=NO_STREAM,
+                          meta={"idempotency_key": "k"}) == [1]  # fmt: skip
+
+
+def test_a_commit_whose_connection_dies_is_reported_as_unknown_and_retried_safely() -> None:
+    """The connection is killed by the server while the writer holds its transaction open; the
+    client cannot know whether the commit happened, says so, and the keyed retry writes once."""
+    from eventlog import OutcomeUnknownError
+
+    with EventLog.open(_pg.fresh_schema_url()) as log:
+        log.append("s", [said("warm")], expected_version=NO_STREAM)
+        meta = {"idempotency_key": "r1"}
+        with pytest.raises(OutcomeUnknownError, match="may or may not"), log.transaction() as tx:
+            tx.append("s", [said("x")], expected_version=1, meta=meta)
+            pid = tx._txn.conn.info.backend_pid  # type: ignore[attr-defined]
+            with psycopg.connect(_pg.database_url(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert log.head == 1  # this time the commit did not happen
+        assert log.append("s", [said("x")], expected_version=1, meta=meta) == [2]
+        assert log.append("s", [said("x")], expected_version=1, meta=meta) == [2]
+        assert log.verify().ok
+
+
+# A down server, and cross-process wake-ups
+
+
+def test_a_server_that_is_not_there_is_a_clear_error_not_a_hang() -> None:
+    port = _pg.free_port()  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(StorageError, match="cannot be reached"):
+        EventLog.open(f"postgresql://postgres@127.0.0.1:{port}/test")
+    assert time.monotonic() - started < _postgres.CONNECT_TIMEOUT_S + 5
+
+
+TAILER = """
+import sys, time
+from eventlog import EventLog
+with EventLog.open(sys.argv[1]) as log:
+    started = time.monotonic()
+    for envelope in log.tail(follow=True, poll_interval_s=30.0,
+                             stop=lambda: time.monotonic() - started > 60):
+        print(envelope.position, flush=True)
+        break
+"""
+
+
+def test_tail_follow_wakes_on_another_process_commit_without_waiting_the_poll() -> None:
+    url = _pg.fresh_schema_url()
+    EventLog.open(url).close()
+    tailer = subprocess.Popen([sys.executable, "-c", TAILER, url], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        time.sleep(1.5)  # the tailer is listening (or still starting: it then reads the event)
+        with EventLog.open(url) as log:
+            log.append("s", [said("wake")], expected_version=NO_STREAM)
+        started = time.monotonic()
+        out, _ = tailer.communicate(timeout=20)
+        # The poll interval is 30 s: only the notification can have woken it this early.
+        assert time.monotonic() - started < 10
+        assert out.strip() == "1"
+    finally:
+        tailer.kill()
+        tailer.wait()
+
+
+def test_open_creates_one_schema_when_many_processes_race() -> None:
+    url = _pg.fresh_schema_url()
+    code = (
+        "import sys\nfrom eventlog import EventLog\n"
+        "with EventLog.open(sys.argv[1]) as log: print(log.head)"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    assert outs == ["0"] * 4
+
+
+def test_schemas_are_separate_logs() -> None:
+    a_url, b_url = _pg.fresh_schema_url(), _pg.fresh_schema_url()
+    with EventLog.open(a_url) as a, EventLog.open(b_url) as b:
+        a.append("s", [said("in a")], expected_version=NO_STREAM)
+        assert b.head == 0
+        b.append("s", [said(f"in b {uuid.uuid4()}")], expected_version=NO_STREAM)
+        assert a.head == b.head == 1
+        assert a.head_hash != b.head_hash
