@@ -1,11 +1,12 @@
 """`python -m bench [--quick] [--suite NAME ...] [--only NAME ...] [--rounds N] [--json PATH]
 [--rebuild-cache] [--strict]`.
 
-Runs five suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
+Runs six suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
 event log), `engine` (bench/engine_bench.py, the session engine), `replay`
 (bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file), and `tokens`
 (bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
-(bench/runtime_bench.py, durable prompt round-trips through the delegation runtime). `--only` takes
+(bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
+`postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB). `--only` takes
 benchmark names of any suite and runs only the suites they belong to. Each suite prints one table
 of medians when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
 `var/bench/<suite>.quick.json`, so a smoke run never replaces real figures).
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import engine_bench, log_bench, replay_bench, runtime_bench, tokens_bench
+from bench import engine_bench, log_bench, pg_bench, replay_bench, runtime_bench, tokens_bench
 from bench._timing import Result, filesystem_of, machine, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +81,12 @@ def _run_runtime(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[st
     return runtime_bench.run(ctx, names)
 
 
+def _run_postgres(
+    tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
+) -> list[Result]:
+    return pg_bench.run(pg_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet), names)
+
+
 SUITES = (
     Suite("log", list(log_bench.BENCHMARKS), log_bench.FULL, log_bench.QUICK, _run_log),
     Suite(
@@ -113,6 +120,13 @@ SUITES = (
         runtime_bench.QUICK,
         _run_runtime,
         summary=runtime_bench.summary,
+    ),
+    Suite(
+        "postgres",
+        list(pg_bench.BENCHMARKS),
+        pg_bench.FULL,
+        pg_bench.QUICK,
+        _run_postgres,
     ),
 )
 ALL_BENCHMARKS = [name for suite in SUITES for name in suite.benchmarks]
