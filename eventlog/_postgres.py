@@ -234,17 +234,13 @@ class PostgresStorage:
     def begin_write(self) -> StorageTxn:
         if self.readonly:
             raise StorageError(f"{self.where} was opened read-only")
-        txn = self._begin(b"BEGIN", write=True)
-        try:
-            # Taken before anything is read: from here on this transaction sees every commit of
-            # every earlier writer, and no later writer gets in until it ends.
-            if not self._sync:
-                txn.conn.execute(b"SET LOCAL synchronous_commit TO off")
-            txn.conn.execute(b"LOCK TABLE events IN EXCLUSIVE MODE")
-        except psycopg.Error as exc:
-            txn.abort()
-            raise translate(exc, "taking the append lock") from exc
-        return txn
+        # The lock is taken before anything is read: from here on this transaction sees every
+        # commit of every earlier writer, and no later writer gets in until it ends. One round
+        # trip for all of it (a simple query may hold several statements).
+        begin = b"BEGIN; LOCK TABLE events IN EXCLUSIVE MODE"
+        if not self._sync:
+            begin += b"; SET LOCAL synchronous_commit TO off"
+        return self._begin(begin, write=True)
 
     def _begin(self, begin: bytes, *, write: bool) -> _PgTxn:
         self._check_open()
@@ -261,6 +257,7 @@ class PostgresStorage:
                 self.pool.putconn(conn)  # a closed connection is dropped and replaced
                 continue
             except psycopg.Error as exc:
+                _rollback_quietly(conn)
                 self.pool.putconn(conn)
                 raise translate(exc, f"beginning a transaction on {self.where}") from exc
             return _PgTxn(self, conn, write=write)
@@ -311,7 +308,7 @@ class PostgresStorage:
 class _PgTxn:
     """A transaction on one pooled connection; a child is a savepoint on the same connection."""
 
-    __slots__ = ("_depth", "_done", "_store", "_write", "conn")
+    __slots__ = ("_depth", "_done", "_head", "_store", "_write", "conn")
 
     def __init__(
         self,
@@ -326,6 +323,9 @@ class _PgTxn:
         self._write = write
         self._depth = depth
         self._done = False
+        # The newest record, read with the head: the log reads it next to chain the first append.
+        # Records never change once written, so this can only be stale by being older.
+        self._head: tuple[int, bytes] | None = None
 
     def _run(self, query: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         try:
@@ -338,10 +338,18 @@ class _PgTxn:
         return row
 
     def last_position(self) -> int:
-        row = self.one("SELECT position FROM events ORDER BY position DESC LIMIT 1")
-        return int(row[0]) if row else 0
+        if not self._write:  # a reader asking for the head rarely wants the record with it
+            row = self.one("SELECT position FROM events ORDER BY position DESC LIMIT 1")
+            return int(row[0]) if row else 0
+        row = self.one("SELECT position, record FROM events ORDER BY position DESC LIMIT 1")
+        if row is None:
+            return 0
+        self._head = (int(row[0]), row[1])
+        return self._head[0]
 
     def record(self, position: int) -> Buffer | None:
+        if self._head is not None and self._head[0] == position:
+            return self._head[1]
         row = self.one("SELECT record FROM events WHERE position = %s", (position,))
         return row[0] if row else None
 
@@ -533,15 +541,20 @@ class _PgTxn:
             self._run(f"RELEASE SAVEPOINT {_SAVEPOINT}{self._depth}")
             return
         try:
-            self.conn.execute(b"ROLLBACK")
-        except psycopg.Error:  # the connection is gone, and its transaction with it
-            self.conn.close()
+            _rollback_quietly(self.conn)
         finally:
             self._store.release(self.conn)
 
     def _check_write(self) -> None:
         if not self._write:
             raise StorageError("a read-only transaction cannot write")
+
+
+def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
+    try:
+        conn.execute(b"ROLLBACK")
+    except psycopg.Error:  # the connection is gone, and its transaction with it
+        conn.close()
 
 
 def _stream_of(key: bytes) -> str:
