@@ -150,7 +150,8 @@ class SessionStore(LiveVerbs):
         token_counter: _compact.TokenCounter | None = None,
         summarizer: _compact.Summarizer | None = None,
     ) -> SessionStore:
-        """Open (creating if missing) the store in directory `path`, on the durable LMDB log."""
+        """Open (creating if missing) the store in directory `path`, on the durable LMDB log, or
+        in the PostgreSQL database a `postgresql://` URL names (see `EventLog.open`)."""
         log = EventLog.open(path, sync=sync)
         try:
             return cls(
