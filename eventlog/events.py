@@ -224,6 +224,67 @@ class AgentSessionClosed(Event, tag="agent_session_closed", frozen=True):
     status: dict[str, Any] = {}
 
 
+# Context policies (`sessions/_context.py`): what the next model call sees, as recorded outcomes.
+
+
+class ContextCompacted(Event, tag="context_compacted", frozen=True):
+    """A summarization checkpoint: `boundary` (a synthetic user message) and `summary` (the
+    assistant's summary), both flagged `summary`, were inserted before transcript message
+    `insert_at`. They stand for the `summarized_count` messages before them, from
+    `summarized_start`; the context view starts at the latest such pair."""
+
+    insert_at: int
+    boundary: Message
+    summary: Message
+    summarized_start: int = 0
+    summarized_count: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
+class ContextCompactionFailed(Event, tag="context_compaction_failed", frozen=True):
+    """The summarizer failed (raised, or returned something that is not a summary); nothing
+    else changed. Recorded so the failure is visible in the history, never fatal."""
+
+    error: str
+    kind: str = "summarizer"
+    tokens_before: int = 0
+    message_count: int = 0
+
+
+class PrunedResult(_Record, frozen=True):
+    """How one tool result is shown in the context view from now on. The message is named by
+    its reference: the log position of the event carrying it and its index inside that event.
+    `soft_trim` keeps the first `head_chars` and last `tail_chars` characters around `notice`;
+    `hard_clear` shows `notice` alone."""
+
+    position: int
+    action: str
+    chars: int
+    notice: str
+    index: int = 0
+    head_chars: int = 0
+    tail_chars: int = 0
+
+
+class ContextPruned(Event, tag="context_pruned", frozen=True):
+    """Large tool results pruned from the context view (the recorded history keeps them)."""
+
+    results: list[PrunedResult]
+    aggressive: bool = False
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
+class DoomLoopDetected(Event, tag="doom_loop_detected", frozen=True):
+    """`repeats` identical consecutive calls of `tool`: `message`, a synthetic warning saying
+    why, joins the transcript."""
+
+    message: Message
+    tool: str
+    repeats: int
+
+
 # The bearer stream: keyed by the token's one-way handle, never by the token.
 
 
@@ -276,6 +337,10 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     BearerSessionCreated,
     BearerSessionTouched,
     BearerSessionExpired,
+    ContextCompacted,
+    ContextCompactionFailed,
+    ContextPruned,
+    DoomLoopDetected,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

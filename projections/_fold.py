@@ -17,6 +17,7 @@ from eventlog import Envelope, IntegrityError, LogView, Transaction
 from eventlog import events as ev
 from projections import _runtime as rt
 from projections import _state as st
+from projections._context import apply_pruned
 from projections._state import (
     ACTIVE,
     CLOSED,
@@ -261,7 +262,9 @@ _OPENERS: dict[type, Callable[[Transaction, Envelope], None]] = {
 
 def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
     data = envelope.data
-    if isinstance(data, (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted)):
+    if isinstance(
+        data, (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted, ev.DoomLoopDetected)
+    ):
         return [(envelope.position, 0)]
     return []
 
@@ -336,6 +339,10 @@ def message_of(data: ev.Event, index: int) -> ev.Message:
         return data.reply
     if isinstance(data, ev.SessionCompacted):
         return data.replacement[index]
+    if isinstance(data, ev.DoomLoopDetected):
+        return data.message
+    if isinstance(data, ev.ContextCompacted):
+        return data.boundary if index == 0 else data.summary
     raise AssertionError(f"{type(data).__name__} carries no message")
 
 
@@ -415,10 +422,26 @@ def _compact(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Tra
     )
 
 
+def _checkpoint(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
+    """Insert a context checkpoint pair before message `insert_at`; nothing is removed."""
+    data = envelope.data
+    assert isinstance(data, ev.ContextCompacted)
+    length = transcript.length
+    at = min(max(data.insert_at, 0), length)
+    head = Transcript(ranges=slice_ranges(transcript.ranges, 0, at), length=at)
+    head = _append_refs(tx, head, [(envelope.position, 0), (envelope.position, 1)], fresh=True)
+    tail = slice_ranges(transcript.ranges, at, length)
+    return msgspec.structs.replace(
+        transcript, ranges=(*head.ranges, *tail), length=head.length + (length - at)
+    )
+
+
 _TRANSCRIPT_CHANGES: dict[type, Callable[[Transaction, Transcript, Envelope], Transcript]] = {
     ev.SessionReset: _reset,
     ev.SessionTrimmed: _trim,
     ev.SessionCompacted: _compact,
+    ev.ContextCompacted: _checkpoint,
+    ev.ContextPruned: apply_pruned,
 }
 
 
@@ -547,6 +570,6 @@ _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
 # tables above, so giving one of them a shaper or a state change takes it off the fast path.
 _ONE_MESSAGE = frozenset(
     kind
-    for kind in (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted)
+    for kind in (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted, ev.DoomLoopDetected)
     if kind not in _TRANSCRIPT_CHANGES and kind not in _STATE_CHANGES and kind not in rt.FOLLOWERS
 )

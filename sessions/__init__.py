@@ -14,6 +14,7 @@ from eventlog import (
     SessionLogError,
     UnknownSessionError,
 )
+from sessions._context_policy import ContextPolicy
 from sessions._ids import current_id, uuid7
 from sessions._store import SessionStore, SessionSubscription
 from sessions._tokens import BearerSession, BearerSessions
@@ -23,6 +24,7 @@ __all__ = [
     "BearerSessions",
     "CapacityError",
     "ConcurrencyError",
+    "ContextPolicy",
     "ControllerConflictError",
     "IntegrityError",
     "InvalidArgumentError",

@@ -35,6 +35,8 @@ from eventlog import (
 from eventlog import events as ev
 from sessions import _compact
 from sessions._checks import check_count, check_dict, check_policy, check_text, client_dict, iso
+from sessions._context import ContextVerbs, ContextView
+from sessions._context_policy import ContextPolicy
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter, plain_message, to_dicts, to_message
@@ -102,7 +104,7 @@ class SessionSubscription:
         self.close()
 
 
-class SessionStore(LiveVerbs):
+class SessionStore(LiveVerbs, ContextVerbs):
     """Sessions as projections of one event log. Open with `SessionStore.open(path)`."""
 
     def __init__(
@@ -114,6 +116,7 @@ class SessionStore(LiveVerbs):
         token_counter: _compact.TokenCounter | None = None,
         summarizer: _compact.Summarizer | None = None,
         readonly_at: int | None = None,
+        context_policy: ContextPolicy | None = None,
     ) -> None:
         if isinstance(hot_sessions, bool) or not isinstance(hot_sessions, int) or hot_sessions < 0:
             raise InvalidArgumentError(f"hot_sessions must be an int >= 0, got {hot_sessions!r}")
@@ -125,6 +128,9 @@ class SessionStore(LiveVerbs):
         self.max_sessions = max_sessions
         self.token_counter = token_counter or default_token_counter
         self.summarizer = summarizer
+        self.context_policy = context_policy or ContextPolicy()
+        """The default policy of `maintain_context` (see `sessions/_context.py`)."""
+        self._context_views: OrderedDict[str, ContextView] = OrderedDict()
         self.readonly_at = readonly_at
         self._hot_cap = hot_sessions
         # session id -> (transcript version, its ranges, its messages), least recently used first
@@ -149,6 +155,7 @@ class SessionStore(LiveVerbs):
         max_sessions: int | None = None,
         token_counter: _compact.TokenCounter | None = None,
         summarizer: _compact.Summarizer | None = None,
+        context_policy: ContextPolicy | None = None,
     ) -> SessionStore:
         """Open (creating if missing) the store in directory `path`, on the durable LMDB log, or
         in the PostgreSQL database a `postgresql://` URL names (see `EventLog.open`)."""
@@ -160,6 +167,7 @@ class SessionStore(LiveVerbs):
                 max_sessions=max_sessions,
                 token_counter=token_counter,
                 summarizer=summarizer,
+                context_policy=context_policy,
             )
         except BaseException:
             log.close()

@@ -140,6 +140,64 @@ SAMPLES: list[tuple[str, ev.Event]] = [
             warnings=[{"filter": "caps", "reason": "all caps"}],
         ),
     ),
+    # Added with the context policies: checkpoints, their failures, pruning and doom loops.
+    (
+        "s-1",
+        ev.ContextCompacted(
+            insert_at=2,
+            boundary=ev.Message(role="user", content="[checkpoint]", synthetic=True, summary=True),
+            summary=ev.Message(
+                role="assistant",
+                content="the story so far",
+                synthetic=True,
+                summary=True,
+                model="mock-1",
+                usage=ev.Usage(input_tokens=40, output_tokens=4),
+            ),
+            summarized_start=0,
+            summarized_count=2,
+            tokens_before=900,
+            tokens_after=120,
+        ),
+    ),
+    (
+        "s-1",
+        ev.ContextCompactionFailed(
+            error="TimeoutError: no answer", tokens_before=900, message_count=6
+        ),
+    ),
+    (
+        "s-1",
+        ev.ContextPruned(
+            results=[
+                ev.PrunedResult(
+                    position=3,
+                    action="soft_trim",
+                    chars=60_000,
+                    head_chars=1_500,
+                    tail_chars=1_500,
+                    notice="[trimmed]",
+                ),
+                ev.PrunedResult(position=4, index=1, action="hard_clear", chars=9, notice="[x]"),
+            ],
+            aggressive=True,
+            tokens_before=700,
+            tokens_after=300,
+        ),
+    ),
+    (
+        "s-1",
+        ev.DoomLoopDetected(
+            message=ev.Message(
+                role="user",
+                content="stop repeating ls",
+                synthetic=True,
+                metadata={"doom_loop": {"tool": "ls", "repeats": 3}},
+            ),
+            tool="ls",
+            repeats=3,
+        ),
+    ),
 ]
 
 
