@@ -20,7 +20,6 @@ from eventlog import events as ev
 from eventlog.errors import SessionBusyError, SessionFailedError
 from projections import _runtime as rt
 from sessions._checks import iso
-from sessions._messages import to_dicts
 from sessions._store import SessionStore
 from sessions.runtime._params import merge_params
 from sessions.runtime._recorder import usage_dict
@@ -129,8 +128,8 @@ def start_prompt(
             warnings=warnings,
         )
         tx.append(session_id, [started], expected_version=tx.stream_version(session_id))
-        transcript = pj.load_transcript(tx, session_id) or pj.Transcript()
-        messages = to_dicts(pj.read_messages(tx, transcript))
+        # The provider sees the context view: from the latest checkpoint on, prunes applied.
+        messages = store.context(session_id)
         return Started(
             request_id=request_id,
             loop_id=loop_id,
