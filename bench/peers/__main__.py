@@ -1,4 +1,5 @@
-"""`python -m bench.peers [--quick] [--only NAME ...] [--passes N] [--json PATH] [--markdown PATH]`.
+"""`python -m bench.peers [--quick] [--only NAME ...] [--passes N] [--json PATH] [--markdown PATH]
+[--render JSON]`.
 
 Runs each adapter (bench/peers/_worker.py) in a process of its own, one after another, on stores
 under `var/bench-tmp/`, then prints one table with ratios to sessionlog, the durability settings
@@ -52,6 +53,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "of every adapter, none otherwise)",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the report")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: print the report of an earlier run's JSON (and write "
+        "it to --markdown when given)",
+    )
     return parser.parse_args(argv)
 
 
@@ -95,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.passes < 1:
         raise SystemExit(f"--passes must be >= 1, got {args.passes}")
+    if args.render is not None:
+        report = _report.render(json.loads(args.render.read_text()))
+        print(report.text)
+        if args.markdown is not None:
+            args.markdown.write_text(report.markdown)
+        return 0
     sizes = "tiny" if args.tiny else "quick" if args.quick else "full"
     names = [name for name in ADAPTERS if not args.only or name in args.only]
     tmp_parent = VAR / "bench-tmp"

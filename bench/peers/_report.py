@@ -206,6 +206,22 @@ def durability_lines(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+METHOD_NOTES = (
+    "Every library runs with its own defaults and each reads back as durable: LMDB's durable "
+    "commit syncs twice (the data pages, then the meta page), while SQLite in WAL mode with "
+    "synchronous=FULL syncs the WAL once per commit and in rollback-journal mode (ADK) several "
+    "times.",
+    "The first appends of a fresh file cost more for every library (the file and its journal "
+    "grow; later commits reuse their pages), which is why some growth ratios are below 1.",
+    "LangGraph's SqliteSaver keeps the whole message list in every checkpoint, so each append "
+    "writes the transcript again; its bytes per message grow with the session.",
+    "Bytes are the growth of the store's files, measured closed: LMDB grows in 4 KiB pages and "
+    "reuses freed ones, so a figure of a few hundred bytes per fork is an average over the forks.",
+    "Raw py-lmdb is the physical limit (one key per message, no hash chain, index or "
+    "projection); no target compares with it.",
+)
+
+
 @dataclass(frozen=True)
 class Report:
     text: str
@@ -267,7 +283,7 @@ def render(document: dict[str, Any]) -> Report:
             "characters of text). Times are wall-clock medians; bytes are the growth of the "
             "store's files, measured with the store closed.",
             "",
-            f"Run: {when}.",
+            f"Run: {when}. Command: `make bench-peers` (`BENCH_ARGS=--quick` for a smoke run).",
             "",
             markdown_table(cells),
             "",
@@ -275,11 +291,18 @@ def render(document: dict[str, Any]) -> Report:
             "",
             "## Durability, fork and batch, per library",
             "",
-            *(f"- {line.strip()}" for line in durability_lines(results)),
+            *(
+                f"  - {line.strip()}" if line.startswith(" ") else f"- {line}"
+                for line in durability_lines(results)
+            ),
             "",
             "## Targets",
             "",
             *(f"- {line}" for line in target_lines(found)),
+            "",
+            "## How to read it",
+            "",
+            *(f"- {line}" for line in METHOD_NOTES),
             "",
         ]
     )
