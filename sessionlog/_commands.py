@@ -47,6 +47,9 @@ class Failure(Exception):
 # The store
 
 
+SERVER_SCHEMES = ("postgresql://", "postgres://")
+
+
 def store_path(args: argparse.Namespace) -> str:
     given = getattr(args, "store", None)
     return given or os.environ.get(STORE_ENV) or STORE_DEFAULT
@@ -57,7 +60,8 @@ def opened(args: argparse.Namespace, *, create: bool = False) -> Iterator[Sessio
     """The store named on the command line; a command that only reads refuses a missing one
     rather than create an empty store where the user mistyped a path."""
     path = store_path(args)
-    if not create and not Path(path).is_dir():
+    served = path.startswith(SERVER_SCHEMES)  # a database server: it exists or the open says so
+    if not create and not served and not Path(path).is_dir():
         raise Failure(f"no store at {path} (give --store PATH or set {STORE_ENV})", EXIT_NOT_FOUND)
     with SessionStore.open(path) as store:
         yield store
@@ -275,7 +279,7 @@ class _StopOnSignal:
 
 def verify(args: argparse.Namespace) -> int:
     path = store_path(args)
-    if not Path(path).is_dir():
+    if not path.startswith(SERVER_SCHEMES) and not Path(path).is_dir():
         raise Failure(f"no store at {path}", EXIT_NOT_FOUND)
     with EventLog.open(path, readonly=True) as log, Progress("verify") as progress:
         report = log.verify(progress=progress)

@@ -21,6 +21,7 @@ import pytest
 
 from eventlog._codec import BODY_START
 from sessions import SessionStore
+from tests._pg import fresh_schema_url
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("sessionlog")
@@ -33,7 +34,7 @@ COMMANDS = (
 
 
 def run(
-    *args: str | Path, store: Path | None = None, env: dict[str, str] | None = None
+    *args: str | Path, store: Path | str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     argv = [str(SCRIPT), *(["--store", str(store)] if store else []), *map(str, args)]
     done = subprocess.run(
@@ -320,6 +321,24 @@ def test_export_log_and_import_log_round_trip(family: Path, tmp_path: Path) -> N
     assert run("show", "at-3-1", "--json", store=target).stdout == (
         run("show", "at-3-1", "--json", store=family).stdout
     )
+
+
+def test_a_deployment_moves_to_postgresql_through_the_command_line(
+    family: Path, tmp_path: Path
+) -> None:
+    """`--store postgresql://...` works like a path: export-log from LMDB, import-log into
+    PostgreSQL, the same head hash, and the read commands answer the same."""
+    url = fresh_schema_url("cli")
+    out = tmp_path / "log.jsonl"
+    assert run("export-log", "--output", out, store=family).returncode == 0
+    imported = json.loads(run("import-log", out, "--json", store=url).stdout)
+    head, head_hash = head_of(family)
+    assert imported["written"] == head and imported["head_hash"] == head_hash
+    stats = json.loads(run("stats", "--json", store=url).stdout)
+    assert stats["events"] == head and stats["head_hash"] == head_hash
+    for command in (("show", "at-3-1", "--json"), ("ls", "--all", "--json")):
+        assert run(*command, store=url).stdout == run(*command, store=family).stdout
+    assert run("verify", store=url).returncode == 0
 
 
 def test_import_log_refuses_bad_files(tmp_path: Path) -> None:
