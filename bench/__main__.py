@@ -1,11 +1,12 @@
 """`python -m bench [--quick] [--suite NAME ...] [--only NAME ...] [--rounds N] [--json PATH]
 [--rebuild-cache] [--strict]`.
 
-Runs six suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
+Runs seven suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
 event log), `engine` (bench/engine_bench.py, the session engine), `replay`
 (bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file), and `tokens`
 (bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
 (bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
+`context` (bench/context_bench.py, the context view of a 10,000-message session), and
 `postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB). `--only` takes
 benchmark names of any suite and runs only the suites they belong to. Each suite prints one table
 of medians when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
@@ -32,7 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import engine_bench, log_bench, pg_bench, replay_bench, runtime_bench, tokens_bench
+from bench import (
+    context_bench,
+    engine_bench,
+    log_bench,
+    pg_bench,
+    replay_bench,
+    runtime_bench,
+    tokens_bench,
+)
 from bench._timing import Result, filesystem_of, machine, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +90,11 @@ def _run_runtime(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[st
     return runtime_bench.run(ctx, names)
 
 
+def _run_context(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
+    ctx = context_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
+    return context_bench.run(ctx, names)
+
+
 def _run_postgres(
     tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
 ) -> list[Result]:
@@ -120,6 +134,13 @@ SUITES = (
         runtime_bench.QUICK,
         _run_runtime,
         summary=runtime_bench.summary,
+    ),
+    Suite(
+        "context",
+        list(context_bench.BENCHMARKS),
+        context_bench.FULL,
+        context_bench.QUICK,
+        _run_context,
     ),
     Suite(
         "postgres",
