@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,11 +155,19 @@ class LmdbStorage:
                 self.events = self.env.open_db(b"events", create=False)
                 self.streams = self.env.open_db(b"streams", create=False)
                 self.kv = self.env.open_db(b"kv", create=False)
+                # Stores written before keys were kept have no such table: nothing was appended
+                # with a key there, and a read-only store appends nothing.
+                self.idempotency = (
+                    self.env.open_db(b"idempotency", create=False)
+                    if b"idempotency" in names
+                    else None
+                )
                 return
             with self.env.begin(write=True) as txn:
                 self.events = self.env.open_db(b"events", txn=txn)
                 self.streams = self.env.open_db(b"streams", txn=txn)
                 self.kv = self.env.open_db(b"kv", txn=txn)
+                self.idempotency = self.env.open_db(b"idempotency", txn=txn)
                 self.meta = self.env.open_db(b"meta", txn=txn)
                 marker = txn.get(b"format", db=self.meta)
                 if marker is None and blank:
@@ -228,6 +237,9 @@ class LmdbStorage:
 
     def size_bytes(self) -> int:
         return (self.path / "data.mdb").stat().st_size
+
+    def wait_for_commit(self, timeout_s: float) -> None:
+        time.sleep(timeout_s)  # no wake-up across processes here: followers poll
 
     def close(self) -> None:
         if not self._closed:
@@ -362,6 +374,31 @@ class _LmdbTxn:
             raise translate(exc, "writing events") from exc
         if added != len(items) or indexed != len(entries):
             raise AssertionError("a position or stream version was already taken")
+
+    def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
+        table = self._store.idempotency
+        if table is None:
+            return None
+        try:
+            value = self._txn.get(idempotency_key.encode(), db=table)
+        except lmdb.Error as exc:
+            raise translate(exc, "reading idempotency keys") from exc
+        if value is None:
+            return None
+        stream = bytes(value[16:]).decode()
+        return stream, int.from_bytes(value[:8], "big"), int.from_bytes(value[8:16], "big")
+
+    def remember_idempotency_key(
+        self, idempotency_key: str, stream: str, first: int, last: int
+    ) -> None:
+        value = first.to_bytes(8, "big") + last.to_bytes(8, "big") + stream.encode()
+        key = idempotency_key.encode()
+        self._store.write_bytes += len(key) + len(value) + _ENTRY_OVERHEAD_BYTES
+        try:
+            self._txn.put(key, value, db=self._store.idempotency)
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise translate(exc, "writing an idempotency key") from exc
 
     def kv_get(self, key: bytes) -> bytes | None:
         value = self._txn.get(key, db=self._store.kv)

@@ -12,7 +12,6 @@ import enum
 import logging
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -339,9 +338,10 @@ class Transaction(LogView):
             )
         try:
             txn.put_records(self._head + 1, records, key, version + 1)
-            remember = getattr(txn, "remember_idempotency_key", None)
-            if idempotency_key is not None and remember is not None:
-                remember(idempotency_key, stream, self._head + 1, self._head + len(records))
+            if idempotency_key is not None:
+                txn.remember_idempotency_key(
+                    idempotency_key, stream, self._head + 1, self._head + len(records)
+                )
         except BaseException:
             self._broken = True  # part of the call may be in the transaction: it must not commit
             raise
@@ -361,10 +361,8 @@ class Transaction(LogView):
         return list(range(first, self._head + 1))
 
     def _appended_before(self, stream: str, idempotency_key: str) -> list[int] | None:
-        """The positions of an earlier append that carried this key, on backends that keep keys
-        (PostgreSQL, where a commit's outcome can be unknown); None when there was none."""
-        lookup = getattr(self._txn, "idempotent_positions", None)
-        found = None if lookup is None else lookup(idempotency_key)
+        """The positions of an earlier append that carried this key; None when there was none."""
+        found = self._txn.idempotent_positions(idempotency_key)
         if found is None:
             return None
         earlier_stream, first, last = found
@@ -1048,11 +1046,7 @@ class EventLog:
             if not follow or (stop is not None and stop()):
                 return
             # A server backend wakes us when any machine commits; the interval stays the bound.
-            wait = getattr(self._storage, "wait_for_commit", None)
-            if wait is None:
-                time.sleep(poll_interval_s)
-            else:
-                wait(poll_interval_s)
+            self._storage.wait_for_commit(poll_interval_s)
 
     def size_bytes(self) -> int:
         """Bytes the store occupies on disk (or in memory)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,7 @@ class MemoryStorage:
         self.index: dict[bytes, list[int]] = {}
         self.kv: dict[bytes, bytes] = {}
         self.kv_keys: list[bytes] = []
+        self.idempotency: dict[str, tuple[str, int, int]] = {}
         self.closed = False
 
     @contextmanager
@@ -40,6 +42,9 @@ class MemoryStorage:
     def size_bytes(self) -> int:
         with self.lock:
             return sum(map(len, self.records)) + sum(len(k) + len(v) for k, v in self.kv.items())
+
+    def wait_for_commit(self, timeout_s: float) -> None:
+        time.sleep(timeout_s)
 
     def close(self) -> None:
         self.closed = True
@@ -113,6 +118,15 @@ class _MemoryTxn:
             positions.append(first_position + offset)
         self.undo.append(("records", key, len(records)))
 
+    def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
+        return self.store.idempotency.get(idempotency_key)
+
+    def remember_idempotency_key(
+        self, idempotency_key: str, stream: str, first: int, last: int
+    ) -> None:
+        self.store.idempotency[idempotency_key] = (stream, first, last)
+        self.undo.append(("idempotency", idempotency_key))
+
     def kv_get(self, key: bytes) -> bytes | None:
         return self.store.kv.get(key)
 
@@ -171,6 +185,8 @@ class _MemoryTxn:
                 del positions[-count:]
                 if not positions:
                     del store.index[key]
+            elif entry[0] == "idempotency":
+                del store.idempotency[entry[1]]
             else:
                 _, key, old = entry
                 if old is None:

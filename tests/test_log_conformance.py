@@ -544,6 +544,55 @@ def test_a_checked_append_reads_back_the_same_events(log: EventLog) -> None:
     assert log.verify().ok
 
 
+# Idempotency keys: a command retried after an unknown outcome writes once
+
+
+def test_a_retried_append_with_the_same_key_writes_once(log: EventLog) -> None:
+    first = log.append(
+        "s", [said("a"), said("b")], expected_version=NO_STREAM, meta={"idempotency_key": "req-1"}
+    )
+    # The retry carries the version the caller expected the first time: the key decides.
+    again = log.append(
+        "s", [said("a"), said("b")], expected_version=NO_STREAM, meta={"idempotency_key": "req-1"}
+    )
+    assert first == again == [1, 2]
+    assert log.head == 2
+    assert log.append("s", [said("c")], expected_version=2, meta={"idempotency_key": "req-2"})
+    with pytest.raises(InvalidArgumentError, match="was used for stream `s`"):
+        log.append("t", [said("x")], expected_version=NO_STREAM, meta={"idempotency_key": "req-1"})
+    with pytest.raises(InvalidArgumentError, match="non-empty str"):
+        log.append("s", [said("x")], expected_version=3, meta={"idempotency_key": 7})
+    with pytest.raises(LimitExceededError, match="idempotency_key_chars_max"):
+        log.append(
+            "s",
+            [said("x")],
+            expected_version=3,
+            meta={"idempotency_key": "k" * (limits.idempotency_key_chars_max + 1)},
+        )
+    assert log.head == 3
+    assert log.verify().ok
+
+
+def test_a_key_from_an_aborted_transaction_is_forgotten(log: EventLog) -> None:
+    with pytest.raises(ConcurrencyError), log.transaction() as tx:
+        tx.append("s", [said("a")], expected_version=NO_STREAM, meta={"idempotency_key": "k"})
+        tx.append("s", [said("b")], expected_version=NO_STREAM)  # stale: aborts the whole
+    assert log.head == 0
+    assert log.append(
+        "s", [said("a")], expected_version=NO_STREAM, meta={"idempotency_key": "k"}
+    ) == [1]
+
+
+def test_an_idempotency_key_outlives_a_reopen(tmp_path: Path) -> None:
+    with EventLog.open(tmp_path / "log") as log:
+        log.append("s", [said("a")], expected_version=NO_STREAM, meta={"idempotency_key": "k"})
+    with EventLog.open(tmp_path / "log") as again:
+        assert again.append(
+            "s", [said("a")], expected_version=NO_STREAM, meta={"idempotency_key": "k"}
+        ) == [1]
+        assert again.head == 1
+
+
 # Subscriptions
 
 

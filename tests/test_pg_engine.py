@@ -21,14 +21,10 @@ import projections as pj
 import sessions.testing
 from eventlog import (
     NO_STREAM,
-    ConcurrencyError,
     CorruptStoreError,
     EventLog,
-    InvalidArgumentError,
-    LimitExceededError,
     StorageError,
     _postgres,
-    limits,
 )
 from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
@@ -158,38 +154,6 @@ def test_bad_urls_are_refused_with_their_reason() -> None:
 
 
 # Idempotency keys: a retried command writes once
-
-
-def test_a_retried_append_with_the_same_key_writes_once() -> None:
-    with EventLog.open(_pg.fresh_schema_url()) as log:
-        first = log.append("s", [said("a"), said("b")], expected_version=NO_STREAM,
-                           meta={"idempotency_key": "req-1"})  # fmt: skip
-        # The retry carries the version the caller expected the first time: the key decides.
-        again = log.append("s", [said("a"), said("b")], expected_version=NO_STREAM,
-                           meta={"idempotency_key": "req-1"})  # fmt: skip
-        assert first == again == [1, 2]
-        assert log.head == 2
-        assert log.append("s", [said("c")], expected_version=2, meta={"idempotency_key": "req-2"})
-        with pytest.raises(InvalidArgumentError, match="was used for stream `s`"):
-            log.append("t", [said("x")], expected_version=NO_STREAM,
-                       meta={"idempotency_key": "req-1"})  # fmt: skip
-        with pytest.raises(InvalidArgumentError, match="non-empty str"):
-            log.append("s", [said("x")], expected_version=3, meta={"idempotency_key": 7})
-        with pytest.raises(LimitExceededError, match="idempotency_key_chars_max"):
-            log.append("s", [said("x")], expected_version=3,
-                       meta={"idempotency_key": "k" * (limits.idempotency_key_chars_max + 1)})  # fmt: skip
-        assert log.head == 3
-        assert log.verify().ok
-
-
-def test_a_key_from_an_aborted_transaction_is_forgotten() -> None:
-    with EventLog.open(_pg.fresh_schema_url()) as log:
-        with pytest.raises(ConcurrencyError), log.transaction() as tx:
-            tx.append("s", [said("a")], expected_version=NO_STREAM, meta={"idempotency_key": "k"})
-            tx.append("s", [said("b")], expected_version=NO_STREAM)  # stale: aborts the whole
-        assert log.head == 0
-        assert log.append("s", [said("a")], expected_version=NO_STREAM,
-                          meta={"idempotency_key": "k"}) == [1]  # fmt: skip
 
 
 def test_a_commit_whose_connection_dies_is_reported_as_unknown_and_retried_safely() -> None:
