@@ -27,9 +27,7 @@ def is_checkpoint(messages: list[ev.Message], index: int) -> bool:
     if index + 1 >= len(messages):
         return False
     first, second = messages[index], messages[index + 1]
-    return (
-        first.summary and first.role == "user" and second.summary and second.role == "assistant"
-    )
+    return first.summary and first.role == "user" and second.summary and second.role == "assistant"
 
 
 def read_span(
