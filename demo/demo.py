@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 import replay  # noqa: E402
 from sessionlog import _render  # noqa: E402
 from sessionlog._commands import load_tree, stats_rows, store_figures  # noqa: E402
-from sessions import SessionStore, UnknownSessionError  # noqa: E402
+from sessions import SessionStore  # noqa: E402
+from sessions.runtime import MockProvider, Runtime  # noqa: E402
 
 VAR = ROOT / "var" / "demo"
 STORE = VAR / "sessions"
@@ -45,32 +46,17 @@ def say(step: str, text: str) -> None:
 
 
 def continue_session(store: SessionStore, session_id: str, question: str) -> str:
-    """THE ONE PLACE that continues the conversation; returns how it was done.
+    """Continue the seeded conversation through the delegation runtime: the runtime adopts the
+    session (it did not create it), then the mock provider answers a prompt."""
 
-    Through the delegation runtime (`sessions.runtime.Runtime` with its `MockProvider`) when it is
-    installed and will drive this session; otherwise a question and a canned assistant reply are
-    injected. The runtime drives only sessions it created itself (`Runtime.prompt` refuses a
-    seeded one with `UnknownSessionError`); once it can adopt a session, the first branch runs."""
-    try:
-        from sessions.runtime import MockProvider, Runtime
-    except ImportError:
-        how = "sessions.runtime is not installed"
-    else:
+    async def prompt() -> str:
+        async with Runtime(store, providers=[MockProvider()]) as runtime:
+            await runtime.adopt(session_id, agent_id="demo")
+            answer = await runtime.prompt(session_id, question)
+        return str(answer["text"])
 
-        async def prompt() -> str:
-            async with Runtime(store, providers=[MockProvider()]) as runtime:
-                answer = await runtime.prompt(session_id, question)
-            return str(answer["text"])
-
-        try:
-            text = asyncio.run(prompt())
-        except UnknownSessionError:
-            how = "the runtime does not adopt seeded sessions yet"
-        else:
-            return f"runtime + mock provider: {_render.cut(text, 40)!r}"
-    store.inject(session_id, {"role": "user", "content": question})
-    store.inject(session_id, {"role": "assistant", "content": "Added both lines under 1.4.0."})
-    return f"+2 messages, reply injected ({how})"
+    text = asyncio.run(prompt())
+    return f"runtime + mock provider: {_render.cut(text, 40)!r}"
 
 
 def crash_and_recover() -> tuple[int, int]:

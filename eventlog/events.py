@@ -213,6 +213,15 @@ class PromptCancelled(Event, tag="prompt_cancelled", frozen=True):
     reason: str | None = None
 
 
+class RuntimeAdopted(Event, tag="runtime_adopted", frozen=True):
+    """A session opened elsewhere (seeded, imported, opened directly) is driven by the runtime
+    from here on: prompts go to `provider`, with `runtime_params` as the session's layer."""
+
+    provider: str
+    agent_id: str | None = None
+    runtime_params: dict[str, Any] = {}
+
+
 class InputRejected(Event, tag="input_rejected", frozen=True):
     filter: str
     reason: str
@@ -341,6 +350,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     ContextCompactionFailed,
     ContextPruned,
     DoomLoopDetected,
+    RuntimeAdopted,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ import msgspec
 
 from eventlog import Envelope, LogView, StructCodec, Transaction, limits
 from eventlog import events as ev
+from projections import _state as st
 
 ACTIVE = "active"
 BUSY = "busy"
@@ -121,6 +122,8 @@ class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     rejected: int = 0
     usage: LoopUsage = LoopUsage()
     close_reason: str | None = None
+    params: dict[str, Any] = {}
+    """The session's layer of runtime parameters when it was adopted (else its opening metadata's)."""
 
 
 STATE_CODEC = StructCodec(RuntimeState, "runtime state")
@@ -412,7 +415,24 @@ def _ended(tx: Transaction, envelope: Envelope) -> None:
     _put_state(tx, msgspec.structs.replace(state, open=False, close_reason=reason))
 
 
+def _adopted(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.RuntimeAdopted)
+    sid = envelope.stream
+    raw = tx.kv_get(st.state_key(sid))
+    if raw is None or st.STATE_CODEC.decode(raw).status != st.ACTIVE:
+        return  # nothing open to adopt: the fold stays total
+    if load_runtime(tx, sid) is not None:
+        return  # already driven by the runtime
+    _put_state(
+        tx, RuntimeState(session_id=sid, provider=data.provider, params=dict(data.runtime_params))
+    )
+    tx.kv_put(_OPEN + sid.encode(), b"")
+    _add_open(tx, +1)
+
+
 FOLLOWERS: dict[type, Callable[[Transaction, Envelope], None]] = {
+    ev.RuntimeAdopted: _adopted,
     ev.PromptStarted: _started,
     ev.PromptCompleted: _completed,
     ev.PromptFailed: _failed,

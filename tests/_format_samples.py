@@ -198,6 +198,11 @@ SAMPLES: list[tuple[str, ev.Event]] = [
             repeats=3,
         ),
     ),
+    # Added with runtime adoption: a session opened elsewhere, driven by the runtime.
+    (
+        "s-1",
+        ev.RuntimeAdopted(provider="mock", agent_id="a-1", runtime_params={"temperature": 0.2}),
+    ),
 ]
 
 

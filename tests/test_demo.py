@@ -55,6 +55,7 @@ def test_make_demo_runs_from_a_clean_clone_twice(tmp_path: Path) -> None:
     crash = re.search(r"after (\d+) acknowledged appends; reopened: (\d+) present, 0 lost", first)
     assert crash is not None, first
     assert 0 < int(crash.group(1)) <= int(crash.group(2))
+    assert re.search(r"continue\s+runtime \+ mock provider: .mock reply to: ", first)
     assert re.search(r"verify\s+ok: \d+ events, 4 streams", first)
     assert "release-1-at-4" in first and "forked at message 4" in first
     assert re.search(r"head hash\s+[0-9a-f]{64}", first)

@@ -491,3 +491,45 @@ def test_configuration_errors(store: SessionStore) -> None:
         Runtime(store, ttl_s=0)
     with pytest.raises(InvalidArgumentError, match="runtime is not started"):
         asyncio.run(Runtime(store).prompt("s", "hi"))
+
+
+def test_a_session_opened_elsewhere_is_adopted_and_prompted(store: SessionStore) -> None:
+    """A seeded or imported session is no runtime session until adopted; then prompts continue
+    its transcript, with the adopted session-level parameters, and a rebuild agrees."""
+    import projections as pj
+
+    sid = store.open_session("seeded", system_prompt="be brief")
+    store.inject_many(
+        sid, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    )
+
+    async def body() -> None:
+        async with Runtime(store) as runtime:
+            with pytest.raises(UnknownSessionError):
+                await runtime.prompt(sid, "before adoption")
+            with pytest.raises(UnknownSessionError):
+                await runtime.adopt("no-such-session")
+            with pytest.raises(ConfigurationError):
+                await runtime.adopt(sid, provider="unregistered")
+            with pytest.raises(InvalidArgumentError):
+                await runtime.adopt(sid, runtime_params={"temperature": 9})
+            assert events_of(store, sid)[-1] == "message_injected"  # refusals wrote nothing
+            info = await runtime.adopt(sid, agent_id="helper", runtime_params={"temperature": 0.5})
+            assert info["status"] == "active" and info["provider"] == "mock"
+            head = store.log.head
+            assert (await runtime.adopt(sid))["provider"] == "mock"  # again: nothing new
+            assert store.log.head == head
+            result = await runtime.prompt(sid, "go on")
+            assert result["text"] == "mock reply to: go on"
+            started = [e for e in store.log.read_stream(sid) if e.type == "prompt_started"]
+            assert started[-1].data.params["temperature"] == 0.5  # type: ignore[attr-defined]
+            assert (await runtime.status(sid))["status"] == "idle"
+            contents = [m["content"] for m in store.snapshot(sid)["transcript"]]  # type: ignore[index]
+            assert contents == ["hi", "yo", "go on", "mock reply to: go on"]
+
+    run(body)
+    with store.log.view() as view:
+        before = pj.dump(view)
+    store.rebuild()
+    with store.log.view() as view:
+        assert pj.dump(view) == before

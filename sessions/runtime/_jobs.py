@@ -17,7 +17,7 @@ from typing import Any
 import projections as pj
 from eventlog import LogView, SessionExistsError, Transaction, UnknownSessionError
 from eventlog import events as ev
-from eventlog.errors import SessionBusyError, SessionFailedError
+from eventlog.errors import ConfigurationError, SessionBusyError, SessionFailedError
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._store import SessionStore
@@ -78,6 +78,32 @@ def open_session(
         return info(tx, sid, "create")
 
 
+def adopt_session(
+    store: SessionStore,
+    session_id: str,
+    provider: str,
+    agent_id: str | None,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """Make an open session that the runtime did not create a runtime session; adopting one it
+    already drives with the same provider changes nothing."""
+    with store.log.transaction(join=True) as tx:
+        state = pj.load_state(tx, session_id)
+        if state is None or state.status != pj.ACTIVE:
+            raise UnknownSessionError(session_id, "adopt")
+        runtime = rt.load_runtime(tx, session_id)
+        if runtime is not None:
+            if runtime.provider != provider:
+                raise ConfigurationError(
+                    f"adopt: session `{session_id}` is already driven with provider "
+                    f"`{runtime.provider}`, not `{provider}`"
+                )
+            return info(tx, session_id, "adopt")
+        adopted = ev.RuntimeAdopted(provider=provider, agent_id=agent_id, runtime_params=params)
+        tx.append(session_id, [adopted], expected_version=tx.stream_version(session_id))
+        return info(tx, session_id, "adopt")
+
+
 def _session(
     tx: Transaction, session_id: str, verb: str
 ) -> tuple[pj.SessionState, rt.RuntimeState]:
@@ -109,7 +135,7 @@ def start_prompt(
             raise SessionFailedError(
                 f"prompt: session `{session_id}` has failed; close it and create another"
             )
-        session_params = state.metadata.get("runtime_params")
+        session_params = runtime.params or state.metadata.get("runtime_params")
         merged = merge_params(
             defaults(runtime.provider),
             session_params if isinstance(session_params, dict) else {},

@@ -266,6 +266,31 @@ class Runtime:
                 self._ephemeral_ids.add(created["session_id"])
         return created
 
+    async def adopt(
+        self,
+        session_id: str,
+        *,
+        provider: str | None = None,
+        agent_id: str | None = None,
+        runtime_params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Drive a session the runtime did not create (seeded from a transcript, imported from a
+        bundle, opened with `store.open_session`): from here on `prompt` sends its transcript
+        to `provider` (the default when None). Recorded as `runtime_adopted`; adopting a session
+        already driven with the same provider changes nothing. Returns its status record."""
+        sid = check_session_id(session_id, where="adopt")
+        name = self.default_provider if provider is None else provider
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"adopt: `provider` must be a str, got {name!r}")
+        self.providers.get(name, "adopt")
+        if agent_id is not None and (not isinstance(agent_id, str) or not agent_id):
+            raise InvalidArgumentError(f"adopt: `agent_id` must be a non-empty str: {agent_id!r}")
+        params = check_params(runtime_params, "adopt")
+        store = self._store_of(sid)
+        return await self._write(
+            store, partial(_jobs.adopt_session, store, sid, name, agent_id, params)
+        )
+
     async def status(self, session_id: str) -> dict[str, Any]:
         """``{session_id, agent_id, status, created_at, last_activity_at, ...}`` of an open
         session; `UnknownSessionError` for a closed or unknown one."""
