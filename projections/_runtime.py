@@ -40,6 +40,8 @@ CANCELLED = "cancelled"
 _STATE = b"rt/s/"
 _LOOP = b"rt/l/"
 _LOOP_ID = b"rt/i/"
+CONTEXT_LENGTH = "context_length"
+"""The `prompt_failed` kind of a provider's refusal of the context as too long."""
 _OPEN = b"rt/o/"
 _BUSY = b"rt/b/"
 _OPEN_COUNT = b"rt/n"
@@ -356,7 +358,9 @@ def _finish(
         tx,
         msgspec.structs.replace(
             state,
-            status=FAILED if outcome == FAILED else IDLE,
+            # A context the model refused as too long is pruned and the caller may try again:
+            # the loop failed, the session did not.
+            status=FAILED if outcome == FAILED and kind != CONTEXT_LENGTH else IDLE,
             request_id=None,
             loop_position=0,
             usage=state.usage + usage if usage is not None else state.usage,

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -533,3 +533,86 @@ def test_a_session_opened_elsewhere_is_adopted_and_prompted(store: SessionStore)
     store.rebuild()
     with store.log.view() as view:
         assert pj.dump(view) == before
+
+
+class _LoopingProvider:
+    """From the second turn on, asks for the same tool call three times over: a doom loop."""
+
+    name = "looping"
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+        from sessions.runtime import Completion
+
+        repeats = 1 if len(messages) < 3 else 3
+        calls = [{"id": f"c{i}", "name": "ls", "arguments": {"path": "."}} for i in range(repeats)]
+        return Completion(text="", stop_reason="tool_use", tool_calls=calls)
+
+
+class _TooLongOnceProvider:
+    name = "too-long-once"
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+        from sessions.runtime import Completion, ContextLengthError
+
+        self.calls += 1
+        if self.calls == 1:
+            raise ContextLengthError("prompt is too long: 9,000 tokens > 8,000")
+        return Completion(text="fits now")
+
+
+def test_the_runtime_runs_the_context_policy_after_each_turn(store: SessionStore) -> None:
+    async def body() -> None:
+        async with Runtime(store, providers=[MockProvider(), _LoopingProvider()]) as runtime:
+            sid = (await runtime.create("a", provider="looping"))["session_id"]
+            for turn in range(2):
+                await runtime.prompt(sid, f"turn {turn}")
+                warned = [
+                    m
+                    for m in store.snapshot(sid)["transcript"]  # type: ignore[index]
+                    if "doom_loop" in (m.get("metadata") or {})
+                ]
+                assert len(warned) == turn, turn  # none after one call, one after three
+            assert "doom_loop_detected" in events_of(store, sid)
+
+    run(body)
+
+
+def test_a_context_length_error_prunes_aggressively_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    from sessions import ContextPolicy
+
+    policy = ContextPolicy(window_tokens=8_000)
+    with SessionStore.open(tmp_path / "s", context_policy=policy) as store:
+        sid = store.open_session("big")
+        store.inject_many(
+            sid,
+            [
+                {"role": "user", "content": "read the log"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "name": "cat"}]},
+                {"role": "tool", "tool_call_id": "t1", "content": "x" * 20_000},
+                *[{"role": "assistant", "content": f"note {i}"} for i in range(3)],
+            ],
+        )
+        provider = _TooLongOnceProvider()
+
+        async def body() -> None:
+            async with Runtime(store, providers=[MockProvider(), provider]) as runtime:
+                await runtime.adopt(sid, provider="too-long-once")
+                with pytest.raises(ProviderError, match="too long"):
+                    await runtime.prompt(sid, "summarize it")
+                assert (await runtime.status(sid))["status"] == "idle"  # not failed
+                assert "context_pruned" in events_of(store, sid)
+                assert (await runtime.prompt(sid, "again"))["text"] == "fits now"
+
+        run(body)
+        failed = [e for e in store.log.read_stream(sid) if e.type == "prompt_failed"]
+        assert failed[0].data.kind == "context_length"  # type: ignore[attr-defined]
+        contents = [m["content"] for m in store.context(sid)]
+        assert "x" * 20_000 not in contents  # pruned in the view
+        assert "x" * 20_000 in [m["content"] for m in store.messages(sid)]  # kept in history

@@ -13,13 +13,20 @@ from eventlog.errors import (
     SessionFailedError,
 )
 from sessions.runtime._filters import InputFilter, Verdict, passed, reject, warn
-from sessions.runtime._providers import Completion, MockProvider, Provider, ProviderRegistry
+from sessions.runtime._providers import (
+    Completion,
+    ContextLengthError,
+    MockProvider,
+    Provider,
+    ProviderRegistry,
+)
 from sessions.runtime._recorder import SessionRecord
 from sessions.runtime._runtime import Runtime
 
 __all__ = [
     "Completion",
     "ConfigurationError",
+    "ContextLengthError",
     "InputFilter",
     "InputRejectedError",
     "MockProvider",

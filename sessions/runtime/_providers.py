@@ -17,6 +17,11 @@ from eventlog.errors import ConfigurationError
 from sessions.runtime._params import check_params
 
 
+class ContextLengthError(Exception):
+    """What a provider raises when the model refused the messages as longer than its context
+    window: the runtime records the failure and prunes the context with the aggressive policy."""
+
+
 @dataclass(frozen=True)
 class Completion:
     """What a provider returns for one prompt.

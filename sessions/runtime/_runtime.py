@@ -42,7 +42,13 @@ from sessions.runtime._args import (
     session_metadata,
 )
 from sessions.runtime._params import check_params
-from sessions.runtime._providers import Completion, MockProvider, Provider, ProviderRegistry
+from sessions.runtime._providers import (
+    Completion,
+    ContextLengthError,
+    MockProvider,
+    Provider,
+    ProviderRegistry,
+)
 from sessions.runtime._recorder import SessionRecord, read_record, usage_dict
 from sessions.runtime._writer import Writer
 
@@ -116,6 +122,7 @@ class Runtime:
         before_task: Hook | None = None,
         after_task: Hook | None = None,
         ephemeral_store: SessionStore | None = None,
+        maintain_context: bool = True,
     ) -> None:
         if not isinstance(store, SessionStore):
             raise InvalidArgumentError(f"Runtime: store must be a SessionStore, got {store!r:.80}")
@@ -147,6 +154,10 @@ class Runtime:
         self._writers: dict[int, Writer] = {}
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
+        # After each turn the store's context policy runs (`SessionStore.maintain_context`):
+        # doom-loop warnings, summarization checkpoints, pruning; aggressive after a provider
+        # said the context was too long (`ContextLengthError`).
+        self.maintain_context = bool(maintain_context)
 
     # Lifecycle of the runtime itself
 
@@ -487,7 +498,11 @@ class Runtime:
                 f"prompt: request `{rid}` of `{sid}` was cancelled ({reason})"
             ) from None
         except Exception as exc:  # any provider failure is recorded, then raised as ProviderError
-            await self._fail(store, sid, rid, f"{type(exc).__name__}: {exc}", "provider")
+            too_long = isinstance(exc, ContextLengthError)
+            kind = rt.CONTEXT_LENGTH if too_long else "provider"
+            await self._fail(store, sid, rid, f"{type(exc).__name__}: {exc}", kind)
+            if too_long:
+                await self._maintain(store, sid, context_error=True)
             raise ProviderError(
                 f"prompt: provider `{started.provider}` failed on request `{rid}` of `{sid}`: "
                 f"{type(exc).__name__}: {exc}"
@@ -504,6 +519,7 @@ class Runtime:
             raise PromptCancelledError(
                 f"prompt: session `{sid}` was closed while request `{rid}` ran"
             )
+        await self._maintain(store, sid)
         return {
             "session_id": sid,
             "text": reply.content,
@@ -513,6 +529,14 @@ class Runtime:
             "tool_calls": list(reply.tool_calls or []),
             "usage": usage_dict(rt.loop_usage(usage)),
         }
+
+    async def _maintain(
+        self, store: SessionStore, sid: str, *, context_error: bool = False
+    ) -> None:
+        """Run the context policy after a turn, in a worker thread: it may call a summarizer
+        model, which must hold up neither the event loop nor the runtime's writer."""
+        if self.maintain_context:
+            await asyncio.to_thread(store.maintain_context, sid, context_error=context_error)
 
     def _defaults(self, session_id: str, provider: str) -> Mapping[str, Any]:
         return self.providers.get(provider, f"prompt to `{session_id}`").defaults
