@@ -102,14 +102,20 @@ class SessionForked(Event, tag="session_forked", frozen=True):
 
 
 class MessageInjected(Event, tag="message_injected", frozen=True):
+    """One message appended to the end of the session's transcript."""
+
     message: Message
 
 
 class SessionReset(Event, tag="session_reset", frozen=True):
+    """The transcript was emptied; the id, its subscribers and everything else stay."""
+
     reason: str | None = None
 
 
 class SessionTrimmed(Event, tag="session_trimmed", frozen=True):
+    """Only the last `keep_last` messages stay; `kept_count` is how many that was."""
+
     keep_last: int
     kept_count: int
 
@@ -126,6 +132,8 @@ class SessionCompacted(Event, tag="session_compacted", frozen=True):
 
 
 class ScratchpadSet(Event, tag="scratchpad_set", frozen=True):
+    """The session's scratchpad was replaced; `version` counts every change."""
+
     scratchpad: dict[str, Any]
     version: int
     source: str | None = None
@@ -134,6 +142,8 @@ class ScratchpadSet(Event, tag="scratchpad_set", frozen=True):
 
 
 class ScratchpadCleared(Event, tag="scratchpad_cleared", frozen=True):
+    """The session's scratchpad was emptied."""
+
     version: int
     source: str | None = None
     reason: str | None = None
@@ -152,38 +162,54 @@ class LiveSessionClient(Event, tag="live_session_client", frozen=True):
 
 
 class LiveSessionPermissionRoute(Event, tag="live_session_permission_route", frozen=True):
+    """A permission request was routed to the session's controlling client."""
+
     client_id: str
     request: dict[str, Any]
     metadata: dict[str, Any] = {}
 
 
 class WorkspaceAnchorSet(Event, tag="workspace_anchor_set", frozen=True):
+    """The session's workspace anchor was set (or cleared with None)."""
+
     anchor: dict[str, Any] | None
 
 
 class WorkspacePolicySet(Event, tag="workspace_policy_set", frozen=True):
+    """The session's workspace policy was replaced."""
+
     policy: dict[str, Any]
 
 
 class WorkspaceRootAdded(Event, tag="workspace_root_added", frozen=True):
+    """A workspace root was mounted, with its mount mode."""
+
     root: str
     mount_mode: str
     mounted_at: str | None = None
 
 
 class WorkspaceRootRemoved(Event, tag="workspace_root_removed", frozen=True):
+    """A workspace root was unmounted."""
+
     root: str
 
 
 class SessionRenamed(Event, tag="session_renamed", frozen=True):
+    """The session's title changed."""
+
     title: str | None
 
 
 class SessionDeleted(Event, tag="session_deleted", frozen=True):
+    """The session is gone from every query; its events stay in the log."""
+
     reason: str | None = None
 
 
 class PromptStarted(Event, tag="prompt_started", frozen=True):
+    """The runtime sent `prompt` to `provider` with the merged `params`; the session is busy."""
+
     request_id: str
     prompt: Message
     provider: str | None = None
@@ -196,6 +222,8 @@ class PromptStarted(Event, tag="prompt_started", frozen=True):
 
 
 class PromptCompleted(Event, tag="prompt_completed", frozen=True):
+    """The provider answered: `reply` joins the transcript, `usage` the totals."""
+
     request_id: str
     reply: Message
     stop_reason: str | None = None
@@ -203,12 +231,16 @@ class PromptCompleted(Event, tag="prompt_completed", frozen=True):
 
 
 class PromptFailed(Event, tag="prompt_failed", frozen=True):
+    """The prompt in flight failed (`kind`: provider, interrupted, context_length, ...)."""
+
     request_id: str
     error: str
     kind: str | None = None
 
 
 class PromptCancelled(Event, tag="prompt_cancelled", frozen=True):
+    """The prompt in flight was cancelled; the session is idle again."""
+
     request_id: str
     reason: str | None = None
 
@@ -223,12 +255,16 @@ class RuntimeAdopted(Event, tag="runtime_adopted", frozen=True):
 
 
 class InputRejected(Event, tag="input_rejected", frozen=True):
+    """An input filter refused a prompt before any provider was called."""
+
     filter: str
     reason: str
     request_id: str | None = None
 
 
 class AgentSessionClosed(Event, tag="agent_session_closed", frozen=True):
+    """The session was closed; its id no longer exists, its history stays in the log."""
+
     reason: str | None = None
     status: dict[str, Any] = {}
 
@@ -298,6 +334,8 @@ class DoomLoopDetected(Event, tag="doom_loop_detected", frozen=True):
 
 
 class BearerSessionCreated(Event, tag="bearer_session_created", frozen=True):
+    """A bearer session began; only the token's one-way `handle` is recorded."""
+
     stream_kind: ClassVar[str] = "bearer"
 
     handle: str
@@ -308,12 +346,16 @@ class BearerSessionCreated(Event, tag="bearer_session_created", frozen=True):
 
 
 class BearerSessionTouched(Event, tag="bearer_session_touched", frozen=True):
+    """The bearer session was used at `last_seen_at` (which only moves forward)."""
+
     stream_kind: ClassVar[str] = "bearer"
 
     last_seen_at: datetime
 
 
 class BearerSessionExpired(Event, tag="bearer_session_expired", frozen=True):
+    """The bearer session was revoked for good."""
+
     stream_kind: ClassVar[str] = "bearer"
 
     expired_at: datetime
