@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal: the same width everywhere
 
 import replay  # noqa: E402
-from eventlog import errors, events  # noqa: E402
+from eventlog import EventLog, errors, events  # noqa: E402
 from sessionlog import cli  # noqa: E402
 from sessions import SessionStore  # noqa: E402
 from sessions._tokens import BearerSessions  # noqa: E402
@@ -123,6 +123,11 @@ def api_page() -> str:
         SessionStore,
     )
     out += _verbs("store.tokens", "Bearer sessions (`store.tokens`).", BearerSessions)
+    out += _verbs(
+        "EventLog",
+        "`store.log`, or `from eventlog import EventLog` on its own: the append-only log.",
+        EventLog,
+    )
     out += _verbs(
         "Runtime",
         "`from sessions.runtime import Runtime`: the asyncio delegation runtime.",

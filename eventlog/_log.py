@@ -691,6 +691,7 @@ class Subscription:
         self.last_position = 0
         self.errors = 0
         self.active = True
+        self._thread: threading.Thread | None = None
 
     def _offer(self, envelope: Envelope) -> None:
         if not self.active or envelope.position <= self.last_position:
@@ -716,10 +717,37 @@ class Subscription:
                     "subscriber %r failed on event %d", self._callback, envelope.position
                 )
 
+    def _follow(self, poll_interval_s: float) -> None:
+        """Start a thread that reads every commit, by any process or machine, in position order
+        and hands each to the callback: the log is the source, a wake-up only shortens the wait."""
+
+        def run() -> None:
+            try:
+                for envelope in self._log.tail(
+                    after=self.last_position,
+                    follow=True,
+                    poll_interval_s=poll_interval_s,
+                    stop=lambda: not self.active,
+                ):
+                    if not self.active:
+                        return
+                    self._offer(envelope)
+            except LogClosedError:
+                self.active = False  # the log was closed under the subscription: it ends
+            except Exception:  # reported: a follower must not die silently
+                self.active = False
+                logger.exception("following subscription of %r stopped", self._callback)
+
+        self._thread = threading.Thread(target=run, name="sessionlog-subscription", daemon=True)
+        self._thread.start()
+
     def close(self) -> None:
         if self.active:
             self.active = False
             self._log._remove_subscriber(self)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def __enter__(self) -> Subscription:
         return self
@@ -741,6 +769,7 @@ class EventLog:
         self._writer = threading.RLock()
         self._local = threading.local()
         self._subscribers: list[Subscription] = []
+        self._followers: list[Subscription] = []  # subscriptions with a reading thread
         self._queue: deque[Envelope] = deque()
         self._delivering = False
         self._closed = False
@@ -813,6 +842,9 @@ class EventLog:
 
     def close(self) -> None:
         if not self._closed:
+            followers, self._followers = self._followers, []
+            for subscription in followers:  # their threads read the store: stop them first
+                subscription.close()
             self._closed = True
             self._subscribers.clear()
             self._storage.close()
@@ -1193,12 +1225,19 @@ class EventLog:
         after: int | None = None,
         stream: str | None = None,
         on_error: Callable[[BaseException, Envelope], object] | None = None,
+        follow: bool = False,
+        poll_interval_s: float = 0.05,
     ) -> Subscription:
         """Call `callback` with every committed event, in order, after its commit.
 
         With `after`, first catches up on the events after that position, then goes live with no
         gap and no repeat. A callback that raises is reported to `on_error` (or logged) and the
         log, and every other subscriber, carry on.
+
+        By default the callback hears the commits of this process, right after each. With
+        `follow=True` it hears every commit of every process and machine sharing the store: a
+        thread of the subscription reads them by position (woken by the server's notification on
+        PostgreSQL, else polling every `poll_interval_s`) and calls the callback from there.
         """
         self._check_usable()
         if stream is not None:
@@ -1210,6 +1249,18 @@ class EventLog:
                 "subscribers", "subscribers_max", limits.subscribers_max, len(self._subscribers) + 1
             )
         subscription = Subscription(self, callback, stream, on_error)
+        if follow:
+            if not poll_interval_s > 0:
+                raise InvalidArgumentError(
+                    f"subscribe: poll_interval_s must be > 0, got {poll_interval_s!r}"
+                )
+            current = self._current()
+            pending = len(current.pending) if current is not None else 0
+            subscription.last_position = self.head - pending if after is None else after
+            subscription._follow(poll_interval_s)
+            with self._writer:
+                self._followers.append(subscription)
+            return subscription
         with self._writer:  # no in-process commit can slip between the catch-up and going live
             # Inside a transaction the view includes its pending events: those are delivered
             # after the commit (or never), so catch-up and going live start from committed state.
@@ -1228,8 +1279,9 @@ class EventLog:
 
     def _remove_subscriber(self, subscription: Subscription) -> None:
         with self._writer:
-            if subscription in self._subscribers:
-                self._subscribers.remove(subscription)
+            for kept in (self._subscribers, self._followers):
+                if subscription in kept:
+                    kept.remove(subscription)
 
     def _deliver(self, envelopes: list[Envelope], hooks: list[Callable[[], None]]) -> None:
         for hook in hooks:
