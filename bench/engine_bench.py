@@ -61,7 +61,15 @@ import msgspec
 
 import projections as pj
 from bench._timing import Result, Sample, Stopwatch, Target, compare
-from bench.log_bench import _fit, _position_key, _raw_env, _stored_values, _text, record_bytes
+from bench.log_bench import (
+    _fit,
+    _position_key,
+    _raw_env,
+    _stored_values,
+    _text,
+    durable_puts,
+    record_bytes,
+)
 from eventlog import Envelope
 from eventlog._lmdb import FORMAT
 from eventlog.events import Message
@@ -575,17 +583,7 @@ def inject_durable(ctx: Context) -> list[Result]:
         count = _fit(probe.rate, sizes.round_s, sizes.durable_injects)
         ours(count)
         values = fx.records(count)
-        raw_next = 1
-
-        def raw() -> Sample:
-            nonlocal raw_next
-            keys = [_position_key(raw_next + i) for i in range(count)]
-            raw_next += count
-            with Stopwatch() as watch:
-                for key, value in zip(keys, values, strict=True):
-                    with env.begin(write=True) as txn:
-                        txn.put(key, value, append=True)
-            return watch.sample(count)
+        raw = durable_puts(env, values)
 
         result = compare(
             name="inject_durable",

@@ -134,6 +134,24 @@ def _position_key(position: int) -> bytes:
     return position.to_bytes(8, "big")
 
 
+def durable_puts(env: lmdb.Environment, values: Sequence[bytes]) -> Callable[[], Sample]:
+    """The baseline of every durable-commit benchmark: a round puts each of `values` in a write
+    transaction of its own, at the next free keys of `env`."""
+    next_key = 1
+
+    def raw() -> Sample:
+        nonlocal next_key
+        keys = [_position_key(next_key + i) for i in range(len(values))]
+        next_key += len(values)
+        with Stopwatch() as watch:
+            for key, value in zip(keys, values, strict=True):
+                with env.begin(write=True) as txn:
+                    txn.put(key, value, append=True)
+        return watch.sample(len(values))
+
+    return raw
+
+
 def _raw_env(path: Path, *, sync: bool) -> lmdb.Environment:
     path.mkdir(parents=True, exist_ok=True)
     return lmdb.open(
@@ -174,17 +192,7 @@ def durable_append(ctx: Context) -> list[Result]:
         append_ours(count)  # also gives us the records whose sizes the baseline writes
         values = [record_bytes(e) for e in log.read(after=0, limit=count)]
         mean_size = sum(map(len, values)) / len(values)
-        raw_next = 1
-
-        def raw() -> Sample:
-            nonlocal raw_next
-            keys = [_position_key(raw_next + i) for i in range(count)]
-            raw_next += count
-            with Stopwatch() as watch:
-                for key, value in zip(keys, values, strict=True):
-                    with env.begin(write=True) as txn:
-                        txn.put(key, value, append=True)
-            return watch.sample(count)
+        raw = durable_puts(env, values)
 
         result = compare(
             name="durable_append",

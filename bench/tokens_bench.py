@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench._timing import Result, Sample, Stopwatch, Target, compare
-from bench.log_bench import _fit, _position_key, _raw_env, record_bytes
+from bench.log_bench import _fit, _raw_env, durable_puts, record_bytes
 from projections._tokens import record_key
 from sessions import SessionStore
 from sessions._tokens import token_handle
@@ -152,17 +152,7 @@ def token_touch(ctx: Context) -> list[Result]:
         ours(count)
         values = [record_bytes(e) for e in store.log.read(after=head, limit=count)]
         assert len(values) == count, "every touch of the round should have written one event"
-        raw_next = 1
-
-        def raw() -> Sample:
-            nonlocal raw_next
-            keys = [_position_key(raw_next + i) for i in range(count)]
-            raw_next += count
-            with Stopwatch() as watch:
-                for key, value in zip(keys, values, strict=True):
-                    with env.begin(write=True) as txn:
-                        txn.put(key, value, append=True)
-            return watch.sample(count)
+        raw = durable_puts(env, values)
 
         result = compare(
             name="token_touch",

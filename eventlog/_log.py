@@ -329,13 +329,7 @@ class Transaction(LogView):
             raise ConcurrencyError(stream, expected_version, version)
         records, envelopes = self._encode(stream, events, version, meta, at, checked)
         size = sum(map(len, records))
-        if self._bytes + size > limits.transaction_bytes_max:
-            raise LimitExceededError(
-                "transaction bytes",
-                "transaction_bytes_max",
-                limits.transaction_bytes_max,
-                self._bytes + size,
-            )
+        self._reserve(size)
         try:
             txn.put_records(self._head + 1, records, key, version + 1)
             if idempotency_key is not None:
@@ -349,7 +343,6 @@ class Transaction(LogView):
         self._head += len(records)
         self._head_hash = envelopes[-1].hash
         self._versions[key] = version + len(records)
-        self._bytes += size
         self.pending.extend(envelopes)
         projector = self._log._projector
         if projector is not None:
@@ -429,13 +422,7 @@ class Transaction(LogView):
         if not envelopes:
             return []
         size = sum(map(len, records))
-        if self._bytes + size > limits.transaction_bytes_max:
-            raise LimitExceededError(
-                "transaction bytes",
-                "transaction_bytes_max",
-                limits.transaction_bytes_max,
-                self._bytes + size,
-            )
+        self._reserve(size)
         try:
             start = 0
             for end in range(1, len(envelopes) + 1):  # one storage call per run of one stream
@@ -450,7 +437,6 @@ class Transaction(LogView):
         self._head, self._head_hash = checker.head, checker.head_hash
         for stream, version in checker.versions.items():
             self._versions[stream_key(stream)] = version
-        self._bytes += size
         self.pending.extend(envelopes)
         projector = self._log._projector
         if projector is not None:
@@ -460,6 +446,17 @@ class Transaction(LogView):
                 self._broken = True  # the events are in, their projection is not: never commit
                 raise
         return envelopes
+
+    def _reserve(self, size: int) -> None:
+        """Count `size` more bytes against `transaction_bytes_max`, or refuse them."""
+        if self._bytes + size > limits.transaction_bytes_max:
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes + size,
+            )
+        self._bytes += size
 
     def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
         _check_key(key)
@@ -471,14 +468,7 @@ class Transaction(LogView):
             raise LimitExceededError(
                 "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
             )
-        self._bytes += len(key) + len(value)
-        if self._bytes > limits.transaction_bytes_max:
-            raise LimitExceededError(
-                "transaction bytes",
-                "transaction_bytes_max",
-                limits.transaction_bytes_max,
-                self._bytes,
-            )
+        self._reserve(len(key) + len(value))
         self.cache.pop(key, None)
         self._deferred.pop(key, None)
         try:
@@ -505,14 +495,7 @@ class Transaction(LogView):
                     "projection value", "kv_value_bytes_max", value_max, length
                 )
             size += len(key) + length
-        if self._bytes + size > limits.transaction_bytes_max:
-            raise LimitExceededError(
-                "transaction bytes",
-                "transaction_bytes_max",
-                limits.transaction_bytes_max,
-                self._bytes + size,
-            )
-        self._bytes += size
+        self._reserve(size)
         if cache or deferred:
             for key, _ in items:
                 cache.pop(key, None)
