@@ -346,6 +346,9 @@ class _LmdbTxn:
         value = self._txn.get(key + version.to_bytes(8, "big"), db=self._store.streams)
         return None if value is None else int.from_bytes(value, "big")
 
+    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
+        return [self.stream_position(key, version) for key, version in entries]
+
     def index_size(self) -> int:
         return int(self._txn.stat(self._store.streams)["entries"])
 

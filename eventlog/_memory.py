@@ -101,6 +101,9 @@ class _MemoryTxn:
         positions = self.store.index.get(key, [])
         return positions[version - 1] if 1 <= version <= len(positions) else None
 
+    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
+        return [self.stream_position(key, version) for key, version in entries]
+
     def index_size(self) -> int:
         return sum(map(len, self.store.index.values()))
 

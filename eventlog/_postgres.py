@@ -406,6 +406,17 @@ class _PgTxn:
         )
         return int(row[0]) if row else None
 
+    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
+        if not entries:
+            return []
+        rows = self._run(
+            "SELECT e.position FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY"
+            " AS q(stream, version, n) LEFT JOIN events e"
+            " ON e.stream = q.stream AND e.version = q.version ORDER BY q.n",
+            ([_stream_of(key) for key, _ in entries], [version for _, version in entries]),
+        ).fetchall()
+        return [None if row[0] is None else int(row[0]) for row in rows]
+
     def index_size(self) -> int:
         # The (stream, version) index is part of the events table: one entry per row.
         row = self.one("SELECT count(*) FROM events")

@@ -50,6 +50,10 @@ class StorageTxn(Protocol):
 
     def stream_position(self, key: bytes, version: int) -> int | None: ...
 
+    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
+        """`stream_position` of each (stream key, version), in one call where the backend can."""
+        ...
+
     def index_size(self) -> int: ...
 
     def put_records(
