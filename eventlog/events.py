@@ -107,6 +107,13 @@ class MessageInjected(Event, tag="message_injected", frozen=True):
     message: Message
 
 
+class MessagesInjected(Event, tag="messages_injected", frozen=True):
+    """Several messages appended, in order, by one command (`inject_many`): one record for the
+    batch, each message still its own entry of the transcript."""
+
+    messages: list[Message]
+
+
 class SessionReset(Event, tag="session_reset", frozen=True):
     """The transcript was emptied; the id, its subscribers and everything else stay."""
 
@@ -393,6 +400,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     ContextPruned,
     DoomLoopDetected,
     RuntimeAdopted,
+    MessagesInjected,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

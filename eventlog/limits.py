@@ -8,6 +8,10 @@ from typing import Final
 
 # The log
 
+messages_per_event_max: Final = 1_000
+"""Messages `inject_many` puts in one `messages_injected` event: enough that a batch costs one
+record and one hash, few enough that reading one message of it decodes little else."""
+
 event_bytes_max: Final = 4 * 1024 * 1024
 """One encoded event. Large tool outputs are kept verbatim, but an event this size already costs a
 noticeable slice of a transaction; bigger payloads belong in a blob store referenced by the event."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from eventlog import LogView
 from eventlog import events as ev
-from projections._fold import message_of, slice_ranges
+from projections._fold import messages_at, slice_ranges
 from projections._queries import read_refs
 from projections._state import Transcript
 
@@ -37,12 +37,7 @@ def read_span(
     refs: list[Ref] = []
     for segment, lo, hi in slice_ranges(transcript.ranges, start, stop):
         refs.extend(read_refs(view, segment, lo, hi))
-    envelopes = view.events_at([position for position, _ in refs])
-    messages = [
-        message_of(envelope.data, index)
-        for envelope, (_, index) in zip(envelopes, refs, strict=True)
-    ]
-    return messages, refs
+    return messages_at(view, refs), refs
 
 
 def read_tail(view: LogView, transcript: Transcript) -> tuple[int, list[ev.Message], list[Ref]]:

@@ -266,6 +266,8 @@ def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
         data, (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted, ev.DoomLoopDetected)
     ):
         return [(envelope.position, 0)]
+    if isinstance(data, ev.MessagesInjected):
+        return [(envelope.position, index) for index in range(len(data.messages))]
     return []
 
 
@@ -329,10 +331,29 @@ def _put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: byt
     return slot
 
 
+def messages_at(view: LogView, refs: Sequence[tuple[int, int]]) -> list[ev.Message]:
+    """The messages `refs` (position, index) point at, in order: each event read and hash-checked
+    once, however many of its messages are wanted (a batch holds up to a thousand)."""
+    positions: list[int] = []
+    for position, _ in refs:
+        if not positions or positions[-1] != position:
+            positions.append(position)
+    if len(positions) == len(refs):  # one message per event: the common case
+        envelopes = view.events_at(positions)
+        return [
+            message_of(envelope.data, index)
+            for envelope, (_, index) in zip(envelopes, refs, strict=True)
+        ]
+    events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
+    return [message_of(events[position], index) for position, index in refs]
+
+
 def message_of(data: ev.Event, index: int) -> ev.Message:
     """The message an event carries at `index` (see `_message_refs` and compaction)."""
     if isinstance(data, ev.MessageInjected):
         return data.message
+    if isinstance(data, ev.MessagesInjected):
+        return data.messages[index]
     if isinstance(data, ev.PromptStarted):
         return data.prompt
     if isinstance(data, ev.PromptCompleted):

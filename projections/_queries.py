@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from eventlog import EventLog, IntegrityError, LogView, Transaction, limits
 from eventlog import events as ev
 from projections import _state as st
-from projections._fold import apply, message_of
+from projections._fold import apply, messages_at
 from projections._state import STATE_CODEC, SessionState, Transcript
 
 Ranges = tuple[tuple[int, int, int], ...]
@@ -26,11 +26,7 @@ def read_messages(
     refs: list[tuple[int, int]] = []
     for segment, start, end in transcript.ranges if ranges is None else ranges:
         refs.extend(read_refs(view, segment, start, end))
-    envelopes = view.events_at([position for position, _ in refs])
-    return [
-        message_of(envelope.data, index)
-        for envelope, (_, index) in zip(envelopes, refs, strict=True)
-    ]
+    return messages_at(view, refs)
 
 
 def ranges_added(before: Ranges, after: Ranges) -> Ranges | None:

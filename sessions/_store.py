@@ -16,6 +16,8 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 import projections as pj
 from eventlog import (
     ANY,
@@ -323,28 +325,37 @@ class SessionStore(LiveVerbs, ContextVerbs):
     def inject_many(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
         """Append `messages` in order as one command: all of them or, on any bad message, none.
 
-        The same events as one `inject` per message, written and projected in bulk; returns how
-        many were appended. An empty sequence appends nothing (the session must still exist).
+        They are recorded as `messages_injected` events of up to `messages_per_event_max`
+        messages each (one record and one hash per batch, not per message); each message is
+        still its own transcript entry, as after `inject`. Returns how many were appended; an
+        empty sequence appends nothing (the session must still exist).
         """
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise InvalidArgumentError(
                 f"inject_many: messages must be a list of message dicts, "
                 f"got {type(messages).__name__}"
             )
-        events: list[ev.Event] = []
+        parsed: list[ev.Message] = []
+        sizes: list[int] = []
         checked = True
         for index, message in enumerate(messages):
-            parsed = plain_message(message)
-            if parsed is None:
+            plain = plain_message(message)
+            if plain is None:
                 checked = False
-                parsed = to_message(message, where=f"inject_many: messages[{index}]")
-            events.append(ev.MessageInjected(message=parsed))
+                rich = to_message(message, where=f"inject_many: messages[{index}]")
+                parsed.append(rich)
+                sizes.append(len(_SIZE_ENCODER.encode(rich)))
+            else:
+                parsed.append(plain)
+                text = plain.content if isinstance(plain.content, str) else None
+                sizes.append(_text_bytes(text) + len(plain.role))
+        events = _batches(parsed, sizes)
         with self._command("inject_many", session_id) as (tx, state, transcript):
-            self._check_room(transcript, len(events), "inject_many")
+            self._check_room(transcript, len(parsed), "inject_many")
             step = limits.events_per_append_max
             for first in range(0, len(events), step):
                 self._emit(tx, state.session_id, events[first : first + step], checked=checked)
-        return len(events)
+        return len(parsed)
 
     def _check_room(self, transcript: pj.Transcript, adding: int, verb: str) -> None:
         if transcript.length + adding > limits.messages_per_transcript_max:
@@ -701,3 +712,31 @@ def _snapshot(
         "parent_spawn_ref": to_builtins(state.parent_spawn_ref),
         "version": transcript.version,
     }
+
+
+_SIZE_ENCODER = msgspec.msgpack.Encoder()
+# A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
+# and the field names come on top.
+_BATCH_BYTES_MAX = limits.event_bytes_max // 2
+
+
+def _text_bytes(text: str | None) -> int:
+    """An upper bound of the UTF-8 size of `text`, without encoding it."""
+    if not text:
+        return 0
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def _batches(messages: list[ev.Message], sizes: list[int]) -> list[ev.Event]:
+    """`messages_injected` events of consecutive messages, each within the count and size bounds."""
+    events: list[ev.Event] = []
+    start, total = 0, 0
+    for index, size in enumerate(sizes):
+        full = index - start >= limits.messages_per_event_max
+        if index > start and (full or total + size > _BATCH_BYTES_MAX):
+            events.append(ev.MessagesInjected(messages=messages[start:index]))
+            start, total = index, 0
+        total += size + 16
+    if start < len(messages):
+        events.append(ev.MessagesInjected(messages=messages[start:]))
+    return events

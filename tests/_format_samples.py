@@ -203,6 +203,16 @@ SAMPLES: list[tuple[str, ev.Event]] = [
         "s-1",
         ev.RuntimeAdopted(provider="mock", agent_id="a-1", runtime_params={"temperature": 0.2}),
     ),
+    # Added with batched injects: one record for the messages of one inject_many.
+    (
+        "s-1",
+        ev.MessagesInjected(
+            messages=[
+                ev.Message(role="user", content="first"),
+                ev.Message(role="assistant", content="second", model="m-1"),
+            ]
+        ),
+    ),
 ]
 
 

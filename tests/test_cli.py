@@ -190,9 +190,11 @@ def test_tree_in_three_formats(family: Path) -> None:
 
 
 def test_as_of_shows_the_past(family: Path) -> None:
-    # Position 2 is right after the first message of release-1 was injected.
+    # Position 1 opened release-1; position 2 injected all its seeded messages at once.
+    before = json.loads(run("as-of", "1", "release-1", "--json", store=family).stdout)
+    assert before["length"] == 0
     past = json.loads(run("as-of", "2", "release-1", "--json", store=family).stdout)
-    assert past["length"] == 1
+    assert past["length"] == SAMPLE_MESSAGES
     assert past["transcript"][0]["content"] == "Is the changelog ready for the 1.4 release?"
     text = run("as-of", "2", "release-1", store=family)
     assert text.stdout.startswith("as of position 2\n")
@@ -242,11 +244,11 @@ def test_tail_follow_sees_another_process_commit(scratch: Path) -> None:
             time.sleep(0.3)  # let it reach the live part: what follows is committed after it
             seed(scratch, "late")  # another process writes
             assert follower.stdout is not None
-            seen = [json.loads(follower.stdout.readline()) for _ in range(SAMPLE_MESSAGES + 1)]
-            positions = [e["position"] for e in seen]
-            assert positions == list(range(head + 1, head + SAMPLE_MESSAGES + 2))
+            # The seed is two events: the session opened, and its messages in one batch.
+            seen = [json.loads(follower.stdout.readline()) for _ in range(2)]
+            assert [e["position"] for e in seen] == [head + 1, head + 2]
             assert {e["stream"] for e in seen} == {"late"}
-            assert seen[0]["type"] == "session_opened"
+            assert [e["type"] for e in seen] == ["session_opened", "messages_injected"]
             follower.send_signal(signal.SIGTERM)
             _, errors = follower.communicate(timeout=10)
             assert follower.returncode == 0, errors  # a follow ends cleanly when told to stop

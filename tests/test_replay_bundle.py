@@ -146,7 +146,7 @@ def test_the_section_carries_messages_events_and_metadata(store: SessionStore) -
     assert [e["position"] for e in section["events"]] == [e.position for e in envelopes]
     assert [e["version"] for e in section["events"]] == list(range(1, len(envelopes) + 1))
     assert [e["hash"] for e in section["events"]] == [e.hash.hex() for e in envelopes]
-    assert [e["type"] for e in section["events"]][:2] == ["session_opened", "message_injected"]
+    assert [e["type"] for e in section["events"]][:2] == ["session_opened", "messages_injected"]
     meta = section["metadata"]
     assert meta["system_prompt"] == "Answer briefly."
     assert meta["tool_format"] == "native"

@@ -622,10 +622,9 @@ def test_export_holds_one_page_in_memory_not_the_log(tmp_path: Path) -> None:
         filler = "x" * 2_000
         for index in range(4):
             store.open_session(f"s{index}")
-            store.inject_many(
-                f"s{index}",
-                [{"role": "user", "content": f"{turn} {filler}"} for turn in range(2_500)],
-            )
+            with store.transaction():  # one event a message: pages of many small events
+                for turn in range(2_500):
+                    store.inject(f"s{index}", {"role": "user", "content": f"{turn} {filler}"})
         tracemalloc.start()
         try:
             export_log(store, tmp_path / "big.jsonl")

@@ -513,7 +513,7 @@ def test_a_session_opened_elsewhere_is_adopted_and_prompted(store: SessionStore)
                 await runtime.adopt(sid, provider="unregistered")
             with pytest.raises(InvalidArgumentError):
                 await runtime.adopt(sid, runtime_params={"temperature": 9})
-            assert events_of(store, sid)[-1] == "message_injected"  # refusals wrote nothing
+            assert events_of(store, sid)[-1] == "messages_injected"  # refusals wrote nothing
             info = await runtime.adopt(sid, agent_id="helper", runtime_params={"temperature": 0.5})
             assert info["status"] == "active" and info["provider"] == "mock"
             head = store.log.head

@@ -369,25 +369,33 @@ def mixed_messages(count: int) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.parametrize("per_event", [1_000, 7])
 @pytest.mark.parametrize("kind", ["plain", "mixed"])
-def test_inject_many_equals_one_inject_per_message(make_store: StoreFactory, kind: str) -> None:
+def test_inject_many_equals_one_inject_per_message(
+    make_store: StoreFactory, kind: str, per_event: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same transcripts as one inject per message; the batch is recorded as
+    `messages_injected` events of at most `messages_per_event_max` messages."""
+    monkeypatch.setattr(sessions._store.limits, "messages_per_event_max", per_event)
     messages = [user(f"m{i}") for i in range(30)] if kind == "plain" else mixed_messages(30)
-    batched, one_by_one = make_store(), make_store()
+    batched, one_by_one = make_store(hot_sessions=0), make_store()  # batched: read cold
     for store in (batched, one_by_one):
         store.open_session("a")
         store.open_session("b")
         store.inject("a", user("first"))
     head = batched.log.head
     assert batched.inject_many("a", messages) == 30
-    assert batched.log.head == head + 30  # one event per message, in one commit
+    batches = -(-30 // per_event)
+    assert batched.log.head == head + batches  # one event per batch, in one commit
+    assert types(batched, "a")[2:] == ["messages_injected"] * batches
     for message in messages:
         one_by_one.inject("a", message)
     for store in (batched, one_by_one):
         store.inject("b", user("after"))  # the next command sees the batch's projection
         store.fork_at("a", 10, "c")
+        store.trim("c", 6)
     assert contents(batched, "a") == contents(one_by_one, "a")
     assert batched.snapshot("a")["transcript"] == [user("first"), *messages]  # type: ignore[index]
-    assert types(batched, "a") == types(one_by_one, "a")
     assert contents(batched, "c") == contents(one_by_one, "c")
     assert batched.length("a") == 31
     # the projection equals one built event by event, and a rebuild
@@ -465,8 +473,9 @@ def test_messages_handed_in_are_not_shared_with_the_store(store: SessionStore) -
     assert transcript[0] == user("p")
     assert transcript[1]["tool_calls"] == [{"id": "c3", "name": "ls"}]
     assert transcript[1]["x_custom"] == {"n": 3}
-    assert [e.data.message.content for e in seen] == ["p", [{"type": "text", "text": "t3"}]]  # type: ignore[attr-defined]
-    assert seen[1].data.message.tool_calls == [{"id": "c3", "name": "ls"}]  # type: ignore[attr-defined]
+    (batch,) = seen
+    assert [m.content for m in batch.data.messages] == ["p", [{"type": "text", "text": "t3"}]]  # type: ignore[attr-defined]
+    assert batch.data.messages[1].tool_calls == [{"id": "c3", "name": "ls"}]  # type: ignore[attr-defined]
 
 
 # compact
