@@ -150,14 +150,17 @@ class LogView:
         self, *, after: int = 0, limit: int = limits.read_page_events_default
     ) -> list[Envelope]:
         after, limit = _check_page(after, limit, "read")
-        txn = self._txn
-        prev = _codec.GENESIS_HASH
-        if after:
-            record = txn.record(after)
-            if record is None:
-                return []
-            prev = _codec.stored_hash(record)
-        return _codec.check_and_decode(prev, txn.values_after(after, limit), after + 1)
+        prev = self._hash_at(after)
+        if prev is None:
+            return []
+        return _codec.check_and_decode(prev, self._txn.values_after(after, limit), after + 1)
+
+    def _hash_at(self, position: int) -> bytes | None:
+        """The hash the record after `position` chains to; None past the end of the log."""
+        if not position:
+            return _codec.GENESIS_HASH
+        record = self._txn.record(position)
+        return None if record is None else _codec.stored_hash(record)
 
     def read_records(
         self, *, after: int = 0, limit: int = limits.read_page_events_default
@@ -165,14 +168,10 @@ class LogView:
         """Like `read`, with each event's stored bytes beside it: what an export must carry to
         reproduce the hash chain elsewhere."""
         after, limit = _check_page(after, limit, "read_records")
-        txn = self._txn
-        prev = _codec.GENESIS_HASH
-        if after:
-            record = txn.record(after)
-            if record is None:
-                return []
-            prev = _codec.stored_hash(record)
-        raw = [bytes(value) for value in txn.values_after(after, limit)]
+        prev = self._hash_at(after)
+        if prev is None:
+            return []
+        raw = [bytes(value) for value in self._txn.values_after(after, limit)]
         return list(zip(_codec.check_and_decode(prev, raw, after + 1), raw, strict=True))
 
     def events_at(self, positions: Iterable[int]) -> list[Envelope]:
