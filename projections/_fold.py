@@ -276,21 +276,14 @@ def _append_messages(
 ) -> None:
     """`_touch` + `_append_refs` for one-message events of one session, building one Transcript
     (the hot path of every inject)."""
-    ranges = transcript.ranges
-    segment, start, end = ranges[-1] if ranges else (0, 0, 0)
-    chunk = _tail_chunk(tx, segment, end) if segment else None
-    if chunk is None:
-        segment, start, end, chunk = _new_segment(tx), 0, 0, b""
-        ranges = (*ranges, (segment, 0, 0))
     pack = st.REF_FORMAT.pack
     if len(envelopes) == 1:
         packed = pack(envelopes[0].position, 0)
     else:
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
-    end = _put_refs(tx, segment, end, chunk, packed)
     last = envelopes[-1]
     updated = Transcript(
-        ranges=(*ranges[:-1], (segment, start, end)),
+        ranges=_extend(tx, transcript.ranges, packed),
         length=transcript.length + len(envelopes),
         version=last.version,
         last_activity_at=last.recorded_at,
@@ -377,23 +370,28 @@ def _new_segment(tx: Transaction) -> int:
 def _append_refs(
     tx: Transaction, transcript: Transcript, refs: list[tuple[int, int]], *, fresh: bool = False
 ) -> Transcript:
-    """Add messages at the end. A segment is extended in place only when this transcript ends
-    exactly at the segment's end; otherwise (a fork got there first) a new segment starts, so
-    nobody sharing the old segment ever sees these messages."""
-    ranges = list(transcript.ranges)
-    segment = start = end = 0
-    chunk = None
-    if ranges and not fresh:
-        segment, start, end = ranges[-1]
-        chunk = _tail_chunk(tx, segment, end)
+    """Add messages at the end (`fresh`: in a segment of their own)."""
+    packed = b"".join([st.pack_ref(*ref) for ref in refs])
+    return msgspec.structs.replace(
+        transcript,
+        ranges=_extend(tx, transcript.ranges, packed, fresh=fresh),
+        length=transcript.length + len(refs),
+    )
+
+
+def _extend(
+    tx: Transaction, ranges: tuple[tuple[int, int, int], ...], packed: bytes, *, fresh: bool = False
+) -> tuple[tuple[int, int, int], ...]:
+    """`ranges` with the `packed` references after them. The last segment grows in place only
+    when these ranges end exactly where it ends; otherwise (a fork got there first, or `fresh`) a
+    new segment starts, so nobody sharing the old one ever sees these messages."""
+    segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
+    chunk = _tail_chunk(tx, segment, end) if segment else None
     if chunk is None:
         segment, start, end, chunk = _new_segment(tx), 0, 0, b""
-        ranges.append((segment, 0, 0))
-    end = _put_refs(tx, segment, end, chunk, b"".join([st.pack_ref(*ref) for ref in refs]))
-    ranges[-1] = (segment, start, end)
-    return msgspec.structs.replace(
-        transcript, ranges=tuple(ranges), length=transcript.length + len(refs)
-    )
+        ranges = (*ranges, (segment, 0, 0))
+    end = _put_refs(tx, segment, end, chunk, packed)
+    return (*ranges[:-1], (segment, start, end))
 
 
 def slice_ranges(
