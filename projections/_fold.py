@@ -74,10 +74,6 @@ def _int8(value: int) -> bytes:
     return value.to_bytes(8, "big")
 
 
-def _int4(value: int) -> bytes:
-    return value.to_bytes(4, "big")
-
-
 def _count(tx: Transaction, key: bytes, delta: int) -> None:
     current = tx.kv_get(key)
     value = (int.from_bytes(current, "big") if current else 0) + delta
