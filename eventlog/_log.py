@@ -1171,7 +1171,8 @@ class EventLog:
             envelope = _codec.decode_record(record, position)
         except IntegrityError as exc:
             return str(exc)
-        return EventLog._verify_indexed(txn, envelope, versions, keys)
+        bad = EventLog._verify_page_indexed(txn, [envelope], versions, keys)
+        return None if bad is None else bad[1]
 
     @staticmethod
     def _verify_page_indexed(
@@ -1199,31 +1200,6 @@ class EventLog:
                     f"the stream index maps `{envelope.stream}` v{envelope.version} to {indexed}, "
                     f"but the event is at position {envelope.position}"
                 )
-        return None
-
-    @staticmethod
-    def _verify_indexed(
-        txn: StorageTxn, envelope: Envelope, versions: dict[str, int], keys: dict[str, bytes]
-    ) -> str | None:
-        """Check an event already checked against the chain against its stream's version and the
-        stream index."""
-        stream, position = envelope.stream, envelope.position
-        version = versions.get(stream, 0) + 1
-        if envelope.version != version:
-            return (
-                f"event at position {position} has version {envelope.version} of stream "
-                f"`{stream}`, expected {version}"
-            )
-        versions[stream] = version
-        key = keys.get(stream)
-        if key is None:
-            key = keys[stream] = stream_key(stream)
-        indexed = txn.stream_position(key, version)
-        if indexed != position:
-            return (
-                f"the stream index maps `{stream}` v{version} to {indexed}, "
-                f"but the event is at position {position}"
-            )
         return None
 
     # Subscriptions
