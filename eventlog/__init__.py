@@ -13,6 +13,7 @@ from eventlog._codec import (
     convert,
     to_builtins,
 )
+from eventlog._lease import Lease
 from eventlog._log import (
     ANY,
     NO_STREAM,
@@ -31,6 +32,7 @@ from eventlog.errors import (
     CorruptStoreError,
     IntegrityError,
     InvalidArgumentError,
+    LeaseHeldError,
     LimitExceededError,
     LogClosedError,
     OutcomeUnknownError,
@@ -54,6 +56,8 @@ __all__ = [
     "ExpectedVersion",
     "IntegrityError",
     "InvalidArgumentError",
+    "Lease",
+    "LeaseHeldError",
     "LimitExceededError",
     "LogClosedError",
     "LogView",

@@ -118,6 +118,11 @@ def encode_records(
     return records, envelopes
 
 
+# What msgspec raises for bytes that are not a valid record: malformed msgpack, a schema mismatch,
+# and invalid UTF-8 in a string, which surfaces as the builtin `UnicodeDecodeError`.
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+
+
 def stored_hash(record: bytes | bytearray | memoryview) -> bytes:
     return bytes(record[HASH_START:BODY_START])
 
@@ -165,7 +170,7 @@ def check_and_decode(
     for record in records:
         try:
             envelope = decode(record)
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             check_record(prev_hash, record, position)  # damaged bytes: say so precisely
             raise IntegrityError(
                 f"event at position {position}: cannot decode: {exc}", position
@@ -215,7 +220,7 @@ def check_and_decode_at(
             raise IntegrityError(f"position {position - 1} is missing from the log", position)
         try:
             envelope = decode(record)
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             check_record(prev_hash, record, position)
             raise IntegrityError(
                 f"event at position {position}: cannot decode: {exc}", position
@@ -239,7 +244,7 @@ def decode_record(record: bytes | bytearray | memoryview, position: int) -> Enve
     """Decode a record already checked against the chain."""
     try:
         envelope = _decoder.decode(record)
-    except msgspec.DecodeError as exc:
+    except _DECODE_ERRORS as exc:
         raise IntegrityError(
             f"event at position {position}: cannot decode: {exc}", position
         ) from exc
@@ -266,7 +271,7 @@ class StructCodec(Generic[T]):
     def decode(self, data: bytes | bytearray | memoryview) -> T:
         try:
             return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             raise IntegrityError(f"stored {self._what} cannot be decoded: {exc}") from exc
 
 

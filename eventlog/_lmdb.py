@@ -8,17 +8,22 @@ transaction longer than one call, because long readers pin pages and make the fi
 
 from __future__ import annotations
 
+import errno
+import functools
 import itertools
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 import lmdb
 
+from eventlog._disk import NEW_STORE_BYTES_MIN, free_bytes, full, prepare_files
+from eventlog._lease import Lease, file_lease
 from eventlog._storage import Buffer, StorageTxn, position_key
 from eventlog.errors import (
     CorruptStoreError,
@@ -34,6 +39,7 @@ FORMAT = b"sessionlog-log/1"
 # with the bytes themselves, it sizes the map growth after a write ran out of room.
 _ENTRY_OVERHEAD_BYTES = 64
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 def translate(exc: lmdb.Error, doing: str) -> SessionLogError:
@@ -45,6 +51,37 @@ def translate(exc: lmdb.Error, doing: str) -> SessionLogError:
     if isinstance(exc, lmdb.VersionMismatchError):
         return CorruptStoreError(f"{doing}: written by an incompatible LMDB version: {exc}")
     return StorageError(f"{doing}: {exc}")
+
+
+def _reads(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Translate the `lmdb.Error` a read meets (a damaged page: `CorruptedError`,
+    `PageNotFoundError`) into ours, for reads inside write transactions as well as readers."""
+
+    @functools.wraps(method)
+    def read(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except lmdb.Error as exc:
+            raise translate_read(exc, f"reading ({method.__name__})") from exc
+
+    return read
+
+
+def _translated(items: Iterator[_T], doing: str) -> Iterator[_T]:
+    """`items`, with `lmdb.Error` met while iterating translated into ours."""
+    try:
+        yield from items
+    except lmdb.Error as exc:
+        raise translate_read(exc, doing) from exc
+
+
+def translate_read(exc: lmdb.Error, doing: str) -> SessionLogError:
+    """`translate`, for an error met by a read. LMDB marks a transaction failed (MDB_BAD_TXN)
+    when the lookup that opens a table in it meets a damaged page, and says no more: on a read,
+    that is damage too."""
+    if isinstance(exc, lmdb.BadTxnError):
+        return CorruptStoreError(f"{doing}: the data file is damaged: {exc}")
+    return translate(exc, doing)
 
 
 class _Gate:
@@ -102,9 +139,8 @@ class LmdbStorage:
         self._gate = _Gate()
         self._closed = False
         data_file = self.path / "data.mdb"
-        _refuse_damaged_file(data_file)
         if not readonly:
-            self.path.mkdir(parents=True, exist_ok=True)
+            prepare_files(self.path)
         try:
             self.env = lmdb.open(
                 str(self.path),
@@ -118,11 +154,14 @@ class LmdbStorage:
                 create=not readonly,
             )
         except lmdb.Error as exc:
-            raise translate(exc, f"opening `{self.path}`") from exc
+            raise _open_failure(exc, self.path, readonly) from exc
         try:
             self._check_size(data_file)
             self.env.reader_check()
             self._open_dbs(readonly)
+        except lmdb.Error as exc:
+            self.env.close()
+            raise translate(exc, f"opening `{self.path}`") from exc
         except BaseException:
             self.env.close()
             raise
@@ -175,8 +214,8 @@ class LmdbStorage:
                     marker = FORMAT
                 # Raised before the commit: a refused store is left exactly as it was.
                 self._check_format(marker)
-        except lmdb.Error as exc:
-            raise translate(exc, f"opening `{self.path}`") from exc
+        except lmdb.Error as exc:  # reads of the main table: a damaged page here is damage
+            raise translate_read(exc, f"opening `{self.path}`") from exc
 
     def _check_format(self, marker: bytes | None) -> None:
         if marker != FORMAT:
@@ -189,6 +228,8 @@ class LmdbStorage:
         txn = self._begin(write=False)
         try:
             yield _LmdbTxn(self, txn, write=False, counted=False)
+        except lmdb.Error as exc:  # a damaged page met by the caller's reads, in whatever call
+            raise translate_read(exc, f"reading `{self.path}`") from exc
         finally:
             txn.abort()
             self._gate.leave()
@@ -222,15 +263,45 @@ class LmdbStorage:
             return
         room = self.headroom_bytes + self.failed_write_bytes
         target = max(info["map_size"] * 2, used + 2 * room)
-        self._gate.exclusive(lambda: self.env.set_mapsize(target))
+        try:
+            self._gate.exclusive(lambda: self.env.set_mapsize(target))
+        except lmdb.Error as exc:
+            raise translate(exc, f"growing the map of `{self.path}` to {target:,} bytes") from exc
         self.grow_before_next_write = False
         self.failed_write_bytes = 0
+
+    def write_failure(self, exc: lmdb.Error, doing: str) -> SessionLogError:
+        """`translate` for a failed write or commit, which may be the disk filling up: LMDB says
+        ENOSPC, or EIO when a write came back short, as writes on a full disk do."""
+        free = free_bytes(self.path)
+        low = free < NEW_STORE_BYTES_MIN + 2 * self.write_bytes
+        if isinstance(exc, lmdb.DiskError) or (_errno_of(exc) == errno.EIO and low):
+            return full(doing, self.path, free)
+        return translate(exc, doing)
 
     def note_failure(self, exc: lmdb.Error) -> None:
         """After MapFullError, grow the map before the next write by enough for this one."""
         if isinstance(exc, lmdb.MapFullError):
             self.grow_before_next_write = True
             self.failed_write_bytes = max(self.failed_write_bytes, self.write_bytes)
+
+    def walk_other_tables(self) -> str | None:
+        """Read every entry of the projection, idempotency and meta tables, so a damaged page
+        there is met by whoever runs this (a verify walk in a child process); the first problem,
+        or None."""
+        tables = [("projection state", self.kv), ("meta", self.meta)]
+        if self.idempotency is not None:
+            tables.append(("idempotency keys", self.idempotency))
+        with self.reader() as reader:
+            txn = cast(_LmdbTxn, reader).raw
+            for name, table in tables:
+                try:
+                    for key, value in txn.cursor(table):
+                        if table is self.idempotency and len(value) <= 16:
+                            return f"the {name} table holds a damaged entry under {bytes(key)!r}"
+                except lmdb.Error as exc:
+                    return f"the {name} table is damaged: {exc}"
+        return None
 
     def map_size(self) -> int:
         return int(self.env.info()["map_size"])
@@ -240,6 +311,10 @@ class LmdbStorage:
 
     def wait_for_commit(self, timeout_s: float) -> None:
         time.sleep(timeout_s)  # no wake-up across processes here: followers poll
+
+    def lease(self, name: str) -> Lease:
+        self._check_open()
+        return file_lease(self.path, name, f"lmdb:{self.path}")
 
     def close(self) -> None:
         if not self._closed:
@@ -251,13 +326,27 @@ class LmdbStorage:
             raise LogClosedError(f"the log at `{self.path}` is closed")
 
 
-def _refuse_damaged_file(data_file: Path) -> None:
-    """An existing data file that is empty or smaller than LMDB's two meta pages would be
-    silently re-initialised by LMDB as a new, empty store. Refuse it instead."""
-    if data_file.exists() and data_file.stat().st_size < 2 * 4096:
-        raise CorruptStoreError(
-            f"`{data_file}` is {data_file.stat().st_size} bytes: truncated or not an LMDB store"
+def _errno_of(exc: lmdb.Error) -> int | None:
+    code = exc.args[1] if len(exc.args) > 1 else None
+    if isinstance(code, int):
+        return code
+    return errno.EIO if "Input/output error" in str(exc) else None
+
+
+def _open_failure(exc: lmdb.Error, path: Path, readonly: bool) -> SessionLogError:
+    data_file = path / "data.mdb"
+    size = data_file.stat().st_size if data_file.exists() else None
+    if isinstance(exc, lmdb.DiskError):
+        return full(f"opening `{path}`", path, free_bytes(path))
+    if size == 0 and readonly:
+        return StorageError(
+            f"opening `{path}`: no store there yet (its data file is empty: being created, or "
+            "its creator was killed); open it writable to create it"
         )
+    if size is not None and 0 < size < 2 * 4096:
+        # LMDB re-initialises only an empty file; a shorter-than-two-pages one is damage.
+        return CorruptStoreError(f"`{data_file}` is {size} bytes: truncated or not an LMDB store")
+    return translate(exc, f"opening `{path}`")
 
 
 class _LmdbTxn:
@@ -277,14 +366,23 @@ class _LmdbTxn:
         self._counted = counted
         self._done = False
 
+    @property
+    def raw(self) -> lmdb.Transaction[memoryview]:
+        return self._txn
+
+    @_reads
     def last_position(self) -> int:
         cursor = self._txn.cursor(self._store.events)
         return int.from_bytes(cursor.key(), "big") if cursor.last() else 0
 
+    @_reads
     def record(self, position: int) -> Buffer | None:
         return self._txn.get(position_key(position), db=self._store.events)
 
     def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        return _translated(self._records_after(after, limit), "reading events")
+
+    def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
         cursor = self._txn.cursor(self._store.events)
         if not cursor.set_range(position_key(after + 1)):
             return
@@ -293,12 +391,24 @@ class _LmdbTxn:
                 return
             yield int.from_bytes(key, "big"), value
 
+    @_reads
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         cursor = self._txn.cursor(self._store.events)
         if not cursor.set_range(position_key(after + 1)):
             return ()
-        return itertools.islice(cursor.iternext(keys=False, values=True), limit)
+        values = cursor.iternext(keys=False, values=True)
+        return _translated(itertools.islice(values, limit), "reading events")
 
+    @_reads
+    def keys_dense(self, after: int, count: int) -> bool:
+        cursor = self._txn.cursor(self._store.events)
+        if not cursor.set_range(position_key(after + 1)):
+            return count == 0
+        keys = list(itertools.islice(cursor.iternext(keys=True, values=False), count))
+        expected = (position.to_bytes(8, "big") for position in range(after + 1, after + count + 1))
+        return len(keys) == count and all(map(operator.eq, keys, expected))
+
+    @_reads
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
@@ -321,6 +431,7 @@ class _LmdbTxn:
             last = position
         return iter(out)
 
+    @_reads
     def stream_version(self, key: bytes) -> int:
         cursor = self._txn.cursor(self._store.streams)
         found = cursor.prev() if cursor.set_range(key + b"\xff" * 8) else cursor.last()
@@ -331,6 +442,7 @@ class _LmdbTxn:
             return 0
         return int.from_bytes(last[len(key) :], "big")
 
+    @_reads
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
         cursor = self._txn.cursor(self._store.streams)
         positions: list[int] = []
@@ -342,6 +454,7 @@ class _LmdbTxn:
             positions.append(int.from_bytes(value, "big"))
         return positions
 
+    @_reads
     def stream_position(self, key: bytes, version: int) -> int | None:
         value = self._txn.get(key + version.to_bytes(8, "big"), db=self._store.streams)
         return None if value is None else int.from_bytes(value, "big")
@@ -349,6 +462,7 @@ class _LmdbTxn:
     def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
         return [self.stream_position(key, version) for key, version in entries]
 
+    @_reads
     def index_size(self) -> int:
         return int(self._txn.stat(self._store.streams)["entries"])
 
@@ -374,7 +488,7 @@ class _LmdbTxn:
             _, indexed = index.putmulti(entries, overwrite=False)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
-            raise translate(exc, "writing events") from exc
+            raise self._store.write_failure(exc, "writing events") from exc
         if added != len(items) or indexed != len(entries):
             raise AssertionError("a position or stream version was already taken")
 
@@ -388,7 +502,12 @@ class _LmdbTxn:
             raise translate(exc, "reading idempotency keys") from exc
         if value is None:
             return None
-        stream = bytes(value[16:]).decode()
+        try:
+            stream = bytes(value[16:]).decode()
+        except UnicodeDecodeError as exc:
+            raise CorruptStoreError(
+                f"idempotency key {idempotency_key!r}: its stored stream name is damaged", None
+            ) from exc
         return stream, int.from_bytes(value[:8], "big"), int.from_bytes(value[8:16], "big")
 
     def remember_idempotency_key(
@@ -401,8 +520,9 @@ class _LmdbTxn:
             self._txn.put(key, value, db=self._store.idempotency)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
-            raise translate(exc, "writing an idempotency key") from exc
+            raise self._store.write_failure(exc, "writing an idempotency key") from exc
 
+    @_reads
     def kv_get(self, key: bytes) -> bytes | None:
         value = self._txn.get(key, db=self._store.kv)
         return None if value is None else bytes(value)
@@ -413,7 +533,7 @@ class _LmdbTxn:
             self._txn.put(key, value, db=self._store.kv)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
-            raise translate(exc, "writing projection state") from exc
+            raise self._store.write_failure(exc, "writing projection state") from exc
 
     def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
         self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (
@@ -423,8 +543,9 @@ class _LmdbTxn:
             self._txn.cursor(self._store.kv).putmulti(items)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
-            raise translate(exc, "writing projection state") from exc
+            raise self._store.write_failure(exc, "writing projection state") from exc
 
+    @_reads
     def kv_delete(self, key: bytes) -> bool:
         return bool(self._txn.delete(key, db=self._store.kv))
 
@@ -435,6 +556,7 @@ class _LmdbTxn:
         except lmdb.Error as exc:
             raise translate(exc, "clearing projection state") from exc
 
+    @_reads
     def kv_scan(
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:
@@ -471,7 +593,7 @@ class _LmdbTxn:
         try:
             self._txn.commit()
         except lmdb.Error as exc:
-            raise translate(exc, "committing") from exc
+            raise self._store.write_failure(exc, "committing") from exc
         finally:
             if self._counted:
                 self._store._gate.leave()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import tempfile
 import threading
 import weakref
 from collections import deque
@@ -18,21 +19,28 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 import msgspec
 
-from eventlog import _codec, limits
+from eventlog import _codec, _walk, limits
 from eventlog._chain import RecordChecker
 from eventlog._codec import Envelope
+from eventlog._lease import Lease
+from eventlog._lease import check_name as check_lease_name
 from eventlog._memory import MemoryStorage
+from eventlog._scratch import ScratchTxn
 from eventlog._storage import Storage, StorageTxn, stream_key
 from eventlog.errors import (
     ConcurrencyError,
+    ConfigurationError,
+    CorruptStoreError,
     IntegrityError,
     InvalidArgumentError,
     LimitExceededError,
     LogClosedError,
+    SessionLogError,
     StorageError,
     StoreFullError,
 )
@@ -60,6 +68,29 @@ _open_logs: weakref.WeakSet[EventLog] = weakref.WeakSet()
 def _mark_forked() -> None:
     for log in list(_open_logs):
         log._forked = True
+
+
+FORK_ADVICE = (
+    "LMDB cannot use it, nor open the same store again, in a child made by fork(): open the "
+    "store in the child only if the parent did not have it open when it forked (close it "
+    "before starting the child), or start the child with multiprocessing's 'spawn' or "
+    "'forkserver' start method"
+)
+"""What works after fork(). Dropping the inherited handle in the child is not offered: closing an
+LMDB environment in a forked child frees the parent's reader slots in the shared lock file, so a
+read the parent had in flight would lose its protection from the writer."""
+
+
+def _inherited_from_parent(path: str | os.PathLike[str]) -> EventLog | None:
+    """An open log of this process that fork() carried over from the parent, on `path`."""
+    wanted = os.path.realpath(path)
+    for log in list(_open_logs):
+        where = getattr(log._storage, "path", None)
+        if where is None or not log._forked or log._closed:
+            continue
+        if os.path.realpath(where) == wanted:
+            return log
+    return None
 
 
 os.register_at_fork(after_in_child=_mark_forked)
@@ -268,6 +299,9 @@ class Transaction(LogView):
         super().__init__(log, txn)
         self._parent = parent
         self.pending: list[Envelope] = list(parent.pending) if parent else []
+        """The events to deliver after the commit, while they are few (see `_keep_pending`)."""
+        self.pending_count: int = parent.pending_count if parent else 0
+        self._pending_bytes: int = parent._pending_bytes if parent else 0
         self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
         self._versions: dict[bytes, int] = dict(parent._versions) if parent else {}
         self.cache: dict[bytes, Any] = dict(parent.cache) if parent else {}
@@ -285,6 +319,17 @@ class Transaction(LogView):
         self._head = txn.last_position()
         record = txn.record(self._head) if self._head else None
         self._head_hash = _codec.GENESIS_HASH if record is None else _codec.stored_hash(record)
+
+    def _keep_pending(self, envelopes: list[Envelope], size: int) -> None:
+        """Remember what to deliver after the commit: the envelopes themselves while their records
+        total at most `pending_record_bytes_max`, and past that only their count (delivery then
+        reads them back from the log), so a huge transaction never holds every decoded event."""
+        self.pending_count += len(envelopes)
+        self._pending_bytes += size
+        if self._pending_bytes <= limits.pending_record_bytes_max:
+            self.pending.extend(envelopes)
+        else:
+            self.pending.clear()
 
     def on_commit(self, hook: Callable[[], None]) -> None:
         """Run `hook` once the outermost transaction has committed durably (never on abort)."""
@@ -342,7 +387,7 @@ class Transaction(LogView):
         self._head += len(records)
         self._head_hash = envelopes[-1].hash
         self._versions[key] = version + len(records)
-        self.pending.extend(envelopes)
+        self._keep_pending(envelopes, size)
         projector = self._log._projector
         if projector is not None:
             try:
@@ -436,7 +481,7 @@ class Transaction(LogView):
         self._head, self._head_hash = checker.head, checker.head_hash
         for stream, version in checker.versions.items():
             self._versions[stream_key(stream)] = version
-        self.pending.extend(envelopes)
+        self._keep_pending(envelopes, size)
         projector = self._log._projector
         if projector is not None:
             try:
@@ -573,6 +618,8 @@ class Transaction(LogView):
         if parent is None:
             raise AssertionError("only a nested transaction merges into a parent")
         parent.pending = self.pending
+        parent.pending_count = self.pending_count
+        parent._pending_bytes = self._pending_bytes
         parent._hooks = self._hooks
         parent._versions = self._versions
         parent.cache = self.cache
@@ -580,6 +627,14 @@ class Transaction(LogView):
         parent._bytes = self._bytes
         parent._head = self._head
         parent._head_hash = self._head_hash
+
+
+class _ScratchTransaction(Transaction):
+    """A `Transaction` over a `ScratchTxn`: a rebuild writes far more than one commit may, and
+    nothing it writes is ever committed, so the per-commit byte bound does not apply."""
+
+    def _reserve(self, size: int) -> None:
+        pass
 
 
 def _check_events(events: object) -> Sequence[Event]:
@@ -654,6 +709,9 @@ class VerifyReport:
     head_hash: bytes
     first_bad_position: int | None = None
     problem: str | None = None
+    projection_keys_checked: int | None = None
+    """Projection keys found equal to the log's rebuild (`SessionStore.verify(projections=True)`);
+    None when the projections were not checked."""
 
 
 class Subscription:
@@ -752,7 +810,7 @@ class EventLog:
         self._local = threading.local()
         self._subscribers: list[Subscription] = []
         self._followers: list[Subscription] = []  # subscriptions with a reading thread
-        self._queue: deque[Envelope] = deque()
+        self._queue: deque[Envelope | range] = deque()
         self._delivering = False
         self._closed = False
         self._forked = False
@@ -785,12 +843,26 @@ class EventLog:
         `?schema=` picks the schema, `sync=False` commits without waiting for the server's flush.
         """
         if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
-            from eventlog._postgres import PostgresStorage  # only PostgreSQL users need psycopg
+            try:
+                from eventlog._postgres import PostgresStorage  # only PostgreSQL needs psycopg
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not exc.name.startswith("psycopg"):
+                    raise
+                raise ConfigurationError(
+                    f"a postgresql:// store needs the PostgreSQL driver, which is not installed "
+                    f"(no module `{exc.name}`): install the extra with "
+                    f"pip install 'sessionlog-engine[postgres]'"
+                ) from exc
 
             pg = PostgresStorage(path, sync=sync, readonly=readonly)
             log = cls(pg, f"postgresql:{pg.where}")
         else:
             from eventlog._lmdb import LmdbStorage  # imported here: the memory log needs no LMDB
+
+            if _inherited_from_parent(path) is not None:
+                raise StorageError(
+                    f"the store `{path}` was open when this process forked: {FORK_ADVICE}"
+                )
 
             storage = LmdbStorage(
                 path, map_size=map_size, sync=sync, readonly=readonly, headroom_bytes=headroom_bytes
@@ -845,7 +917,7 @@ class EventLog:
             raise LogClosedError(f"the log {self.description} is closed")
         if self._forked:
             raise StorageError(
-                f"the log {self.description} was opened before fork(); open it again in the child"
+                f"the log {self.description} was open when this process forked: {FORK_ADVICE}"
             )
 
     def _current(self) -> Transaction | None:
@@ -898,7 +970,7 @@ class EventLog:
                     tx._txn.abort()
                     raise StorageError("a write inside this transaction failed; nothing was kept")
                 tx._txn.commit()
-            self._deliver(tx.pending, tx._hooks)
+            self._deliver(tx, tx._hooks)
 
     @contextmanager
     def _pushed(self, tx: Transaction) -> Iterator[None]:
@@ -982,6 +1054,39 @@ class EventLog:
             return
         with self._storage.reader() as txn:
             yield LogView(self, txn)
+
+    def lease(self, name: str) -> Lease:
+        """Claim the lease `name` on this store until `release()` or until this process ends,
+        however it ends: the claim is a lock the kernel (LMDB) or the server (PostgreSQL) drops
+        with the process, never a clock. Another live holder, in this process or any other, makes
+        it `LeaseHeldError` naming that holder. Appends do not check leases; callers that must be
+        alone on a store (the runtime) take one first."""
+        self._check_usable()
+        return self._storage.lease(check_lease_name(name))
+
+    @contextmanager
+    def scratch(self) -> Iterator[tuple[LogView, Transaction]]:
+        """A view of the log as committed now, and a transaction over the same snapshot whose
+        projection space starts empty in a throwaway store: rebuild the projections into the
+        transaction, then compare them with the view's. It cannot append; nothing it writes is
+        kept. It holds one read transaction for the whole `with` block (on LMDB, pages freed by
+        writers meanwhile are kept until it ends), so use it for checks, not on a hot path."""
+        self._check_usable()
+        from eventlog._lmdb import LmdbStorage
+
+        with (
+            tempfile.TemporaryDirectory(prefix="sessionlog-scratch-") as where,
+            self._storage.reader() as txn,
+        ):
+            # The rebuilt state is no larger than the stored one, which fits in the store.
+            room = 2 * self._storage.size_bytes() + 2 * limits.transaction_bytes_max
+            space = LmdbStorage(where, map_size=room, sync=False, readonly=False, headroom_bytes=0)
+            kv = space.begin_write()
+            try:
+                yield LogView(self, txn), _ScratchTransaction(self, ScratchTxn(txn, kv), None)
+            finally:
+                kv.abort()
+                space.close()
 
     @property
     def head(self) -> int:
@@ -1069,12 +1174,90 @@ class EventLog:
 
     # Verification
 
-    def verify(self, *, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
+    def verify(
+        self,
+        *,
+        progress: Callable[[int, int], object] | None = None,
+        isolated: bool | None = None,
+    ) -> VerifyReport:
         """Walk the whole hash chain and the stream index; report the first problem found.
 
-        Never raises for damage it finds: that is what the report is for.
+        Never raises for damage it finds: that is what the report is for. On LMDB the walk runs
+        in a child process (`isolated`, the default there), because a damaged B-tree page makes
+        LMDB abort the process that reads it; if the child dies, the report names the region it
+        died in, and the other tables' pages are walked there too. `isolated=False` walks here.
         """
         self._check_usable()
+        where = self.path
+        if isolated is None:
+            isolated = where is not None
+        if isolated:
+            if where is None:
+                raise InvalidArgumentError(f"verify: the log {self.description} has no files")
+            return self.walk_isolated("eventlog._walk", [str(where)], progress, self.description)
+        return self._verify_here(progress)
+
+    @classmethod
+    def verify_files(
+        cls, path: str | os.PathLike[str], *, progress: Callable[[int, int], object] | None = None
+    ) -> VerifyReport:
+        """`verify` of the LMDB store in directory `path` without opening it in this process:
+        a store so damaged that opening it aborts is reported, not fatal (for the CLI)."""
+        if not os.path.isdir(path):
+            raise InvalidArgumentError(f"verify: no store at `{path}`")
+        where = os.path.abspath(path)
+        return cls.walk_isolated("eventlog._walk", [where], progress, f"lmdb:{path}")
+
+    @staticmethod
+    def walk_isolated(
+        module: str,
+        arguments: list[str],
+        progress: Callable[[int, int], object] | None,
+        description: str,
+    ) -> VerifyReport:
+        """Run a verify walk as `python -m module arguments` (see `eventlog/_walk.py`) and turn
+        what it sent, or how it died, into a report."""
+        fields, done, death = _walk.run_child(module, arguments, progress)
+        if fields is not None:
+            return VerifyReport(
+                ok=fields["ok"],
+                events_checked=fields["events_checked"],
+                streams_checked=fields["streams_checked"],
+                head_hash=bytes.fromhex(fields["head_hash"]),
+                first_bad_position=fields["first_bad_position"],
+                problem=fields["problem"],
+                projection_keys_checked=fields.get("projection_keys_checked"),
+            )
+        if not death.startswith("killed"):
+            raise StorageError(f"verify of {description}: the walk failed: {death}")
+        page = limits.read_page_events_max
+        return VerifyReport(
+            ok=False,
+            events_checked=done,
+            streams_checked=0,
+            head_hash=b"",
+            first_bad_position=done + 1,
+            problem=(
+                f"the data file is damaged: LMDB stopped the walk ({death}) after position "
+                f"{done}, reading positions {done + 1} to {done + page}, their stream index "
+                f"entries, or (if every event was checked) the other tables' pages"
+            ),
+        )
+
+    @property
+    def path(self) -> Path | None:
+        """The directory of an LMDB log; None for the in-memory and server logs."""
+        where = getattr(self._storage, "path", None)
+        return where if isinstance(where, Path) else None
+
+    def walk_other_tables(self) -> str | None:
+        """Read every page of the tables `verify` does not walk (projection state, idempotency
+        keys): the first problem found, or None. Run where an abort cannot hurt (see above)."""
+        self._check_usable()
+        walk = getattr(self._storage, "walk_other_tables", None)
+        return None if walk is None else cast(Callable[[], "str | None"], walk)()
+
+    def _verify_here(self, progress: Callable[[int, int], object] | None) -> VerifyReport:
         versions: dict[str, int] = {}
         prev = _codec.GENESIS_HASH
         checked = 0
@@ -1091,43 +1274,47 @@ class EventLog:
             )
 
         keys: dict[str, bytes] = {}  # stream name -> index prefix, encoded once per stream
-        while True:
-            with self._storage.reader() as txn:
-                head = txn.last_position()
-                envelopes = self._verify_chain_fast(txn, prev, checked, page)
-                if envelopes is not None:
-                    bad = self._verify_page_indexed(txn, envelopes, versions, keys)
-                    for envelope in envelopes:
-                        if bad is not None and envelope.position == bad[0]:
-                            return report(envelope.position, bad[1])
-                        prev = envelope.hash
-                        checked = envelope.position
-                    if envelopes:
-                        if progress is not None:
-                            progress(checked, head)
-                        continue
-                # Empty, or something is wrong in this page: record by record names the problem.
-                count = 0
-                for position, record in txn.records_after(checked, page):
-                    count += 1
-                    problem = self._verify_one(
-                        txn, position, checked + 1, prev, record, versions, keys
-                    )
-                    if problem is not None:
-                        return report(checked + 1, problem)  # a gap is bad where it starts
-                    prev = _codec.stored_hash(record)
-                    checked = position
-                if count == 0:
-                    if checked < head:
-                        return report(checked + 1, f"position {checked + 1} is missing")
-                    indexed = txn.index_size()
-                    if head == checked and indexed != checked:
-                        return report(
-                            None, f"the stream index holds {indexed} entries for {checked} events"
+        try:
+            while True:
+                with self._storage.reader() as txn:
+                    head = txn.last_position()
+                    envelopes = self._verify_chain_fast(txn, prev, checked, page)
+                    if envelopes is not None:
+                        bad = self._verify_page_indexed(txn, envelopes, versions, keys)
+                        for envelope in envelopes:
+                            if bad is not None and envelope.position == bad[0]:
+                                return report(envelope.position, bad[1])
+                            prev = envelope.hash
+                            checked = envelope.position
+                        if envelopes:
+                            if progress is not None:
+                                progress(checked, head)
+                            continue
+                    # Empty, or something is wrong in this page: record by record names the problem.
+                    count = 0
+                    for position, record in txn.records_after(checked, page):
+                        count += 1
+                        problem = self._verify_one(
+                            txn, position, checked + 1, prev, record, versions, keys
                         )
-                    return report(None, None)
-            if progress is not None:
-                progress(checked, head)
+                        if problem is not None:
+                            return report(checked + 1, problem)  # a gap is bad where it starts
+                        prev = _codec.stored_hash(record)
+                        checked = position
+                    if count == 0:
+                        if checked < head:
+                            return report(checked + 1, f"position {checked + 1} is missing")
+                        indexed = txn.index_size()
+                        if head == checked and indexed != checked:
+                            return report(
+                                None,
+                                f"the stream index holds {indexed} entries for {checked} events",
+                            )
+                        return report(None, None)
+                if progress is not None:
+                    progress(checked, head)
+        except CorruptStoreError as exc:  # LMDB itself found a damaged page
+            return report(checked + 1, f"reading positions after {checked}: {exc}")
 
     @staticmethod
     def _verify_chain_fast(
@@ -1136,22 +1323,17 @@ class EventLog:
         """The next page checked against the chain and decoded in one tight loop, or None when
         anything is off (the caller then walks the page record by record to name it).
 
-        `check_and_decode` reads values without keys; the keys are dense exactly when the first
-        and the last of the page sit at `checked + 1` and `checked + n`, as keys only increase."""
+        Every key is checked to be the next position: in a damaged B-tree a changed key need not
+        break the order, and a record whose key is wrong cannot be found by the reads that look
+        it up by position, however well it chains."""
         try:
             envelopes = _codec.check_and_decode(prev, txn.values_after(checked, page), checked + 1)
+        except CorruptStoreError:
+            raise  # not a bad record but a bad page: the caller reports it as it is
         except IntegrityError:
             return None
-        if envelopes:
-            first = txn.record(checked + 1)
-            last = txn.record(checked + len(envelopes))
-            if (
-                first is None
-                or last is None
-                or _codec.stored_hash(first) != envelopes[0].hash
-                or _codec.stored_hash(last) != envelopes[-1].hash
-            ):
-                return None
+        if not txn.keys_dense(checked, len(envelopes)):
+            return None
         return envelopes
 
     @staticmethod
@@ -1241,7 +1423,7 @@ class EventLog:
                     f"subscribe: poll_interval_s must be > 0, got {poll_interval_s!r}"
                 )
             current = self._current()
-            pending = len(current.pending) if current is not None else 0
+            pending = current.pending_count if current is not None else 0
             subscription.last_position = self.head - pending if after is None else after
             subscription._follow(poll_interval_s)
             with self._writer:
@@ -1251,7 +1433,7 @@ class EventLog:
             # Inside a transaction the view includes its pending events: those are delivered
             # after the commit (or never), so catch-up and going live start from committed state.
             current = self._current()
-            committed = self.head - (len(current.pending) if current is not None else 0)
+            committed = self.head - (current.pending_count if current is not None else 0)
             if after is None:
                 subscription.last_position = committed
             else:
@@ -1269,22 +1451,39 @@ class EventLog:
                 if subscription in kept:
                     kept.remove(subscription)
 
-    def _deliver(self, envelopes: list[Envelope], hooks: list[Callable[[], None]]) -> None:
+    def _deliver(self, tx: Transaction, hooks: list[Callable[[], None]]) -> None:
         for hook in hooks:
             try:
                 hook()
             except Exception:  # the commit is durable; a failing hook must not look like a failure
                 logger.exception("on_commit hook %r failed", hook)
-        if not self._subscribers or not envelopes:
+        if not self._subscribers or not tx.pending_count:
             return
-        self._queue.extend(envelopes)
+        if len(tx.pending) == tx.pending_count:
+            self._queue.extend(tx.pending)
+        else:  # too many to have kept: read back from the log, a page at a time, when their turn comes
+            self._queue.append(range(tx.head - tx.pending_count + 1, tx.head + 1))
         if self._delivering:  # a subscriber appended: the outer loop delivers in order
             return
         self._delivering = True
         try:
             while self._queue:
-                envelope = self._queue.popleft()
+                item = self._queue.popleft()
+                if isinstance(item, range):
+                    try:
+                        self._queue.extendleft(reversed(self._read_back(item)))
+                    except SessionLogError:  # the commit is durable: report, never undo it
+                        logger.exception("committed events %s could not be read back", item)
+                    continue
                 for subscription in list(self._subscribers):
-                    subscription._offer(envelope)
+                    subscription._offer(item)
         finally:
             self._delivering = False
+
+    def _read_back(self, positions: range) -> list[Envelope | range]:
+        """The first page of committed `positions`, then (for `_deliver`) the rest of them."""
+        limit = min(len(positions), limits.read_page_events_default)
+        page: list[Envelope | range] = list(self.read(after=positions.start - 1, limit=limit))
+        if len(positions) > limit:
+            page.append(positions[limit:])
+        return page

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from eventlog._lease import Lease, memory_lease
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import LogClosedError
 
@@ -27,6 +28,7 @@ class MemoryStorage:
         self.kv_keys: list[bytes] = []
         self.idempotency: dict[str, tuple[str, int, int]] = {}
         self.closed = False
+        self.leases: set[str] = set()
 
     @contextmanager
     def reader(self) -> Iterator[StorageTxn]:
@@ -45,6 +47,10 @@ class MemoryStorage:
 
     def wait_for_commit(self, timeout_s: float) -> None:
         time.sleep(timeout_s)
+
+    def lease(self, name: str) -> Lease:
+        self._check_open()
+        return memory_lease(self.leases, self.lock, name, "memory")
 
     def close(self) -> None:
         self.closed = True
@@ -81,6 +87,9 @@ class _MemoryTxn:
 
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         return self.store.records[after : after + limit]
+
+    def keys_dense(self, after: int, count: int) -> bool:
+        return after + count <= len(self.store.records)  # a list has no keys to damage
 
     def records_around(
         self, positions: Iterable[int]

@@ -22,10 +22,12 @@ import psycopg_pool
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, describe, holder_record
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
     ConcurrencyError,
     CorruptStoreError,
+    LeaseHeldError,
     LogClosedError,
     OutcomeUnknownError,
     SessionLogError,
@@ -284,6 +286,46 @@ class PostgresStorage:
                 self._listener = None
             time.sleep(timeout_s)
 
+    def lease(self, name: str) -> Lease:
+        """Hold the advisory lock of `name` on a connection of its own until released: the server
+        drops it when that connection ends, so a dead holder never keeps it."""
+        self._check_open()
+        key = advisory_key(self.schema, name)
+        holder = holder_record()
+        kwargs = {
+            **self._kwargs,
+            "options": self._kwargs["options"] + KEEPALIVE_OPTIONS,
+            "application_name": f"sessionlog lease {holder['pid']}@{holder['host']}"[:63],
+        }
+        try:
+            conn = psycopg.connect(self._conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise translate(exc, f"taking the `{name}` lease of {self.where}") from exc
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if row is None or not row[0]:
+                found = conn.execute(
+                    "SELECT a.application_name, a.backend_start FROM pg_locks l"
+                    " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
+                    " AND l.granted AND l.objsubid = 1 AND l.classid = %s AND l.objid = %s"
+                    " AND l.database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database())",
+                    ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+                ).fetchone()
+                who = (
+                    describe(None)
+                    if found is None
+                    else f"`{found[0]}` (connected since {found[1]:%Y-%m-%dT%H:%M:%S%z})"
+                )
+                raise LeaseHeldError(name, self.where, who)
+        except psycopg.Error as exc:
+            conn.close()
+            raise translate(exc, f"taking the `{name}` lease of {self.where}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return Lease(name, self.where, holder, conn.close)  # closing the session unlocks
+
     def size_bytes(self) -> int:
         with self.reader() as txn:
             assert isinstance(txn, _PgTxn)
@@ -359,6 +401,17 @@ class _PgTxn:
             (after, limit),
         ).fetchall()
         return iter([(int(position), record) for position, record in rows])
+
+    def keys_dense(self, after: int, count: int) -> bool:
+        # Positions are a primary key: unique, so the count and the ends decide.
+        row = self.one(
+            "SELECT count(*), min(position), max(position) FROM (SELECT position FROM events "
+            "WHERE position > %s ORDER BY position LIMIT %s) AS page",
+            (after, count),
+        )
+        if row is None or not count:
+            return not count
+        return (int(row[0]), row[1], row[2]) == (count, after + 1, after + count)
 
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         rows = self._run(

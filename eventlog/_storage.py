@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from eventlog._lease import Lease
+
 Buffer = bytes | bytearray | memoryview
 
 
@@ -35,6 +37,11 @@ class StorageTxn(Protocol):
 
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         """Records after `after` without their keys: the read path checks positions itself."""
+        ...
+
+    def keys_dense(self, after: int, count: int) -> bool:
+        """Whether the `count` records after `after` sit exactly at positions `after + 1` to
+        `after + count`: a damaged key can keep the order and still hide a record from lookups."""
         ...
 
     def records_around(
@@ -101,6 +108,11 @@ class Storage(Protocol):
     def begin_write(self) -> StorageTxn: ...
 
     def size_bytes(self) -> int: ...
+
+    def lease(self, name: str) -> Lease:
+        """Hold the lease `name` until released or until this process ends (`eventlog._lease`);
+        `LeaseHeldError` when a live holder has it."""
+        ...
 
     def wait_for_commit(self, timeout_s: float) -> None:
         """Return when another writer may have committed, at the latest after `timeout_s`: a

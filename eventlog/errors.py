@@ -73,6 +73,20 @@ class LogClosedError(SessionLogError):
     """The log (or store) was used after `close()`."""
 
 
+class LeaseHeldError(SessionLogError):
+    """A lease on a store (`EventLog.lease`; the runtime takes `runtime`) is held by another
+    holder that is still alive; nothing was changed. Start again once that one has stopped."""
+
+    def __init__(self, name: str, where: str, holder: str) -> None:
+        self.name = name
+        self.where = where
+        self.holder = holder
+        super().__init__(
+            f"{where}: the `{name}` lease is held by {holder}; only one holder at a time, so "
+            "stop that one first"
+        )
+
+
 class UnknownSessionError(SessionLogError, KeyError):
     """A lifecycle verb named a session id that does not exist."""
 
@@ -102,8 +116,9 @@ class CapacityError(SessionLogError):
 
 
 class ConfigurationError(InvalidArgumentError):
-    """The runtime was asked for something its configuration does not have: a provider that is not
-    registered, an input filter or hook that is not callable."""
+    """Something the installation or configuration lacks: a `postgresql://` store without the
+    PostgreSQL driver installed, or a runtime provider that is not registered, an input filter or
+    hook that is not callable."""
 
 
 class SessionBusyError(SessionLogError):

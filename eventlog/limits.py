@@ -54,6 +54,13 @@ of their size) and its readable JSON, which can reach six times the stored size 
 character must be escaped (``\\u0001``); a longer line is not an export, and reading it whole would
 let a damaged file exhaust memory."""
 
+pending_record_bytes_max: Final = 256 * 1024
+"""A transaction keeps the decoded events it appends, to hand them to in-process subscribers after
+its commit, while their records total at most this. Past it, it keeps only how many there are, and
+delivery reads them back from the log a page at a time: one huge transaction (a seeded transcript,
+an import) must not hold every decoded event until it commits, and decoded events of many small
+messages take up to twenty times their stored bytes. A command's events stay far below it."""
+
 subscribers_max: Final = 10_000
 """In-process subscribers on one log. Each one runs on every commit; more is a leak, not a design."""
 

@@ -4,6 +4,7 @@ Imports only `eventlog`. `project` is the log's projector; the query functions r
 keeps; `rebuild` and `catch_up` recompute it from the log.
 """
 
+from projections._check import check, verify, verify_files
 from projections._fold import (
     SYSTEM_STREAM_PREFIX,
     apply,
@@ -16,11 +17,13 @@ from projections._fold import (
 from projections._queries import (
     active_count,
     catch_up,
+    check_current,
     child_ids,
     dump,
     iter_states,
     projected_position,
     ranges_added,
+    ranges_window,
     read_messages,
     rebuild,
 )
@@ -46,6 +49,8 @@ __all__ = [
     "apply",
     "bearer_stream",
     "catch_up",
+    "check",
+    "check_current",
     "child_ids",
     "dump",
     "iter_states",
@@ -56,7 +61,10 @@ __all__ = [
     "project",
     "projected_position",
     "ranges_added",
+    "ranges_window",
     "read_messages",
     "rebuild",
     "slice_ranges",
+    "verify",
+    "verify_files",
 ]

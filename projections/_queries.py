@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from eventlog import EventLog, IntegrityError, LogView, Transaction, limits
+from eventlog import EventLog, IntegrityError, LogView, StorageError, Transaction, limits
 from eventlog import events as ev
 from projections import _state as st
 from projections._fold import apply, messages_at
@@ -27,6 +27,27 @@ def read_messages(
     for segment, start, end in transcript.ranges if ranges is None else ranges:
         refs.extend(read_refs(view, segment, start, end))
     return messages_at(view, refs)
+
+
+def ranges_window(ranges: Ranges, skip: int, count: int | None) -> Ranges:
+    """The part of `ranges` holding messages `skip` .. `skip + count` (to the end when `count`
+    is None): a page of a transcript without reading the messages before it."""
+    out: list[tuple[int, int, int]] = []
+    left = count
+    for segment, start, end in ranges:
+        if left is not None and left <= 0:
+            break
+        size = end - start
+        if skip >= size:
+            skip -= size
+            continue
+        first = start + skip
+        last = end if left is None else min(end, first + left)
+        out.append((segment, first, last))
+        skip = 0
+        if left is not None:
+            left -= last - first
+    return tuple(out)
 
 
 def ranges_added(before: Ranges, after: Ranges) -> Ranges | None:
@@ -161,6 +182,20 @@ def catch_up(log: EventLog) -> int:
             return _rebuild_in(tx)
         start = projected_position(tx)
         return _apply_after(tx, start) - start
+
+
+def check_current(log: EventLog) -> None:
+    """Refuse, on a store opened read-only, a projection that is behind its log or of another
+    layout: bringing it up to date is a write."""
+    with log.view() as view:
+        done, head = projected_position(view), view.head
+        layout = view.kv_get(st.LAYOUT_KEY)
+    if done == head and (layout == st.LAYOUT_VERSION or head == 0):
+        return
+    raise StorageError(
+        f"the read models of {log.description} reflect position {done} of {head} (or another "
+        f"layout): open the store for writing once (`sessionlog rebuild`) to bring them up to date"
+    )
 
 
 def rebuild(log: EventLog, *, progress: Callable[[int, int], object] | None = None) -> int:

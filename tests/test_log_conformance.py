@@ -544,6 +544,34 @@ def test_a_checked_append_reads_back_the_same_events(log: EventLog) -> None:
     assert log.verify().ok
 
 
+def test_a_huge_transaction_keeps_no_decoded_events_and_still_delivers_them_in_order(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `pending_record_bytes_max` a transaction keeps only how many events it appended;
+    subscribers still get every one, in order, read back from the log in pages, and the events a
+    subscriber appends while they are delivered come after all of them."""
+    monkeypatch.setattr(limits, "pending_record_bytes_max", 2_000)
+    monkeypatch.setattr(limits, "read_page_events_default", 7)
+    seen: list[int] = []
+
+    def echo(envelope: Envelope) -> None:
+        seen.append(envelope.position)
+        if envelope.stream == "a" and envelope.version == 3:
+            log.append("echo", [said("reply")], expected_version=ANY)
+
+    log.subscribe(echo)
+    with log.transaction() as tx:
+        for first in range(0, 60, 6):
+            tx.append("a", said_many(f"{first}-", 6), expected_version=first or NO_STREAM)
+        assert tx.pending_count == 60
+        assert tx.pending == []  # nothing decoded is held for delivery
+        with log.transaction() as inner:  # a savepoint carries the count up
+            inner.append("b", [said("b")], expected_version=NO_STREAM)
+        assert tx.pending_count == 61
+    assert seen == list(range(1, 63))
+    assert [e.stream for e in log.read(after=60)] == ["b", "echo"]
+
+
 # Idempotency keys: a command retried after an unknown outcome writes once
 
 

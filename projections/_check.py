@@ -1,0 +1,150 @@
+"""Checking the stored projections against the log they are folded from.
+
+The log carries a hash chain; the projection state beside it does not, so a changed, added or
+deleted projection key (a revived token, a rewritten prompt, a flipped bit in a key) would pass the
+chain check. `check` rebuilds every projection from the log into scratch space, on the same
+snapshot, and compares the two key spaces key by key. It only reads the store.
+
+`verify` is the log's check and this one together; on LMDB it runs as `python -m projections._check
+PATH` in a child process (see `eventlog/_walk.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterator
+
+from eventlog import (
+    EventLog,
+    IntegrityError,
+    InvalidArgumentError,
+    LogView,
+    SessionLogError,
+    VerifyReport,
+)
+from eventlog._walk import emit, report_fields
+from projections import _state as st
+from projections._queries import _rebuild_in
+
+# Keys compared per scan: bounds the memory of one step of the comparison.
+_SCAN_KEYS = 4096
+
+
+def check(
+    log: EventLog, *, progress: Callable[[int, int], object] | None = None
+) -> tuple[int, str | None]:
+    """Rebuild the projections from the log and compare them with the stored ones. Returns the
+    number of keys compared and the first difference (None when they are equal)."""
+    with log.scratch() as (stored, rebuilt):
+        _rebuild_in(rebuilt, progress)
+        compared = 0
+        expected_keys = _keys(rebuilt)
+        for key, value in _keys(stored):
+            expected = next(expected_keys, None)
+            if expected is None or expected[0] > key:
+                return (
+                    compared,
+                    f"projection key {_show(key)} is stored but not derived from the log",
+                )
+            if expected[0] < key:
+                return compared, (
+                    f"projection key {_show(expected[0])} is derived from the log but missing "
+                    "from the store"
+                )
+            if expected[1] != value:
+                return compared, _changed(stored, key, value, expected[1])
+            compared += 1
+        extra = next(expected_keys, None)
+        if extra is not None:
+            return compared, (
+                f"projection key {_show(extra[0])} is derived from the log but missing from the "
+                "store"
+            )
+    return compared, None
+
+
+def _keys(view: LogView) -> Iterator[tuple[bytes, bytes]]:
+    start = b""
+    while True:
+        page = view.kv_scan(start=start, limit=_SCAN_KEYS)
+        yield from page
+        if len(page) < _SCAN_KEYS:
+            return
+        start = page[-1][0] + b"\x00"
+
+
+def _changed(stored: LogView, key: bytes, value: bytes, expected: bytes) -> str:
+    if key == st.POSITION_KEY:
+        behind = int.from_bytes(value, "big") if len(value) == 8 else None
+        return (
+            f"the projections reflect position {behind}, the log's head is {stored.head}: they "
+            "are behind the log (the next writable open catches them up) or were changed"
+        )
+    return (
+        f"projection key {_show(key)} holds {len(value)} bytes that differ from the "
+        f"{len(expected)} the log derives"
+    )
+
+
+def _show(key: bytes) -> str:
+    return repr(key[:120]) + ("..." if len(key) > 120 else "")
+
+
+def verify(log: EventLog, *, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
+    """`log.verify()`, then `check` of the projections: one report. An LMDB log is walked in a
+    child process, where a damaged page that makes LMDB abort cannot take the caller down."""
+    where = log.path
+    if where is not None:
+        return EventLog.walk_isolated(_MODULE, [str(where)], progress, log.description)
+    return _verify_here(log, progress)
+
+
+def verify_files(
+    path: str | os.PathLike[str], *, progress: Callable[[int, int], object] | None = None
+) -> VerifyReport:
+    """`verify` of the LMDB store in directory `path` without opening it in this process."""
+    if not os.path.isdir(path):
+        raise InvalidArgumentError(f"verify: no store at `{path}`")
+    return EventLog.walk_isolated(_MODULE, [os.path.abspath(path)], progress, f"lmdb:{path}")
+
+
+def _verify_here(log: EventLog, progress: Callable[[int, int], object] | None) -> VerifyReport:
+    report = log.verify(progress=progress, isolated=False)
+    if not report.ok:
+        return report
+    problem = log.walk_other_tables()
+    if problem is not None:
+        return dataclasses.replace(report, ok=False, problem=problem)
+    compared, problem = check(log)
+    return dataclasses.replace(
+        report, ok=problem is None, problem=problem, projection_keys_checked=compared
+    )
+
+
+_MODULE = "projections._check"
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        with EventLog.open(argv[0], readonly=True) as log:
+            report = _verify_here(log, lambda done, head: emit({"progress": [done, head]}))
+    except IntegrityError as exc:
+        report = VerifyReport(
+            ok=False,
+            events_checked=0,
+            streams_checked=0,
+            head_hash=bytes(32),
+            first_bad_position=exc.position,
+            problem=f"the store cannot be opened: {exc}",
+        )
+    except SessionLogError as exc:  # not damage (a lock, a permission): the caller raises
+        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+        return 1
+    emit({"report": report_fields(report)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
