@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib import metadata as pkg_metadata
 from typing import Any
@@ -30,9 +30,13 @@ _FORMAT_NOTE = (
 )
 
 
+DISTRIBUTION = "sessionlog-engine"
+"""The name this project is published under (`sessionlog` on the package index is another's)."""
+
+
 def _version() -> str:
     try:
-        return pkg_metadata.version("sessionlog")
+        return pkg_metadata.version(DISTRIBUTION)
     except pkg_metadata.PackageNotFoundError:  # running from a source tree that is not installed
         return "0+unknown"
 
@@ -48,16 +52,27 @@ def _canonical(value: object) -> bytes:
 # Export
 
 
-def export_bundle(store: SessionStore, session_id: str, mode: str = "sanitized") -> dict[str, Any]:
-    """The session bundle v1 of an open session, redacted for `mode` (`local`, `sanitized`,
-    `replay_only`). Raises `UnknownSessionError` for an unknown id."""
+def export_bundle(
+    store: SessionStore,
+    session_id: str,
+    mode: str = "sanitized",
+    *,
+    progress: Callable[[int, int], object] | None = None,
+) -> dict[str, Any]:
+    """The session bundle v1 of a session (open or closed), redacted for `mode` (`local`,
+    `sanitized`, `replay_only`). Raises `UnknownSessionError` for an unknown or deleted id.
+    `progress(done, messages)`, if given, follows the export."""
     if mode not in MODES:
         raise InvalidArgumentError(
             f"export_bundle: `mode` must be one of {', '.join(MODES)}, got {mode!r}"
         )
     snapshot, ancestry, envelopes = _read_session(store, session_id)
+    if progress is not None:
+        progress(0, snapshot["length"])
     try:
         body, redaction_entries = redact(_body(snapshot, ancestry, envelopes), mode)
+        if progress is not None:
+            progress(snapshot["length"], snapshot["length"])
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(
             f"export_bundle: session `{session_id}` holds data JSON cannot carry: {exc}"

@@ -11,3 +11,19 @@ transcript_line_bytes_max: Final = 64 * 1024 * 1024
 this bounds the memory one record costs. A request snapshot carries the whole prompt of a call,
 and even a million-token context with verbose tool output stays far below it; a longer line is a
 file that is not a transcript, or one we must not try to hold."""
+
+seed_memory_file_ratio: Final = 3
+"""What reading a transcript may hold, as a multiple of the file's size: the messages kept so far
+(re-encoded, about the size of their source) plus the Python objects the line being decoded will
+become, estimated before it is decoded. Writing the session then needs about the kept size once
+more, so a whole seed stays within about four times the file. A line whose objects would not fit
+(a few bytes of JSON per object, millions of them) is refused before it is decoded."""
+
+seed_memory_floor_bytes: Final = 1024 * 1024
+"""The budget of a small file: three times a few hundred bytes would refuse an ordinary line for
+the interpreter's per-object overhead alone."""
+
+seed_batch_bytes: Final = 1024 * 1024
+"""Kept messages are handed to the session engine in batches of about this many encoded bytes (or
+`messages_per_event_max` messages, one event's worth), so only one batch at a time is ever held as
+Python objects, at a few times its encoded size, while the session is written."""

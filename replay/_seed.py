@@ -8,15 +8,16 @@ one `store.transaction()`. A result that is not ok leaves the log exactly as it 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from eventlog import check_encodable
+from eventlog import check_encodable, limits
+from replay import _limits
 from replay._transcript import (
     PROVIDER_RESPONSES_ONLY,
-    Message,
+    KeptMessages,
     Transcript,
     TranscriptError,
     read_transcript,
@@ -237,7 +238,7 @@ def _replace(result: SeedResult, **changes: Any) -> SeedResult:
 
 
 def _invalid(
-    path: str, transcript: Transcript, messages: list[Message], opts: _Options
+    path: str, transcript: Transcript, messages: KeptMessages, opts: _Options
 ) -> str | None:
     """Why the reconstruction cannot be trusted, or None. `truncate_to_last=0` asks for an empty
     session on purpose, so it is not an error to end up with no messages then."""
@@ -279,7 +280,7 @@ class _Refused(SessionLogError):
 def _commit(
     store: SessionStore,
     transcript: Transcript,
-    messages: list[Message],
+    messages: KeptMessages,
     opts: _Options,
     seeded_from: dict[str, Any],
 ) -> str:
@@ -295,21 +296,15 @@ def _commit(
             tool_format=transcript.tool_format,
             metadata={"seeded_from": seeded_from},
         )
-        if messages:
-            try:
-                _inject_all(store, session_id, messages)
-            except InvalidArgumentError as exc:
-                raise _Refused(str(exc), exc) from exc
+        try:
+            # One batch at a time is decoded from the kept buffer: the engine never holds the
+            # whole transcript as objects (its events come out as from one call).
+            count = limits.messages_per_event_max
+            for batch in messages.batches(count, _limits.seed_batch_bytes):
+                store.inject_many(session_id, batch)
+        except InvalidArgumentError as exc:
+            raise _Refused(str(exc), exc) from exc
     return session_id
-
-
-def _inject_all(store: SessionStore, session_id: str, messages: list[Message]) -> None:
-    inject_many = getattr(store, "inject_many", None)
-    if inject_many is not None:
-        inject_many(session_id, messages)
-        return
-    for message in messages:  # engines without the batched verb: same result, slower
-        store.inject(session_id, message)
 
 
 class _Rollback(SessionLogError):
@@ -317,7 +312,7 @@ class _Rollback(SessionLogError):
 
 
 def _refusal_text(
-    store: SessionStore, path: str, messages: list[Message], lines: list[int], refused: _Refused
+    store: SessionStore, path: str, messages: KeptMessages, lines: Sequence[int], refused: _Refused
 ) -> str:
     if refused.engine_error is None:
         return f"{path}: {refused.reason}"
@@ -328,7 +323,7 @@ def _refusal_text(
     return f"{path}:{lines[index]}: the session engine refused this message: {error}"
 
 
-def _first_refused(store: SessionStore, messages: list[Message]) -> tuple[int, str] | None:
+def _first_refused(store: SessionStore, messages: KeptMessages) -> tuple[int, str] | None:
     """The first message the engine refuses on its own, and why, found by injecting them one by
     one into a scratch session in a transaction that is always rolled back."""
     found: tuple[int, str] | None = None

@@ -2,20 +2,23 @@
 
 Owns the bounded, binary line reader and the rules of the three source formats (message events,
 request snapshots, responses only). One pass keeps only what the winning format can still need,
-so memory follows the messages kept, not the file. It never writes; `replay._seed` does.
+re-encoded into one buffer, and counts as it keeps: memory stays within a multiple of the file
+(`_limits.seed_memory_file_ratio`), and a line whose decoded objects would not fit is refused
+before it is decoded. It never writes; `replay._seed` does.
 """
 
 from __future__ import annotations
 
 import os
-from collections import deque
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 from blake3 import blake3
 
+from eventlog import limits
 from replay import _limits
 from sessions import InvalidArgumentError
 
@@ -54,14 +57,128 @@ class TranscriptError(InvalidArgumentError):
         super().__init__(f"{path}:{line}: {problem}" if line else f"{path}: {problem}")
 
 
+# JSON, like the source: whatever a line decoded to encodes back exactly (an integer past 64 bits
+# included, for the session engine to judge), and decodes to equal values.
+_encode = msgspec.json.Encoder().encode
+_decode_kept = msgspec.json.Decoder().decode
+_KEPT_ENTRY_BYTES = 12
+"""What one kept message costs beyond its encoded bytes: its end offset and its line number."""
+_WRITE_ENTRY_BYTES = 48
+"""What the session engine's write of one message costs beyond its encoded bytes, generously: its
+share of an event's framing, its transcript reference, and the pages they fill."""
+_LINE_NUMBER_MAX = 2**32 - 1
+_DEAD_BYTES_MIN = 256 * 1024
+"""Messages `keep_last` dropped are cut from the buffer once they take this much and more than the
+live ones: each cut copies the live part, so cutting at every drop would cost quadratic time."""
+
+
+class KeptMessages:
+    """The messages kept, in order, each re-encoded (compact JSON) into one shared buffer with its line:
+    a message costs its encoded size plus 12 bytes, where a dict of it would cost hundreds. Read
+    back one at a time (`m[i]`, iteration) or in `batches`. With `keep_last`, only the last that
+    many stay, like a bounded deque."""
+
+    def __init__(self, keep_last: int | None = None) -> None:
+        self._keep_last = keep_last
+        self.clear()
+
+    def clear(self) -> None:
+        self._buffer = bytearray()
+        self._ends = array("Q")
+        self._lines = array("I")
+        self._first = 0  # messages before this one were dropped by `keep_last`
+
+    def append(self, message: Message, line: int) -> None:
+        if line > _LINE_NUMBER_MAX:
+            raise OverflowError(f"line numbers past {_LINE_NUMBER_MAX:,} are not kept")
+        self._buffer += _encode(message)
+        self._ends.append(len(self._buffer))
+        self._lines.append(line)
+        if self._keep_last is not None and len(self) > self._keep_last:
+            self._first += 1
+            dead = self._ends[self._first - 1]
+            if dead >= max(len(self._buffer) - dead, _DEAD_BYTES_MIN):  # mostly dead: compact
+                self._drop_dead()
+
+    def _drop_dead(self) -> None:
+        start = self._ends[self._first - 1]
+        del self._buffer[:start]
+        self._ends = array("Q", (end - start for end in self._ends[self._first :]))
+        del self._lines[: self._first]
+        self._first = 0
+
+    @property
+    def seed_cost(self) -> int:
+        """The peak memory seeding these messages takes, estimated: this buffer, and the session
+        engine's write of the same messages beside it (about as many bytes again, plus each
+        message's framing and reference)."""
+        count = len(self._ends)
+        kept = len(self._buffer) + _KEPT_ENTRY_BYTES * count
+        return kept + len(self._buffer) + _WRITE_ENTRY_BYTES * count
+
+    @property
+    def lines(self) -> Sequence[int]:
+        """The 1-based line each kept message came from."""
+        return self._lines if self._first == 0 else self._lines[self._first :]
+
+    def __len__(self) -> int:
+        return len(self._ends) - self._first
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError(f"kept message {index} of {count}")
+        at = self._first + (index % count)
+        start = self._ends[at - 1] if at else 0
+        value: Message = _decode_kept(memoryview(self._buffer)[start : self._ends[at]])
+        return value
+
+    def __iter__(self) -> Iterator[Message]:
+        return (self[i] for i in range(len(self)))
+
+    def batches(self, count_max: int, bytes_max: int) -> Iterator[list[Message]]:
+        """The messages in order, as lists of at most `count_max` messages or about `bytes_max`
+        encoded bytes: only one batch is ever decoded at a time."""
+        batch: list[Message] = []
+        size = 0
+        for index in range(len(self)):
+            at = self._first + index
+            start = self._ends[at - 1] if at else 0
+            batch.append(_decode_kept(memoryview(self._buffer)[start : self._ends[at]]))
+            size += self._ends[at] - start
+            if len(batch) >= count_max or size >= bytes_max:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+
+def decoded_bytes_estimate(line: bytes) -> int:
+    """An upper estimate of what the Python objects decoded from `line` take, from byte counts
+    alone (C speed, before decoding): its bytes, plus CPython's cost of each object, dict, list
+    and string, and a slot of about 24 bytes per `,` and `:` (a list slot, a dict entry, or a
+    number object). Separators inside strings are counted too: the estimate errs high."""
+    strings = (line.count(b'"') - line.count(b'\\"')) // 2
+    separators = line.count(b",") + line.count(b":")
+    return (
+        len(line) + 64 * line.count(b"{") + 56 * line.count(b"[") + 50 * strings + 24 * separators
+    )
+
+
 @dataclass
 class Transcript:
     """What one file says, with `drop_tool_calls` and `truncate_to_last` already applied: the
     messages kept, in order, each with the line it came from; how many the format produced before
     the options (`found`); whether the truncation cut any; and the metadata."""
 
-    messages: list[Message]
-    lines: list[int]
+    messages: KeptMessages
+    lines: Sequence[int]
     found: int
     truncated: bool
     source_format: str
@@ -83,25 +200,35 @@ def read_transcript(
     """Read the whole file in one pass; raise `TranscriptError` on the first unreadable line.
 
     The options are applied as messages arrive (dropping tool payloads first, then keeping the
-    last `truncate_to_last`), so only the messages that will be kept are held.
+    last `truncate_to_last`), so only the messages that will be kept are held, and they are
+    counted as they are kept: past `messages_per_transcript_max`, or past the reading budget
+    (`_limits.seed_memory_file_ratio` times the file), reading stops with the line that did it.
     `progress(bytes_read, file_bytes)` is called every few thousand lines."""
     shown = os.fspath(path)
     digest = blake3()
-    state = _State(drop_tool_calls, truncate_to_last)
-    for number, record in _records(shown, digest, progress):
+    state = _State(shown, drop_tool_calls, truncate_to_last)
+    for number, record in _records(shown, digest, progress, state):
         state.add(number, record)
     return state.finish(digest.hexdigest())
 
 
 def _records(
-    path: str, digest: blake3, progress: Callable[[int, int], object] | None = None
+    path: str,
+    digest: blake3,
+    progress: Callable[[int, int], object] | None = None,
+    state: _State | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(1-based line number, object) of every non-blank line, hashing every byte read."""
+    """(1-based line number, object) of every non-blank line, hashing every byte read. Sets the
+    `state`'s memory budget from the file's size, and refuses a line whose decoded objects, with
+    what the state keeps already, would pass it before the line is decoded."""
     decode = msgspec.json.Decoder().decode
     bound = _limits.transcript_line_bytes_max
     try:
         with open(path, "rb", buffering=_READ_BUFFER_BYTES) as file:
-            size = os.fstat(file.fileno()).st_size if progress is not None else 0
+            size = os.fstat(file.fileno()).st_size
+            budget = max(_limits.seed_memory_file_ratio * size, _limits.seed_memory_floor_bytes)
+            if state is not None:
+                state.budget = budget
             number = 0
             while True:
                 line = file.readline(bound + 1)
@@ -123,9 +250,28 @@ def _records(
                     line = line[len(_BOM) :]  # some editors write one; it is not part of the JSON
                 if not line.strip():
                     continue
+                held = 0 if state is None else state.kept.seed_cost
+                needs = decoded_bytes_estimate(line)
+                if held + needs > budget:
+                    raise TranscriptError(path, number, _over_budget(held, needs, budget))
                 yield number, _decoded(decode, line, path, number)
     except OSError as exc:
         raise TranscriptError(path, None, f"cannot read the file: {exc.strerror or exc}") from exc
+
+
+def _over_budget(held: int, needs: int, budget: int) -> str:
+    return (
+        f"this line would decode into about {needs:,} bytes of objects, which with the "
+        f"{held:,} bytes the messages kept so far will cost is more than seeding may take "
+        f"({_budget_text(budget)}); a transcript this dense in objects is not one we seed"
+    )
+
+
+def _budget_text(budget: int) -> str:
+    return (
+        f"{budget:,} bytes: seed_memory_file_ratio = {_limits.seed_memory_file_ratio} times the "
+        f"file, at least seed_memory_floor_bytes = {_limits.seed_memory_floor_bytes:,}"
+    )
 
 
 def _decoded(decode: Any, line: bytes, path: str, number: int) -> dict[str, Any]:
@@ -168,13 +314,15 @@ class _State:
     it and a response appends to it, so it holds only the latest snapshot and the responses after
     it (and, in a responses-only file, every response)."""
 
-    def __init__(self, drop_tool_calls: bool, keep_last: int | None) -> None:
+    def __init__(self, path: str, drop_tool_calls: bool, keep_last: int | None) -> None:
+        self.path = path
+        self.budget = _limits.seed_memory_floor_bytes  # `_records` sets the file's own
         self.records = 0
         self.events_seen = False
         self.snapshot_seen = False
         self.drop_tool_calls = drop_tool_calls
         self.keep_last = keep_last
-        self.kept: deque[tuple[Message, int]] = deque(maxlen=keep_last)
+        self.kept = KeptMessages(keep_last)
         self.found = 0  # messages the format produced, before the options
         self.after_drop = 0  # of those, the ones `drop_tool_calls` left
         self.system_prompt: str | None = None
@@ -226,7 +374,25 @@ class _State:
                 return
             message = stripped
         self.after_drop += 1
-        self.kept.append((message, number))
+        if len(self.kept) >= limits.messages_per_transcript_max and self.keep_last is None:
+            raise TranscriptError(
+                self.path,
+                number,
+                f"transcript length: {len(self.kept) + 1} exceeds messages_per_transcript_max = "
+                f"{limits.messages_per_transcript_max}",
+            )
+        try:
+            self.kept.append(message, number)
+        except OverflowError as exc:
+            raise TranscriptError(self.path, number, str(exc)) from exc
+        if self.kept.seed_cost > self.budget:  # many messages out of few bytes: `{}` x millions
+            raise TranscriptError(
+                self.path,
+                number,
+                f"the {len(self.kept):,} messages kept up to this line would cost about "
+                f"{self.kept.seed_cost:,} bytes to seed, more than it may take "
+                f"({_budget_text(self.budget)})",
+            )
 
     def _request_metadata(self, record: dict[str, Any]) -> None:
         snapshot = record.get("request_snapshot")
@@ -246,8 +412,8 @@ class _State:
         else:
             source_format = PROVIDER_RESPONSES_ONLY
         return Transcript(
-            messages=[message for message, _ in self.kept],
-            lines=[number for _, number in self.kept],
+            messages=self.kept,
+            lines=self.kept.lines,
             found=self.found,
             truncated=self.keep_last is not None and self.after_drop > self.keep_last,
             source_format=source_format,

@@ -24,6 +24,7 @@ from sessions import _context_plan as plan
 from sessions._context_policy import (
     ContextPolicy,
     TokenCounter,
+    decide_attempts_max,
     error_chars_max,
     pruned_results_per_event_max,
 )
@@ -165,22 +166,35 @@ class ContextVerbs:
         return found
 
     def _decide(
-        self, session_id: str, verb: str, decide: Callable[[ContextView], list[ev.Event]]
+        self,
+        session_id: str,
+        verb: str,
+        decide: Callable[[ContextView], list[ev.Event]],
+        *,
+        calls_model: bool = False,
     ) -> list[ev.Event]:
         """Decide on a (cached) view read outside the write, then write; if the session changed
-        in between, decide again on the view inside the write transaction."""
-        with self.log.view() as view:
-            state = self._state(view, session_id, verb)
-            seen = self._context_view(view, state)
-        events = decide(seen)
-        if not events:
-            return []
-        with self._command(verb, session_id) as (tx, state, transcript):
-            if (state.generation, transcript.version) != (seen.generation, seen.version):
-                events = decide(self._context_view(tx, state))
-            if events:
-                self._emit(tx, state.session_id, events)
-        return events
+        in between, decide again on the view inside the write transaction. A decision that
+        `calls_model` is never made inside it: it is made again outside, and given up for this
+        turn (nothing written) after `decide_attempts_max` changes in a row."""
+        for _attempt in range(decide_attempts_max if calls_model else 1):
+            with self.log.view() as view:
+                state = self._state(view, session_id, verb)
+                seen = self._context_view(view, state)
+            events = decide(seen)
+            if not events:
+                return []
+            with self._command(verb, session_id) as (tx, state, transcript):
+                stale = (state.generation, transcript.version) != (seen.generation, seen.version)
+                if stale and calls_model:
+                    continue  # leaves the write having written nothing; decide again outside
+                if stale:
+                    events = decide(self._context_view(tx, state))
+                if events:
+                    self._emit(tx, state.session_id, events)
+                return events
+        logger.warning("%s: `%s` kept changing while the model ran; skipped", verb, session_id)
+        return []
 
     def maintain_context(
         self,
@@ -208,7 +222,10 @@ class ContextVerbs:
         outcome: list[ev.Event] = []
         if rules.summarizer is not None:
             outcome = self._decide(
-                session_id, verb, lambda view: _checkpoint_events(view, rules, counter)
+                session_id,
+                verb,
+                lambda view: _checkpoint_events(view, rules, counter),
+                calls_model=True,
             )
         report["checkpoint"] = any(isinstance(e, ev.ContextCompacted) for e in outcome)
         failed = [e for e in outcome if isinstance(e, ev.ContextCompactionFailed)]

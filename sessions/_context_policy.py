@@ -22,6 +22,10 @@ summary_chars_max: Final = 256 * 1024
 """A summary's text. Far above what `summary_tokens_max` allows a model to write; a longer answer
 is a summarizer that ignored its budget, and keeping it would defeat the checkpoint."""
 
+decide_attempts_max: Final = 3
+"""How many times a summarization checkpoint is decided (the summarizer called) when the session
+keeps changing while the model runs; after that the checkpoint waits for the next turn."""
+
 error_chars_max: Final = 2_000
 """The error text kept in `context_compaction_failed`: enough for a message and a status line,
 never a whole response body."""

@@ -353,8 +353,14 @@ class BearerSessions:
         at = _now(now, verb)
         if not could_be_token(token):
             return None
+        # Read first: an unknown, dead or already-seen token is answered without waiting for
+        # the write lock, so a flood of bad tokens never queues behind (or slows) real writers.
+        with self._store.log.view() as view:
+            seen = _live_record(view, token, at)
+        if seen is None or at <= seen.last_seen_at:
+            return None if seen is None else _view(seen)
         with self._store.log.transaction(join=True) as tx:
-            record = _live_record(tx, token, at)
+            record = _live_record(tx, token, at)  # again: it may have been revoked meanwhile
             if record is None:
                 return None
             if at > record.last_seen_at:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from eventlog import InvalidArgumentError, limits
+from eventlog import IntegrityError, InvalidArgumentError, limits
 from sessions._tokens import could_be_token, entropy_problem
 
 if TYPE_CHECKING:
@@ -56,6 +56,11 @@ class BearerAuth:
     `PRINCIPAL`, `SESSION_HANDLE`, `SESSION` and `AUTH_METHOD`. Otherwise HTTP requests get 401
     with ``WWW-Authenticate: Bearer`` and `UNAUTHORIZED_BODY`, and WebSocket handshakes are closed
     with code 1008. Lifespan and other scopes pass through untouched.
+
+    With `check_projections`, construction runs `store.verify(projections=True)` (seconds on a
+    large store; see the bench row `verify_projections`) and raises `IntegrityError` if the bearer
+    records or any other projection differ from what the log says, so a service never starts
+    answering from tampered token state.
     """
 
     def __init__(
@@ -66,11 +71,22 @@ class BearerAuth:
         api_keys: Mapping[str, str] | None = None,
         realm: str = "sessionlog",
         clock: Callable[[], datetime] | None = None,
+        check_projections: bool = False,
     ) -> None:
         if not realm or not realm.isprintable() or '"' in realm or "\\" in realm:
             raise InvalidArgumentError(
                 f"BearerAuth: `realm` must be printable, without quotes, got {realm!r}"
             )
+        if check_projections:
+            # The token records are a projection: state changed underneath the log could revive
+            # a revoked token. Refuse to start on a store whose projections the log disowns.
+            report = store.verify(projections=True)
+            if not report.ok:
+                raise IntegrityError(
+                    f"BearerAuth: the store does not verify: {report.problem}; run `sessionlog "
+                    "rebuild` to recompute the projections from the log",
+                    report.first_bad_position,
+                )
         self.app = app
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))

@@ -280,6 +280,36 @@ def test_the_event_loop_keeps_serving_while_a_touch_waits(
     assert results == {"slow": 200}
 
 
+def test_a_long_write_does_not_hold_up_refusals_or_seen_tokens(make_server: ServerFactory) -> None:
+    """Bearer checks read first: a 401 for an unknown token, and a pass for a token already
+    touched at this clock, are answered while another thread holds the write transaction."""
+    server = make_server()
+    made = live(server.store)
+    assert made.token is not None
+    assert server.bearer(made.token).status_code == 200  # touched at NOW: nothing left to write
+    holding, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def long_write() -> None:
+        with server.store.log.transaction():
+            holding.set()
+            released = release.wait(5)  # only a check that queues behind us runs this out
+            order.append("writer done" if released else "writer timed out")
+
+    writer = threading.Thread(target=long_write)
+    writer.start()
+    try:
+        assert holding.wait(30)
+        assert_refused(server.bearer(secrets.token_urlsafe(32)))
+        order.append("401 answered")
+        assert server.bearer(made.token).status_code == 200
+        order.append("200 answered")
+    finally:
+        release.set()
+        writer.join(30)
+    assert order == ["401 answered", "200 answered", "writer done"]
+
+
 # The middleware called directly (scopes uvicorn is not started for here)
 
 

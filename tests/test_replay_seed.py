@@ -934,7 +934,7 @@ def test_with_truncate_to_last_only_the_last_messages_are_kept_while_reading(
     finally:
         tracemalloc.stop()
     assert [m["content"][:4] for m in transcript.messages] == ["1997", "1998", "1999"]
-    assert transcript.lines == [1998, 1999, 2000]
+    assert list(transcript.lines) == [1998, 1999, 2000]
     assert (transcript.found, transcript.truncated) == (2_000, True)
     assert peak < 3_000_000, (
         f"peak {peak:,} bytes while reading a {path.stat().st_size:,} byte file"

@@ -7,6 +7,7 @@ event in the log, and status, loop records and usage as projections (seeds 002 a
 from eventlog.errors import (
     ConfigurationError,
     InputRejectedError,
+    LeaseHeldError,
     PromptCancelledError,
     ProviderError,
     SessionBusyError,
@@ -29,6 +30,7 @@ __all__ = [
     "ContextLengthError",
     "InputFilter",
     "InputRejectedError",
+    "LeaseHeldError",
     "MockProvider",
     "PromptCancelledError",
     "Provider",

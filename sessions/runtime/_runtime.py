@@ -41,6 +41,7 @@ from sessions.runtime._args import (
     reply_of,
     session_metadata,
 )
+from sessions.runtime._lease import RuntimeLease
 from sessions.runtime._params import check_params
 from sessions.runtime._providers import (
     Completion,
@@ -104,8 +105,8 @@ async def _call_hook(hook: Hook | None, name: str, *args: object) -> None:
 class Runtime:
     """Drives sessions of a `SessionStore` through providers, from one asyncio event loop.
 
-    Use it as ``async with Runtime(store) as runtime:``; starting it marks prompts that were in
-    flight when a previous process stopped as failed (``interrupted``). One runtime per store.
+    Use it as ``async with Runtime(store) as runtime:``. One per store: a second is refused with
+    `LeaseHeldError`; starting fails the prompts a stopped one left in flight (``interrupted``).
     """
 
     def __init__(
@@ -154,6 +155,7 @@ class Runtime:
         self._writers: dict[int, Writer] = {}
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
+        self._lease = RuntimeLease()
         # After each turn the store's context policy runs (`SessionStore.maintain_context`):
         # doom-loop warnings, summarization checkpoints, pruning; aggressive after a provider
         # said the context was too long (`ContextLengthError`).
@@ -169,17 +171,15 @@ class Runtime:
         await self.stop()
 
     async def start(self) -> None:
-        """Start the writers and fail every prompt left in flight by a stopped process."""
+        """Take the `runtime` lease, start the writers, fail the prompts left in flight."""
         if self._writers:
             return
+        await asyncio.to_thread(self._lease.hold, self.store, self.ephemeral_store)
         self._create_lock = asyncio.Lock()
         for store, name in ((self.store, "durable"), (self.ephemeral_store, "ephemeral")):
             self._writers[id(store)] = Writer(store, f"sessionlog-runtime-{name}")
         for store in (self.store, self.ephemeral_store):
-            touched, _ = await _outcome(
-                self._writers[id(store)].submit(partial(_jobs.recover, store))
-            )
-            self.recovered.extend(touched)
+            self.recovered.extend(await self._write(store, partial(_jobs.recover, store)))
         if self.recovered:
             logger.warning("marked %d interrupted prompts failed", len(self.recovered))
 
@@ -192,6 +192,7 @@ class Runtime:
         for writer in self._writers.values():
             await asyncio.to_thread(writer.stop)
         self._writers.clear()
+        self._lease.release()
         if self._own_ephemeral:
             self.ephemeral_store.close()
 
