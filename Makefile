@@ -13,12 +13,22 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 
 .PHONY: test lint typecheck pytest demo bench bench-peers clean
 
-$(STAMP): pyproject.toml
+# Two install stamps: the demo needs only the package and its runtime dependencies; the test
+# target adds the toolchain (pytest, ruff, mypy, the PostgreSQL driver, ...).
+DEMO_STAMP := $(VENV)/.demo-stamp
+
+$(VENV)/bin/python:
 	@test -n "$(PYTHON)" || { echo "sessionlog needs Python >= 3.11 on PATH" >&2; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 test: lint typecheck pytest
 
@@ -32,7 +42,7 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python demo/demo.py
 
 bench: $(STAMP)

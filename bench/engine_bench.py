@@ -24,9 +24,19 @@
   of 1,000,000 events against the same on a store of 10,000 events (`--quick`: 100,000 vs 1,000),
   shown as time per open; the ratio says how flat it is. ``open_snapshot_cold`` repeats it after
   evicting `data.mdb` from the OS page cache (`posix_fadvise(DONTNEED)`; Linux; not in `--quick`).
+- ``tree``: what `sessionlog tree` does for a family of 1,000 sessions (a root of 2,000 messages and
+  999 forks, ten per session, four levels deep), loading every node and drawing the text tree, shown
+  as time per tree; each node is one projection read (`SessionStore.summary`). The baseline, for
+  information, is the way it used to load them: a full `snapshot` (every message) per node. The
+  target: a tree of 1,000 sessions in under 0.5 s.
 - ``rebuild``: `store.rebuild()` over a store of about 200,000 events of a realistic mix (opens,
   injects, forks, fork_at, trims, closes) vs `log.iter_all()` over the same log (reading and
   hash-checking alone).
+- ``verify_projections``: `store.verify(projections=True)` on the 1,000,000-event store of
+  ``open_snapshot`` (`--quick`: 100,000) vs `store.verify()` on the same store: what checking every
+  projection against the log adds to checking the log. Both walk in a child process, whose CPU
+  time is the CPU column; the notes give the children's peak resident memory (which counts the
+  mapped pages of `data.mdb`).
 
 Stores built from many engine commands are cached under ``var/bench-cache/``, in a directory named
 after `FIXTURE_VERSION` and the log's on-disk format marker, one sub-directory per fixture and size
@@ -46,6 +56,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import time
@@ -981,6 +992,123 @@ def rebuild(ctx: Context) -> list[Result]:
     return [result]
 
 
+TREE_SESSIONS = 1_000
+TREE_ROOT_MESSAGES = 2_000
+TREE_TIME_MAX_S = 0.5
+
+
+def tree(ctx: Context) -> list[Result]:
+    from sessionlog import _render
+    from sessionlog._commands import load_tree
+
+    path = ctx.tmp / "tree"
+    with SessionStore.open(path, sync=False) as store, store.transaction():
+        store.open_session("root", title="a family of forks")
+        store.inject_many("root", make_messages(TREE_ROOT_MESSAGES, seed=71))
+        parents = ["root"]
+        for i in range(TREE_SESSIONS - 1):  # ten forks per session: four levels deep
+            parent = parents[i // 10]
+            keep = None if i % 3 else (i % TREE_ROOT_MESSAGES)
+            child = f"fork-{i:04d}"
+            if keep is None:
+                store.fork(parent, child)
+            else:
+                store.fork_at(parent, keep, child)
+            parents.append(child)
+
+    with SessionStore.open(path) as store:
+
+        def ours() -> Sample:
+            with Stopwatch() as watch:
+                root, left_out = load_tree(store, "root")
+                drawn = _render.plain(_render.text_tree(root, mark="root"))
+            if left_out or drawn.count("\n") != TREE_SESSIONS - 1:
+                raise AssertionError(f"tree drew {drawn.count(chr(10)) + 1} sessions")
+            return watch.sample(1)
+
+        def snapshots() -> Sample:
+            with Stopwatch() as watch:
+                queue, seen = ["root"], 0
+                while queue:
+                    snapshot = store.snapshot(queue.pop())
+                    assert snapshot is not None
+                    queue.extend(snapshot["child_ids"])
+                    seen += 1
+            if seen != TREE_SESSIONS:
+                raise AssertionError(f"read {seen} snapshots")
+            return watch.sample(1)
+
+        result = compare(
+            name="tree",
+            description=f"sessionlog tree of {TREE_SESSIONS:,} sessions (load + draw)",
+            unit="trees/s",
+            baseline=snapshots,
+            subject=ours,
+            baseline_description="a full snapshot per node, as tree read them before",
+            rounds=ctx.sizes.rounds,
+            target=Target("absolute", 1 / TREE_TIME_MAX_S),
+            budget_s=ctx.sizes.budget_s,
+            progress=ctx.progress,
+        )
+    result.per = "tree"
+    result.notes = {"sessions": TREE_SESSIONS, "root_messages": TREE_ROOT_MESSAGES}
+    return [result]
+
+
+# 7. verify with the projection check
+
+
+def verify_projections(ctx: Context) -> list[Result]:
+    """`store.verify(projections=True)` (the log's walk, then every projection rebuilt into
+    scratch space and compared key by key) against `store.verify()` (the log's walk alone), on
+    the store `open_snapshot` uses: 1,000,000 events (`--quick`: 100,000)."""
+    big_events = ctx.sizes.open_events[0]
+    path, meta = _open_fixture(ctx, big_events)
+    with SessionStore.open(path) as store:
+        events = store.log.head
+        with store.log.view() as view:
+            keys = len(pj.dump(view))
+
+        def checked(projections: bool) -> Sample:
+            # The walk runs in a child process: its CPU time is the children's, not ours.
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            with Stopwatch() as watch:
+                report = store.verify(projections=projections)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            watch.cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            if not report.ok:
+                raise AssertionError(f"the fixture does not verify: {report.problem}")
+            if projections and report.projection_keys_checked != keys:
+                raise AssertionError(f"{report.projection_keys_checked} keys checked of {keys}")
+            return watch.sample(events)
+
+        result = compare(
+            name="verify_projections",
+            description=(
+                f"store.verify(projections=True) over {events:,} events: the log's walk, then "
+                "every projection rebuilt into scratch space and compared"
+            ),
+            unit="events/s",
+            baseline=lambda: checked(False),
+            subject=lambda: checked(True),
+            baseline_description="store.verify(): the log's walk alone (both in a child process)",
+            rounds=3,
+            warmup=0,
+            target=None,
+            budget_s=ctx.sizes.budget_s,
+            progress=ctx.progress,
+        )
+    result.notes = {
+        "events": events,
+        "projection_keys": keys,
+        "data_bytes": meta.get("data_bytes"),
+        # Includes the pages of data.mdb the walk mapped (the whole file, for a whole walk).
+        "child_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        "quick_sizes": ctx.quick,
+    }
+    return [result]
+
+
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "fork": fork,
     "inject_durable": inject_durable,
@@ -988,6 +1116,8 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "snapshot": snapshot,
     "open_snapshot": open_snapshot,
     "rebuild": rebuild,
+    "tree": tree,
+    "verify_projections": verify_projections,
 }
 
 

@@ -6,13 +6,16 @@ that every acknowledged append survived, verifies the hash chain, exports a sani
 prints the ancestry tree and the store's figures with the command line's own renderers.
 
 Every run starts from an empty var/demo: what it prints (counts, the crash check) is about one run,
-and a clean start makes a second run print the same story.
+and a clean start makes a second run print the same story. The store is kept until the next run,
+and the demo ends with the commands to explore it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -134,12 +137,24 @@ def main() -> int:
         figures = store_figures(store)
         figures["sessions_active"] = len(store.list_sessions()["sessions"])
     print("\nancestry:")
-    print("  " + _render.text_tree(tree, mark=SESSION).replace("\n", "\n  "))
+    print("  " + _render.plain(_render.text_tree(tree, mark=SESSION)).replace("\n", "\n  "))
     print("\nstore:")
-    print("  " + _render.pairs(stats_rows(figures)).replace("\n", "\n  "))
+    print("  " + _render.plain(_render.pairs(stats_rows(figures))).replace("\n", "\n  "))
     ok = report.ok and lost == 0 and acknowledged > 0
     print(f"\n{'done' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s")
+    explore()
     return 0 if ok else 1
+
+
+def explore() -> None:
+    """The commands to look at what the demo built: its store stays until the next run."""
+    script = Path(sys.executable).with_name("sessionlog")
+    shown = os.path.relpath(script) if script.is_relative_to(Path.cwd()) else str(script)
+    store = os.path.relpath(STORE) if STORE.is_relative_to(Path.cwd()) else str(STORE)
+    command = f"{shlex.quote(shown)} --store {shlex.quote(store)}"
+    print("\nexplore it (the store stays until the next `make demo`):")
+    for words in ("ls", f"tree {SESSION}", f"show {SESSION} --limit 5", "tail --follow"):
+        print(f"  {command} {words}")
 
 
 if __name__ == "__main__":

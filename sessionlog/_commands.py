@@ -10,13 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
+import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from eventlog import EventLog
+import projections as pj
+from eventlog import EventLog, VerifyReport
 from sessionlog import _limits, _render
 from sessionlog._render import Node, Progress
 from sessions import SessionStore
@@ -55,16 +61,88 @@ def store_path(args: argparse.Namespace) -> str:
     return given or os.environ.get(STORE_ENV) or STORE_DEFAULT
 
 
+def store_exists(path: str) -> bool:
+    """Whether `path` holds a store (a database server is taken to: its open says otherwise)."""
+    return path.startswith(SERVER_SCHEMES) or (Path(path) / "data.mdb").is_file()
+
+
+def no_store(path: str) -> Failure:
+    return Failure(f"no store at {path} (give --store PATH or set {STORE_ENV})", EXIT_NOT_FOUND)
+
+
 @contextmanager
-def opened(args: argparse.Namespace, *, create: bool = False) -> Iterator[SessionStore]:
-    """The store named on the command line; a command that only reads refuses a missing one
-    rather than create an empty store where the user mistyped a path."""
+def opened(
+    args: argparse.Namespace, *, write: bool = False, create: bool = False
+) -> Iterator[SessionStore]:
+    """The store named on the command line: read-only unless the command writes; a missing one
+    is refused (a mistyped path must not become an empty store), or with `create` built aside
+    and moved into place only when the command succeeds, so a refused input leaves nothing."""
     path = store_path(args)
-    served = path.startswith(SERVER_SCHEMES)  # a database server: it exists or the open says so
-    if not create and not served and not Path(path).is_dir():
-        raise Failure(f"no store at {path} (give --store PATH or set {STORE_ENV})", EXIT_NOT_FOUND)
-    with SessionStore.open(path) as store:
-        yield store
+    if store_exists(path):
+        with SessionStore.open(path, readonly=not (write or create)) as store:
+            yield store
+    elif create:
+        with _new_store(Path(path)) as store:
+            yield store
+    else:
+        raise no_store(path)
+
+
+@contextmanager
+def _new_store(path: Path) -> Iterator[SessionStore]:
+    made = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.new-"))
+    try:
+        with SessionStore.open(aside) as store:
+            yield store
+        if path.is_dir():  # an existing directory without a store: the files move into it
+            _move_store_into(aside, path)
+        else:
+            os.rename(aside, path)  # fails if another store took the path meanwhile
+    except BaseException:
+        shutil.rmtree(aside, ignore_errors=True)
+        if made is not None and made != path:
+            shutil.rmtree(made, ignore_errors=True)  # the folders made for it, if it failed
+        raise
+
+
+def _move_store_into(aside: Path, path: Path) -> None:
+    """Move a store's files into the directory `path` without replacing a store that another
+    process created there meanwhile: a hard link never overwrites."""
+    try:
+        os.link(aside / "data.mdb", path / "data.mdb")
+    except FileExistsError:
+        raise Failure(
+            f"a store appeared at {path} while this one was being made; run the command again",
+            EXIT_CONFLICT,
+        ) from None
+    with suppress(FileExistsError):  # a lock file left behind is reset by its next opener
+        os.link(aside / "lock.mdb", path / "lock.mdb")
+    shutil.rmtree(aside)
+
+
+@contextmanager
+def output_file(name: str) -> Iterator[BinaryIO]:
+    """A file written under a temporary name in the same directory and renamed to `name` only
+    when complete: an interrupted or failed command leaves no partial file behind."""
+    target = Path(name)
+    descriptor, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".partial"
+    )
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(descriptor, 0o666 & ~mask)  # the mode a plain open() would give
+        with os.fdopen(descriptor, "wb") as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
 
 
 def readable_file(name: str) -> Path:
@@ -78,11 +156,17 @@ def emit_json(value: object) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
-def _snapshot_of(store: SessionStore, session_id: str, where: str) -> dict[str, Any]:
-    snapshot = store.snapshot(session_id)
-    if snapshot is None:
+def _summary_of(store: SessionStore, session_id: str, where: str) -> dict[str, Any]:
+    summary = store.summary(session_id)
+    if summary is None:
         raise Failure(f"{where}: no session `{session_id}`", EXIT_NOT_FOUND)
-    return snapshot
+    return summary
+
+
+def again(args: argparse.Namespace, *words: str) -> str:
+    """A command line that repeats this one's store, for a hint the user can copy."""
+    store = f"--store {shlex.quote(store_path(args))} " if getattr(args, "store", None) else ""
+    return f"sessionlog {store}{' '.join(words)}"
 
 
 # Reading sessions
@@ -100,24 +184,66 @@ def ls(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"sessions": shown, "next_cursor": page["next_cursor"]})
         return EXIT_OK
-    print(_render.session_table(shown))
+    _render.emit(_render.session_table(shown))
     if page["next_cursor"] is not None:
-        print(f"(more: sessionlog ls --cursor {page['next_cursor']})")
+        status = f" --status {args.status}" if args.status else ""
+        more = f"ls --limit {args.limit}{status} --cursor {shlex.quote(page['next_cursor'])}"
+        print(f"(more: {again(args, more)})")
     return EXIT_OK
 
 
 def show(args: argparse.Namespace) -> int:
+    paged = args.after or args.limit is not None
     with opened(args) as store:
-        snapshot = _snapshot_of(store, args.session_id, "show")
-    if args.json:
-        emit_json(snapshot)
-    else:
-        print(_render.transcript(snapshot))
+        if args.json and not paged:
+            snapshot = store.snapshot(args.session_id)
+            if snapshot is None:
+                raise Failure(f"show: no session `{args.session_id}`", EXIT_NOT_FOUND)
+            emit_json(snapshot)
+            return EXIT_OK
+        summary = _summary_of(store, args.session_id, "show")
+        if args.json:
+            messages = store.messages(args.session_id, after=args.after, limit=args.limit)
+            emit_json({**summary, "after": args.after, "transcript": messages})
+            return EXIT_OK
+        _render.emit(_render.session_header(summary))
+        print(flush=True)
+        shown = _print_messages(store, args)
+    end = args.after + shown
+    if end < summary["length"] and args.limit is not None:
+        limit = f" --limit {args.limit}"
+        print(f"(more: {again(args, f'show {shlex.quote(args.session_id)} --after {end}{limit}')})")
     return EXIT_OK
+
+
+def _print_messages(store: SessionStore, args: argparse.Namespace) -> int:
+    """Print the wanted messages a page at a time, so the first lines show at once whatever the
+    transcript's length; returns how many were printed."""
+    printed, wanted = 0, args.limit
+    while wanted is None or printed < wanted:
+        step = _limits.show_page_messages_default
+        if wanted is not None:
+            step = min(step, wanted - printed)
+        page = store.messages(args.session_id, after=args.after + printed, limit=step)
+        lines = []
+        for offset, message in enumerate(page, args.after + printed + 1):
+            lines.extend(_render.message_lines(offset, message))
+        if lines:
+            print("\n".join(lines), flush=True)
+        printed += len(page)
+        if len(page) < step:
+            break
+    return printed
 
 
 def as_of(args: argparse.Namespace) -> int:
     with opened(args) as store:
+        if not 0 <= args.position <= store.log.head:
+            raise Failure(
+                f"as-of: POSITION must be from 0 to {store.log.head} (the log's last position), "
+                f"got {args.position}",
+                EXIT_USAGE,
+            )
         past = store.as_of(args.position)
         try:
             snapshot = past.snapshot(args.session_id)
@@ -132,7 +258,10 @@ def as_of(args: argparse.Namespace) -> int:
         emit_json(snapshot)
     else:
         print(f"as of position {args.position:,}")
-        print(_render.transcript(snapshot))
+        _render.emit(_render.session_header(snapshot))
+        print()
+        for number, message in enumerate(snapshot["transcript"], 1):
+            print("\n".join(_render.message_lines(number, message)))
     return EXIT_OK
 
 
@@ -142,12 +271,10 @@ def tree(args: argparse.Namespace) -> int:
         if ancestry is None:
             raise Failure(f"tree: no session `{args.session_id}`", EXIT_NOT_FOUND)
         root, left_out = load_tree(store, ancestry["root_id"])
-    drawn = {
-        "text": lambda: _render.text_tree(root, mark=args.session_id),
-        "dot": lambda: _render.dot_tree(root),
-        "mermaid": lambda: _render.mermaid_tree(root),
-    }[args.format]()
-    print(drawn)
+    if args.format == "text":
+        _render.emit(_render.text_tree(root, mark=args.session_id))
+    else:
+        print(_render.dot_tree(root) if args.format == "dot" else _render.mermaid_tree(root))
     if left_out:
         print(f"({left_out} more sessions past tree_sessions_max)", file=sys.stderr)
     return EXIT_OK
@@ -155,36 +282,34 @@ def tree(args: argparse.Namespace) -> int:
 
 def load_tree(store: SessionStore, root_id: str) -> tuple[Node, int]:
     """The sessions under `root_id`, breadth first, at most `tree_sessions_max` of them; returns
-    the tree and how many were left out."""
-    root = _node(_snapshot_of(store, root_id, "tree"))
-    queue, count, left_out = [(root, _children(store, root_id))], 1, 0
+    the tree and how many were left out. Each node is one projection read (`summary`), never
+    the session's messages."""
+    root = _node(_summary_of(store, root_id, "tree"))
+    queue, count, left_out = deque([(root, root.child_ids)]), 1, 0
     while queue:
-        parent, child_ids = queue.pop(0)
+        parent, child_ids = queue.popleft()
         for child_id in child_ids:
             if count >= _limits.tree_sessions_max:
                 left_out += 1
                 continue
-            snapshot = store.snapshot(child_id)
-            if snapshot is None:  # deleted since the parent was read
+            summary = store.summary(child_id)
+            if summary is None:  # deleted since the parent was read
                 continue
-            node = _node(snapshot)
+            node = _node(summary)
             parent.children.append(node)
             count += 1
-            queue.append((node, snapshot["child_ids"]))
+            queue.append((node, node.child_ids))
     return root, left_out
 
 
-def _children(store: SessionStore, session_id: str) -> list[str]:
-    ancestry = store.ancestry(session_id)
-    return list(ancestry["child_ids"]) if ancestry else []
-
-
-def _node(snapshot: dict[str, Any]) -> Node:
+def _node(summary: dict[str, Any]) -> Node:
     return Node(
-        session_id=snapshot["session_id"],
-        title=snapshot.get("title"),
-        length=snapshot["length"],
-        fork_at=snapshot.get("branched_at_event_index") if snapshot.get("parent_id") else None,
+        session_id=summary["session_id"],
+        title=summary.get("title"),
+        length=summary["length"],
+        fork_at=summary.get("branched_at_event_index") if summary.get("parent_id") else None,
+        status=summary["status"],
+        child_ids=list(summary["child_ids"]),
     )
 
 
@@ -209,7 +334,7 @@ def stats(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(figures)
     else:
-        print(_render.pairs(stats_rows(figures)))
+        _render.emit(_render.pairs(stats_rows(figures)))
     return EXIT_OK
 
 
@@ -230,7 +355,7 @@ def stats_rows(figures: dict[str, Any]) -> list[tuple[str, object]]:
         "sessions_active": "sessions (active)",
         "sessions_closed": "sessions (closed)",
         "sessions_deleted": "sessions (deleted)",
-        "messages": "messages (open sessions)",
+        "messages": "messages (active+closed)",
         "bytes_on_disk": "bytes on disk",
         "head_hash": "head hash",
     }
@@ -241,8 +366,11 @@ def stats_rows(figures: dict[str, Any]) -> list[tuple[str, object]]:
 
 
 def tail(args: argparse.Namespace) -> int:
-    stop = _StopOnSignal() if args.follow else None
+    path = store_path(args)
     with opened(args) as store:
+        if args.session is not None and store.log.stream_version(args.session) == 0:
+            raise Failure(f"tail: no session `{args.session}` in {path}", EXIT_NOT_FOUND)
+        stop = _FollowStop(path) if args.follow else None
         events = store.log.tail(
             after=args.after,
             stream=args.session,
@@ -257,32 +385,58 @@ def tail(args: argparse.Namespace) -> int:
                 else _render.event_line(envelope)
             )
             print(line, flush=args.follow)
+    if stop is not None and stop.replaced:
+        raise Failure(
+            f"tail: the store at {path} was replaced (removed, or made anew) while it was "
+            f"followed; to follow the new one, run `{again(args, 'tail --follow')}` again",
+            EXIT_ERROR,
+        )
+    if stop is not None and stop.interrupted:
+        return EXIT_INTERRUPTED  # Ctrl-C, as the help says; SIGTERM is a clean stop
     return EXIT_OK
 
 
-class _StopOnSignal:
-    """True once SIGINT or SIGTERM arrived: `tail --follow` then ends cleanly with exit 0."""
+class _FollowStop:
+    """When `tail --follow` ends: on Ctrl-C (exit 130), on SIGTERM (exit 0), or when the store
+    it follows is replaced, which an open LMDB file never shows by itself: the new store is
+    other files at the same path, so its data file's identity is checked at every poll."""
 
-    def __init__(self) -> None:
-        import signal
+    def __init__(self, path: str) -> None:
+        self.interrupted = False
+        self.terminated = False
+        self.replaced = False
+        self._path = None if path.startswith(SERVER_SCHEMES) else Path(path) / "data.mdb"
+        self._identity = self._identify()
+        signal.signal(signal.SIGINT, self._interrupt)
+        signal.signal(signal.SIGTERM, self._terminate)
 
-        self.stopped = False
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._stop)
+    def _identify(self) -> tuple[int, int] | None:
+        if self._path is None:
+            return None
+        try:
+            found = self._path.stat()
+        except FileNotFoundError:
+            return None
+        return (found.st_dev, found.st_ino)
 
-    def _stop(self, signum: int, frame: object) -> None:
-        self.stopped = True
+    def _interrupt(self, signum: int, frame: object) -> None:
+        self.interrupted = True
+
+    def _terminate(self, signum: int, frame: object) -> None:
+        self.terminated = True
 
     def __call__(self) -> bool:
-        return self.stopped
+        if self._path is not None and self._identify() != self._identity:
+            self.replaced = True
+        return self.interrupted or self.terminated or self.replaced
 
 
 def verify(args: argparse.Namespace) -> int:
     path = store_path(args)
-    if not path.startswith(SERVER_SCHEMES) and not Path(path).is_dir():
-        raise Failure(f"no store at {path}", EXIT_NOT_FOUND)
-    with EventLog.open(path, readonly=True) as log, Progress("verify") as progress:
-        report = log.verify(progress=progress)
+    if not store_exists(path):
+        raise no_store(path)
+    with Progress("verify") as progress:
+        report = _verify_report(path, progress, projections=args.projections)
     found = {
         "ok": report.ok,
         "events_checked": report.events_checked,
@@ -290,6 +444,7 @@ def verify(args: argparse.Namespace) -> int:
         "head_hash": report.head_hash.hex(),
         "first_bad_position": report.first_bad_position,
         "problem": report.problem,
+        "projection_keys_checked": report.projection_keys_checked,
     }
     if args.json:
         emit_json(found)
@@ -309,8 +464,23 @@ def verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify_report(
+    path: str, progress: Callable[[int, int], object], *, projections: bool
+) -> VerifyReport:
+    """A store on disk is walked in a child process and never opened here: a page damaged so
+    that LMDB aborts the reader must end as a report (exit 4), not as this process dying."""
+    if not path.startswith(SERVER_SCHEMES):
+        if projections:
+            return pj.verify_files(path, progress=progress)
+        return EventLog.verify_files(path, progress=progress)
+    with EventLog.open(path, readonly=True) as log:
+        if projections:
+            return pj.verify(log, progress=progress)
+        return log.verify(progress=progress)
+
+
 def rebuild(args: argparse.Namespace) -> int:
-    with opened(args) as store, Progress("rebuild") as progress:
+    with opened(args, write=True) as store, Progress("rebuild") as progress:
         position = store.rebuild(progress=progress)
     print(f"rebuilt every projection from the log, through position {position:,}")
     return EXIT_OK

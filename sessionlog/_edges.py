@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import replay
 from sessionlog._commands import (
     EXIT_BAD_INPUT,
+    EXIT_CONFLICT,
     EXIT_OK,
     Failure,
     emit_json,
     opened,
+    output_file,
     readable_file,
+    store_path,
 )
 from sessionlog._render import Progress
 from sessions import InvalidArgumentError
@@ -35,7 +43,28 @@ SEED_TEXT_OPTIONS = (
 
 
 def seed(args: argparse.Namespace) -> int:
-    path = readable_file(args.file)
+    with _transcript_file(args.file) as path:
+        return _seed(args, path)
+
+
+@contextmanager
+def _transcript_file(name: str) -> Iterator[Path]:
+    """The transcript to seed from: the file named, or standard input (`-`) saved to a
+    temporary file first, since seeding reads the file in more than one pass."""
+    if name != "-":
+        yield readable_file(name)
+        return
+    with tempfile.TemporaryDirectory(prefix="sessionlog-seed-") as folder:
+        path = Path(folder) / "stdin.jsonl"
+        with path.open("wb") as file:
+            shutil.copyfileobj(sys.stdin.buffer, file)
+        try:
+            yield path
+        except Failure as failure:  # name the input as the user gave it, not the temporary file
+            raise Failure(str(failure).replace(str(path), "<stdin>"), failure.code) from None
+
+
+def _seed(args: argparse.Namespace, path: Path) -> int:
     options: dict[str, Any] = {name: getattr(args, name) for name in SEED_TEXT_OPTIONS}
     options.update(
         rename_session=args.id,
@@ -44,11 +73,18 @@ def seed(args: argparse.Namespace) -> int:
         validate=not args.no_validate,
     )
     with opened(args, create=True) as store, Progress("seed") as progress:
+        if args.id is not None and store.exists(args.id):
+            raise Failure(
+                f"seed: session `{args.id}` already exists in {store_path(args)} "
+                f"(choose another --id, or leave --id out for a fresh one)",
+                EXIT_CONFLICT,
+            )
         result = replay.seed_from_jsonl(store, path, progress=progress, **options)
-    if args.json:
-        emit_json(result.to_dict())
-    if not result.ok:
-        raise Failure(f"seed: {result.error}", EXIT_BAD_INPUT)
+        if args.json:
+            emit_json(result.to_dict())
+        if not result.ok:
+            taken = args.id is not None and "already exists" in (result.error or "")
+            raise Failure(f"seed: {result.error}", EXIT_CONFLICT if taken else EXIT_BAD_INPUT)
     if not args.json:
         print(
             f"seeded session {result.session_id}: {result.messages_loaded:,} messages from "
@@ -59,12 +95,12 @@ def seed(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    with opened(args) as store:
-        bundle = replay.export_bundle(store, args.session_id, mode=args.mode)
+    with opened(args) as store, Progress("export") as progress:
+        bundle = replay.export_bundle(store, args.session_id, mode=args.mode, progress=progress)
     text = json.dumps(bundle, indent=2, ensure_ascii=False)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
-            file.write(text + "\n")
+        with output_file(args.output) as file:
+            file.write((text + "\n").encode())
         print(f"exported {args.mode} bundle {bundle['bundle_id']} to {args.output}")
     else:
         print(text)
@@ -97,7 +133,8 @@ def import_(args: argparse.Namespace) -> int:
 def export_log(args: argparse.Namespace) -> int:
     with opened(args) as store, Progress("export-log") as progress:
         if args.output:
-            result = replay.export_log(store, args.output, progress=progress)
+            with output_file(args.output) as file:
+                result = replay.export_log(store, file, progress=progress)
         else:
             result = replay.export_log(store, sys.stdout.buffer, progress=progress)
             sys.stdout.flush()

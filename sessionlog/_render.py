@@ -1,43 +1,100 @@
 """How the command line draws things: tables, transcripts, ancestry trees, events, a progress bar.
 
-Pure text from plain data (the dicts the library returns); nothing here opens a store or decides
-anything about sessions. The demo draws with these too, so both print the same way.
+`rich` draws them: on a terminal with styles, tables that fit its width and a progress bar with
+rate and time left; piped or redirected, the same things come out as plain text (no styles, no
+width limit, no bar) that scripts can read. Nothing here opens a store or decides anything about
+sessions. The demo draws with these too, so both print the same way.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from rich import box
+from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as _RichProgress
+from rich.progress import Task as _Task
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
 from eventlog import Envelope, to_builtins
 from sessionlog import _limits
+
+# Output
+
+
+def is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream: treat it as a pipe
+        return False
+
+
+def emit(renderable: RenderableType, stream: TextIO | None = None) -> None:
+    """Print `renderable`: drawn by rich on a terminal, plain text elsewhere."""
+    stream = stream if stream is not None else sys.stdout
+    if is_terminal(stream):
+        Console(file=stream, highlight=False, emoji=False).print(renderable)
+    else:
+        stream.write(plain(renderable) + "\n")
+
+
+# A table's header rule in ASCII, for plain output: what scripts and old terminals read.
+_PLAIN_HEAD = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+
+
+def plain(renderable: RenderableType) -> str:
+    """`renderable` as plain text: no styles, no width limit, no trailing blanks."""
+    if isinstance(renderable, Table) and renderable.box is not None:
+        renderable.box = _PLAIN_HEAD
+    out = io.StringIO()
+    console = Console(
+        file=out,
+        width=_limits.plain_columns_max,
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        emoji=False,
+    )
+    console.print(renderable, crop=False, overflow="ignore")
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").split("\n"))
+
 
 # Tables
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Columns padded to their widest cell (each cell cut at `cell_chars_max`), no trailing blanks."""
-    cells = [[cut(_text(value), _limits.cell_chars_max) for value in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = [headers, ["-" * w for w in widths], *cells]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    )
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    """Columns of cells, each cut at `cell_chars_max`; on a terminal, squeezed to fit its width."""
+    drawn = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for header in headers:
+        drawn.add_column(header, overflow="ellipsis", no_wrap=True)
+    for row in rows:
+        drawn.add_row(*(Text(cut(_text(value), _limits.cell_chars_max)) for value in row))
+    return drawn
 
 
-def pairs(items: Iterable[tuple[str, object]]) -> str:
-    """A two-column table of names and values, for one thing's properties."""
-    items = list(items)
-    width = max((len(name) for name, _ in items), default=0)
-    return "\n".join(f"{name.ljust(width)}  {_text(value)}".rstrip() for name, value in items)
+def pairs(items: Iterable[tuple[str, object]]) -> Table:
+    """A two-column grid of names and values, for one thing's properties."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name, value in items:
+        grid.add_row(name, Text(_text(value)))
+    return grid
 
 
 def _text(value: object) -> str:
@@ -61,14 +118,10 @@ def when(iso: str | None) -> str:
     return iso.replace("T", " ")[:19]
 
 
-def short_hash(hex_hash: str) -> str:
-    return hex_hash[:16]
-
-
 # Sessions
 
 
-def session_table(sessions: Sequence[Mapping[str, Any]]) -> str:
+def session_table(sessions: Sequence[Mapping[str, Any]]) -> Table:
     """The `ls` table: id, title, status, messages, last activity."""
     return table(
         ("ID", "TITLE", "STATUS", "MESSAGES", "LAST ACTIVITY"),
@@ -98,8 +151,8 @@ def content_text(content: object) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
-def transcript(snapshot: Mapping[str, Any]) -> str:
-    """A session for a person to read: a header, then each message with its role."""
+def session_header(snapshot: Mapping[str, Any]) -> Table:
+    """What `show` prints above the messages: id, title, status, counts, family, clients."""
     parent = snapshot.get("parent_id")
     fork = snapshot.get("branched_at_event_index")
     header = [
@@ -118,14 +171,17 @@ def transcript(snapshot: Mapping[str, Any]) -> str:
         header.append(("live clients", _clients(snapshot)))
     if snapshot.get("system_prompt"):
         header.append(("system prompt", cut(snapshot["system_prompt"], _limits.cell_chars_max)))
-    out = [pairs(header), ""]
-    for number, message in enumerate(snapshot.get("transcript", []), 1):
-        out.append(f"[{number}] {message.get('role', '?')}" + _about(message))
-        text = content_text(message.get("content"))
-        out.extend("    " + line for line in text.splitlines() or [""])
-        for call in message.get("tool_calls") or []:
-            out.append("    -> " + cut(_call_text(call), _limits.cell_chars_max))
-    return "\n".join(out).rstrip()
+    return pairs(header)
+
+
+def message_lines(number: int, message: Mapping[str, Any]) -> list[str]:
+    """One message for a person to read: `[n] role (notes)`, then its text and tool calls."""
+    out = [f"[{number}] {message.get('role', '?')}" + _about(message)]
+    text = content_text(message.get("content"))
+    out.extend("    " + line for line in text.splitlines() or [""])
+    for call in message.get("tool_calls") or []:
+        out.append("    -> " + cut(_call_text(call), _limits.cell_chars_max))
+    return out
 
 
 def _about(message: Mapping[str, Any]) -> str:
@@ -167,30 +223,34 @@ class Node:
     title: str | None
     length: int
     fork_at: int | None
+    status: str = "active"
+    child_ids: list[str] = field(default_factory=list)
     children: list[Node] = field(default_factory=list)
 
 
-def text_tree(root: Node, mark: str | None = None) -> str:
-    """The tree with box-drawing branches; `mark` (a session id) gets an arrow."""
-    lines: list[str] = []
+def text_tree(root: Node, mark: str | None = None) -> Tree:
+    """The tree with its branches drawn; `mark` (a session id) gets an arrow."""
 
-    def label(node: Node) -> str:
+    def label(node: Node) -> Text:
         parts = [node.session_id]
         if node.title:
             parts.append(f'"{cut(node.title, 40)}"')
         parts.append(f"{node.length} messages")
         if node.fork_at is not None:
             parts.append(f"forked at message {node.fork_at}")
-        return "  ".join(parts) + ("  <-" if node.session_id == mark else "")
+        if node.status != "active":
+            parts.append(node.status)
+        text = Text("  ".join(parts) + ("  <-" if node.session_id == mark else ""))
+        text.stylize("bold", 0, len(node.session_id))
+        return text
 
-    def walk(node: Node, prefix: str, last: bool, top: bool) -> None:
-        lines.append(label(node) if top else prefix + ("└── " if last else "├── ") + label(node))
-        inner = "" if top else prefix + ("    " if last else "│   ")
-        for i, child in enumerate(node.children):
-            walk(child, inner, i == len(node.children) - 1, False)
-
-    walk(root, "", True, True)
-    return "\n".join(lines)
+    drawn = Tree(label(root), guide_style="dim")
+    stack = [(root, drawn)]
+    while stack:
+        node, branch = stack.pop()
+        for child in node.children:
+            stack.append((child, branch.add(label(child))))
+    return drawn
 
 
 def _nodes(root: Node) -> list[tuple[Node, Node | None]]:
@@ -270,60 +330,56 @@ def event_line(envelope: Envelope) -> str:
 # Progress
 
 
-class Progress:
-    """A one-line progress bar on a terminal; silent when the stream is not one (piped, a file).
+class _Rate(ProgressColumn):
+    """Items per second, as the library's hooks count them (events, lines, messages)."""
 
-    Call it as `progress(done, total)`: the library's long operations take such a hook. Redraws
-    at most `progress_redraws_per_s` times a second so it never slows the work it reports on.
+    def render(self, task: _Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.0f}/s", style="progress.data.speed")
+
+
+class Progress:
+    """A progress bar on a terminal (done/total, percent, rate, time left); silent when the
+    stream is not one (piped, a file).
+
+    Call it as `progress(done, total)`: the library's long operations take such a hook. The bar
+    redraws at most `progress_redraws_per_s` times a second, on its own thread, so it never slows
+    the work it reports on, and it is wiped when the work ends.
     """
 
     def __init__(self, label: str, stream: TextIO | None = None) -> None:
-        self.label = label
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = _is_terminal(self.stream)
-        self._drawn_at = 0.0
-        self._shown = False
+        self.enabled = is_terminal(self.stream)
+        self._bar = _RichProgress(
+            TextColumn(label),
+            BarColumn(),
+            TaskProgressColumn(),
+            MofNCompleteColumn(),
+            _Rate(),
+            TimeRemainingColumn(),
+            console=Console(file=self.stream),
+            transient=True,
+            disable=not self.enabled,
+            refresh_per_second=_limits.progress_redraws_per_s,
+        )
+        self._task: Any = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
-        if now - self._drawn_at < 1 / _limits.progress_redraws_per_s and done < total:
-            return
-        self._drawn_at = now
-        width = _terminal_width(self.stream)
-        fraction = min(done / total, 1.0) if total > 0 else 1.0
-        tail = f" {fraction:4.0%}  {done:,}/{total:,}"
-        bar_chars = max(width - len(self.label) - len(tail) - 4, 10)
-        filled = round(bar_chars * fraction)
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (bar_chars - filled)}]{tail}")
-        self.stream.flush()
-        self._shown = True
+        if self._task is None:
+            self._bar.start()
+            self._task = self._bar.add_task("", total=total)
+        self._bar.update(self._task, completed=done, total=total)
 
     def close(self) -> None:
         """Wipe the bar, so what the command prints next starts on a clean line."""
-        if self._shown:
-            self.stream.write("\r" + " " * _terminal_width(self.stream) + "\r")
-            self.stream.flush()
-            self._shown = False
+        if self._task is not None:
+            self._bar.stop()
+            self._task = None
 
     def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # a closed or odd stream: draw nothing
-        return False
-
-
-def _terminal_width(stream: TextIO) -> int:
-    try:
-        columns = os.get_terminal_size(stream.fileno()).columns
-    except (AttributeError, ValueError, OSError):  # not a real terminal after all
-        columns = _limits.terminal_columns_default
-    return max(min(columns, _limits.terminal_columns_max), 20) - 1

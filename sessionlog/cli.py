@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any, NoReturn
 
 from replay import BundleConflictError
@@ -39,6 +40,9 @@ from sessions import (
 )
 
 Command = Callable[[argparse.Namespace], int]
+
+DISTRIBUTION = "sessionlog-engine"
+"""The name the project is installed under (`sessionlog` on the package index is another's)."""
 
 SUMMARY = "Inspect and manage a sessionlog store: sessions, their forks, and the event log."
 EXAMPLES = f"""\
@@ -138,7 +142,9 @@ def build_parser() -> _Parser:
     commands = parser.add_subparsers(
         title="Commands", metavar="COMMAND", dest="command", required=True, parser_class=_Parser
     )
-    _options(parser)
+    _options(parser).add_argument(
+        "--version", action="version", version=f"sessionlog {_version()}", help="show the version"
+    )
 
     def command(name: str, summary: str, run: Command, *examples: str) -> _Command:
         sub = commands.add_parser(
@@ -159,6 +165,13 @@ def build_parser() -> _Parser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown (not installed)"
+
+
 def _reading_commands(command: Callable[..., _Command]) -> None:
     o = command("ls", "list sessions, a page at a time", _commands.ls, "ls", "ls --all --json")
     o.add_argument(
@@ -172,9 +185,26 @@ def _reading_commands(command: Callable[..., _Command]) -> None:
     o.add_argument("--all", action="store_true", help="every page, not just the first")
     o.add_argument("--json", action="store_true", help="the pages as JSON")
 
-    o = command("show", "a session's transcript", _commands.show, "show ID", "show ID --json")
+    o = command(
+        "show",
+        "a session's transcript, printed a page at a time as it is read",
+        _commands.show,
+        "show ID",
+        "show ID --after 100 --limit 20",
+        "show ID --json",
+    )
     o.positional("session_id", metavar="ID", help="the session")
-    o.add_argument("--json", action="store_true", help="the whole snapshot as JSON")
+    o.add_argument(
+        "--after", metavar="N", type=_positive, default=0, help="skip the first N messages"
+    )
+    o.add_argument(
+        "--limit", metavar="N", type=_positive, help="show at most N messages (default: all)"
+    )
+    o.add_argument(
+        "--json",
+        action="store_true",
+        help="the whole snapshot as JSON (with --after/--limit: those messages only)",
+    )
 
     o = command(
         "tree",
@@ -215,7 +245,10 @@ def _log_commands(command: Callable[..., _Command]) -> None:
         "tail --follow --session ID --json",
     )
     o.add_argument(
-        "--follow", "-f", action="store_true", help="keep waiting for new events (until Ctrl-C)"
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep waiting for new events (until Ctrl-C: exit 130)",
     )
     o.add_argument("--session", metavar="ID", help="only this session's events")
     o.add_argument(
@@ -232,9 +265,14 @@ def _log_commands(command: Callable[..., _Command]) -> None:
         "check the hash chain and the stream index",
         _commands.verify,
         "verify",
-        "verify --json",
+        "verify --projections --json",
     )
     o.add_argument("--json", action="store_true", help="the report as JSON")
+    o.add_argument(
+        "--projections",
+        action="store_true",
+        help="also rebuild every projection from the log and compare it with the stored one",
+    )
 
     command("rebuild", "recompute every projection from the log", _commands.rebuild, "rebuild")
 
@@ -321,8 +359,32 @@ def _code_of(exc: SessionLogError) -> int:
     return next((code for kind, code in kinds if isinstance(exc, kind)), EXIT_ERROR)
 
 
+# The library's words for what the command line calls otherwise, in the order they are replaced.
+_CLI_WORDS = (
+    ("(pass validate=False for", "(give --no-validate for"),
+    ("(the `rename_session` option)", "(--id)"),
+    ("(the `provider` option)", "(--provider)"),
+    ("(the `model` option)", "(--model)"),
+    ("as_of: ", "as-of: "),
+    ("list_sessions: `limit`", "ls: --limit"),
+    ("list_sessions: `cursor`", "ls: --cursor"),
+    ("list_sessions: ", "ls: "),
+    ("export_bundle: `mode`", "export: --mode"),
+    ("export_bundle: ", "export: "),
+    ("import_bundle: ", "import: "),
+    ("rename_session", "--id"),
+)
+
+
+def cli_words(message: str) -> str:
+    """`message` in the command line's words: its commands and flags, not the library's."""
+    for library, ours in _CLI_WORDS:
+        message = message.replace(library, ours)
+    return message
+
+
 def _fail(message: str, code: int) -> int:
-    line = " ".join(message.split())  # one line, whatever the message held
+    line = cli_words(" ".join(message.split()))  # one line, whatever the message held
     print(f"sessionlog: {line}", file=sys.stderr)
     return code
 

@@ -424,6 +424,15 @@ def _listed(store: SessionStore, status: str) -> list[str]:
 def check_store(store: SessionStore, model: SessionModel) -> None:
     """Raise `AssertionError` naming the first way `store` disagrees with `model`."""
     for sid, expected in model.sessions.items():
+        if expected.status == CLOSED:  # no longer open, still readable, marked closed
+            _expect(not store.exists(sid), f"closed session `{sid}` still exists")
+            closed = store.snapshot(sid)
+            _expect(closed is not None, f"closed `{sid}` has no snapshot")
+            assert closed is not None
+            _expect(closed["status"] == CLOSED, f"closed `{sid}` is {closed['status']}")
+            _expect(closed["transcript"] == expected.transcript, f"transcript of closed `{sid}`")
+            _expect(store.ancestry(sid) is not None, f"closed `{sid}` has no ancestry")
+            continue
         if expected.status != ACTIVE:
             _expect(not store.exists(sid), f"{expected.status} session `{sid}` still exists")
             _expect(store.snapshot(sid) is None, f"{expected.status} `{sid}` has a snapshot")

@@ -22,6 +22,7 @@ import projections as pj
 from eventlog import (
     ANY,
     CapacityError,
+    ConcurrencyError,
     Envelope,
     EventLog,
     InvalidArgumentError,
@@ -31,6 +32,7 @@ from eventlog import (
     Subscription,
     Transaction,
     UnknownSessionError,
+    VerifyReport,
     limits,
     to_builtins,
 )
@@ -119,6 +121,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
         summarizer: _compact.Summarizer | None = None,
         readonly_at: int | None = None,
         context_policy: ContextPolicy | None = None,
+        readonly: bool = False,
     ) -> None:
         if isinstance(hot_sessions, bool) or not isinstance(hot_sessions, int) or hot_sessions < 0:
             raise InvalidArgumentError(f"hot_sessions must be an int >= 0, got {hot_sessions!r}")
@@ -134,6 +137,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
         """The default policy of `maintain_context` (see `sessions/_context.py`)."""
         self._context_views: OrderedDict[str, ContextView] = OrderedDict()
         self.readonly_at = readonly_at
+        self.readonly = readonly or readonly_at is not None
         self._hot_cap = hot_sessions
         # session id -> (transcript version, its ranges, its messages), least recently used first
         self._hot: OrderedDict[
@@ -144,7 +148,9 @@ class SessionStore(LiveVerbs, ContextVerbs):
         self.tokens = BearerSessions(self)
         """Durable bearer sessions: `create`, `get`, `touch`, `expire` (see `sessions/_tokens.py`)."""
         log.set_projector(pj.project)
-        if readonly_at is None:
+        if readonly:
+            pj.check_current(log)
+        elif readonly_at is None:
             pj.catch_up(log)
 
     @classmethod
@@ -158,10 +164,14 @@ class SessionStore(LiveVerbs, ContextVerbs):
         token_counter: _compact.TokenCounter | None = None,
         summarizer: _compact.Summarizer | None = None,
         context_policy: ContextPolicy | None = None,
+        readonly: bool = False,
     ) -> SessionStore:
         """Open (creating if missing) the store in directory `path`, on the durable LMDB log, or
-        in the PostgreSQL database a `postgresql://` URL names (see `EventLog.open`)."""
-        log = EventLog.open(path, sync=sync)
+        in the PostgreSQL database a `postgresql://` URL names (see `EventLog.open`).
+
+        `readonly=True` opens an existing store for reading only: nothing is created or written,
+        and every command that would write raises `InvalidArgumentError`."""
+        log = EventLog.open(path, sync=sync, readonly=readonly)
         try:
             return cls(
                 log,
@@ -170,6 +180,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
                 token_counter=token_counter,
                 summarizer=summarizer,
                 context_policy=context_policy,
+                readonly=readonly,
             )
         except BaseException:
             log.close()
@@ -217,6 +228,10 @@ class SessionStore(LiveVerbs, ContextVerbs):
         if self.readonly_at is not None:
             raise InvalidArgumentError(
                 f"{verb}: this is a read-only view of the store as of position {self.readonly_at}"
+            )
+        if self.readonly:
+            raise InvalidArgumentError(
+                f"{verb}: the store {self.log.description} is open read-only"
             )
 
     @contextmanager
@@ -267,7 +282,8 @@ class SessionStore(LiveVerbs, ContextVerbs):
     # Lifecycle
 
     def open_session(self, session_id: str | None = None, **options: Any) -> str:
-        """Open a session, or return `session_id` unchanged if it is already open."""
+        """Open a session, or return `session_id` unchanged if it is already open with the same
+        options; an open session with different options is a `SessionExistsError`."""
         self._writable("open_session")
         unknown = sorted(set(options) - OPEN_OPTIONS)
         if unknown:
@@ -284,6 +300,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
             )
             existing = pj.load_state(tx, sid)
             if existing is not None and existing.status == pj.ACTIVE:
+                _check_same_options(tx, existing, event_fields)
                 return sid
             self._check_capacity(tx, "open_session")
             opened = ev.SessionOpened(session_id=sid, created_at=datetime.now(UTC), **event_fields)
@@ -408,25 +425,47 @@ class SessionStore(LiveVerbs, ContextVerbs):
 
     def compact(self, session_id: str, **options: Any) -> int:
         """Compact the transcript (see `sessions._compact` for the strategies); returns the
-        number of messages kept. The event records the outcome, so replay calls nothing."""
+        number of messages kept. The event records the outcome, so replay calls nothing.
+
+        The strategy, and the model or callbacks it calls, runs outside the write transaction on
+        the transcript as read, so nobody waits for a model. The outcome commits if the
+        transcript is still that one, or that one with messages appended (kept after the
+        replaced run); any other change meanwhile (trim, reset, another compaction) raises
+        `ConcurrencyError` and writes nothing.
+        """
         self._writable("compact")
         _compact.parse_options(options, self.summarizer)  # refuse bad options before any work
-        with self._command("compact", session_id) as (tx, state, transcript):
-            messages = pj.read_messages(tx, transcript)
-            plan, kept = _compact.plan(
-                messages, options, token_counter=self.token_counter, summarizer=self.summarizer
-            )
-            if plan is not None:
-                compacted = ev.SessionCompacted(
-                    strategy=plan.strategy,
-                    replace_start=plan.replace_start,
-                    replace_end=plan.replace_end,
-                    replacement=plan.replacement,
-                    tokens_before=plan.tokens_before,
-                    tokens_after=plan.tokens_after,
-                )
-                self._emit(tx, state.session_id, [compacted])
+        sid = check_session_id(session_id, where="compact")
+        with self._view() as view:
+            seen = self._state(view, sid, "compact")
+            transcript = pj.load_transcript(view, sid) or pj.Transcript()
+            expected = view.stream_version(sid)
+            messages = pj.read_messages(view, transcript)
+        plan, kept = _compact.plan(
+            messages, options, token_counter=self.token_counter, summarizer=self.summarizer
+        )
+        if plan is None:
             return kept
+        with self._command("compact", sid) as (tx, state, now):
+            if state.generation != seen.generation or (
+                pj.ranges_added(transcript.ranges, now.ranges) is None
+            ):
+                conflict = ConcurrencyError(sid, expected, tx.stream_version(sid))
+                conflict.args = (
+                    f"compact: {conflict}: the transcript changed while the strategy ran; "
+                    "nothing was written, compact again",
+                )
+                raise conflict
+            compacted = ev.SessionCompacted(
+                strategy=plan.strategy,
+                replace_start=plan.replace_start,
+                replace_end=plan.replace_end,
+                replacement=plan.replacement,
+                tokens_before=plan.tokens_before,
+                tokens_after=plan.tokens_after,
+            )
+            self._emit(tx, sid, [compacted])
+            return kept + now.length - transcript.length
 
     # Queries
 
@@ -439,25 +478,38 @@ class SessionStore(LiveVerbs, ContextVerbs):
             state = pj.load_state(view, sid)
         return state is not None and state.status == pj.ACTIVE
 
-    def _state(self, view: LogView, session_id: object, verb: str) -> pj.SessionState:
+    def _state(
+        self, view: LogView, session_id: object, verb: str, *, closed: bool = False
+    ) -> pj.SessionState:
+        """The state of an open session (or, with `closed=True`, of a closed one too: reads of a
+        closed session still work; only `delete` makes a session unreadable)."""
         sid = check_session_id(session_id, where=verb)
         state = pj.load_state(view, sid)
-        if state is None or state.status != pj.ACTIVE:
+        if state is None or not _readable(state, closed):
             raise UnknownSessionError(sid, verb)
         return state
 
     def length(self, session_id: str) -> int:
         """Number of messages; raises `UnknownSessionError` for an unknown id."""
         with self.log.view() as view:
-            state = self._state(view, session_id, "length")
+            state = self._state(view, session_id, "length", closed=True)
             transcript = pj.load_transcript(view, state.session_id)
         return transcript.length if transcript else 0
 
-    def messages(self, session_id: str) -> list[dict[str, Any]]:
-        """The transcript as fresh message dicts; raises for an unknown id."""
+    def messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The transcript as fresh message dicts; raises for an unknown id. `after` and `limit`
+        give a page: up to `limit` messages following the first `after`, read without the rest."""
+        skip = check_count(after, "after", "messages")
+        count = None if limit is None else check_count(limit, "limit", "messages")
         with self.log.view() as view:
-            state = self._state(view, session_id, "messages")
-            return to_dicts(self._messages(view, state.session_id))
+            state = self._state(view, session_id, "messages", closed=True)
+            if skip == 0 and count is None:
+                return to_dicts(self._messages(view, state.session_id))
+            transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
+            window = pj.ranges_window(transcript.ranges, skip, count)
+            return to_dicts(pj.read_messages(view, transcript, ranges=window))
 
     def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
@@ -480,27 +532,46 @@ class SessionStore(LiveVerbs, ContextVerbs):
         return messages
 
     def snapshot(self, session_id: object) -> dict[str, Any] | None:
-        """Everything about an open session, transcript included; None for an unknown id."""
+        """Everything about a session, transcript included; None for an unknown or deleted id. A
+        closed session is still readable: its `status` says `closed`."""
         sid = _possible_id(session_id)
         if sid is None:
             return None
         with self.log.view() as view:
             state = pj.load_state(view, sid)
-            if state is None or state.status != pj.ACTIVE:
+            if state is None or not _readable(state, True):
                 return None
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
             messages = self._messages(view, sid)
             children = pj.child_ids(view, sid)
         return _snapshot(state, transcript, messages, children)
 
-    def ancestry(self, session_id: object) -> dict[str, Any] | None:
-        """``{parent_id, child_ids, root_id}``; None for an unknown id."""
+    def summary(self, session_id: object) -> dict[str, Any] | None:
+        """The snapshot without its transcript: every other field, read from the projection
+        without touching a message (O(1) in the transcript's length); None for an unknown or
+        deleted id."""
         sid = _possible_id(session_id)
         if sid is None:
             return None
         with self.log.view() as view:
             state = pj.load_state(view, sid)
-            if state is None or state.status != pj.ACTIVE:
+            if state is None or not _readable(state, True):
+                return None
+            transcript = pj.load_transcript(view, sid) or pj.Transcript()
+            children = pj.child_ids(view, sid)
+        summary = _snapshot(state, transcript, [], children)
+        del summary["transcript"]
+        return summary
+
+    def ancestry(self, session_id: object) -> dict[str, Any] | None:
+        """``{parent_id, child_ids, root_id}``; None for an unknown or deleted id (a closed session
+        keeps its place in its family)."""
+        sid = _possible_id(session_id)
+        if sid is None:
+            return None
+        with self.log.view() as view:
+            state = pj.load_state(view, sid)
+            if state is None or not _readable(state, True):
                 return None
             root = state.session_id
             parent_id = state.parent_id
@@ -607,6 +678,21 @@ class SessionStore(LiveVerbs, ContextVerbs):
         self._hot.clear()
         return pj.rebuild(self.log, progress=progress)
 
+    def verify(
+        self,
+        *,
+        projections: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> VerifyReport:
+        """Check the log's hash chain and indexes (`EventLog.verify`) and, with `projections`,
+        that every projection (transcripts, bearer-token records, ancestry, ...) is exactly what
+        the log folds to: a rebuild into scratch space compared key by key, which catches state
+        changed underneath the log. Never raises for damage; the report names it. On LMDB the
+        walk runs in a child process, so a damaged page cannot abort this one."""
+        if not projections:
+            return self.log.verify(progress=progress)
+        return pj.verify(self.log, progress=progress)
+
     def as_of(self, position: int) -> SessionStore:
         """A read-only store showing every session as it was right after `position`."""
         head = self.log.head
@@ -634,6 +720,10 @@ class SessionStore(LiveVerbs, ContextVerbs):
         return SessionStore(past, hot_sessions=0, readonly_at=position)
 
 
+def _readable(state: pj.SessionState, closed: bool) -> bool:
+    return state.status == pj.ACTIVE or (closed and state.status == pj.CLOSED)
+
+
 def _possible_id(session_id: object) -> str | None:
     """`session_id` if some session could have it, else None: the tolerant queries (`exists`,
     `snapshot`, `ancestry`) answer "no such session" for ids no session can have."""
@@ -641,6 +731,23 @@ def _possible_id(session_id: object) -> str | None:
         return check_session_id(session_id, where="query")
     except InvalidArgumentError:
         return None
+
+
+def _check_same_options(tx: Transaction, state: pj.SessionState, fields: Mapping[str, Any]) -> None:
+    """Refuse to reuse an open session for a call that asked for something else: each option
+    given is compared with what the session was opened (or forked) with."""
+    first = tx.read_stream(state.session_id, after=state.opened_version - 1, limit=1)
+    opened = first[0].data if first else None
+    differing = []
+    for name, wanted in fields.items():
+        held = getattr(opened if isinstance(opened, ev.SessionOpened) else state, name, None)
+        if to_builtins(held) != to_builtins(wanted):
+            differing.append(f"{name} {to_builtins(held)!r}, not {to_builtins(wanted)!r}")
+    if differing:
+        raise SessionExistsError(
+            f"open_session: session `{state.session_id}` is already open with "
+            f"{'; '.join(differing)} (give no options to reuse it, or another id)"
+        )
 
 
 def _open_fields(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -273,6 +273,7 @@ class SessionMachine(RuleBasedStateMachine):
             raise
         self.steps_checked = 0
         self.newest_fork: str | None = None
+        self.opened_with: dict[str, dict[str, Any]] = {}  # what open_session opened each id with
         self.past: list[tuple[int, SessionModel]] = []
 
     # Hooks for subclasses
@@ -351,11 +352,23 @@ class SessionMachine(RuleBasedStateMachine):
             options["title"] = title
         if mount_mode is not None:
             options["workspace_policy"] = {"default_mount_mode": mount_mode}
-        if self.model.is_open(sid):  # idempotent: same id back, nothing written
+        if self.model.is_open(sid) and options and self.opened_with.get(sid) != options:
+            # Options that may differ from the opening call's: refused as a conflict, or (when
+            # they happen to match what a fork copied) the same id back; nothing written.
+            known = sid in self.opened_with
+            try:
+                got = self._expect_no_write(lambda: self.store.open_session(sid, **options))
+            except SessionExistsError:
+                got = sid
+            else:
+                if known:
+                    raise AssertionError(f"open_session({sid!r}, {options}) ignored its options")
+        elif self.model.is_open(sid):  # idempotent: same id back, nothing written
             got = self._expect_no_write(lambda: self.store.open_session(sid, **options))
         else:
             got = self.store.open_session(sid, **options)
             self.model.open(sid, title=title, workspace_policy=options.get("workspace_policy"))
+            self.opened_with[sid] = options
         if got != sid:
             raise AssertionError(f"open_session({sid!r}) returned {got!r}")
 
@@ -374,6 +387,7 @@ class SessionMachine(RuleBasedStateMachine):
         sid = gone[pick % len(gone)]
         self.store.open_session(sid)
         self.model.open(sid)
+        self.opened_with[sid] = {}
 
     @precondition(_has_open)
     @rule(pick=_PICK, status=close_statuses())
@@ -408,6 +422,7 @@ class SessionMachine(RuleBasedStateMachine):
             self.expect_refused(SessionExistsError, call)
             return
         child = call()
+        self.opened_with.pop(child, None)
         if destination is not None and child != destination:
             raise AssertionError(f"fork onto {destination!r} returned {child!r}")
         if destination is None and child in self.model.sessions:
@@ -772,7 +787,9 @@ class SessionMachine(RuleBasedStateMachine):
     )
     def refused_unknown_session(self, verb: str, pick: int, ghost: str, gone: bool) -> None:
         """A verb on an id that was never opened, or was closed or deleted."""
-        not_open = self.model.ids_with_status(CLOSED) + self.model.ids_with_status(DELETED)
+        # A closed session is still read by `length` and `messages`: only deleted ones are gone.
+        closed = [] if verb in ("length", "messages") else self.model.ids_with_status(CLOSED)
+        not_open = closed + self.model.ids_with_status(DELETED)
         sid = not_open[pick % len(not_open)] if gone and not_open else ghost
         call = VerbCall(verb, (sid, *ON_UNKNOWN_SESSION[verb]))
         exc = self.expect_refused(UnknownSessionError, lambda: call.apply(self.store))
@@ -814,7 +831,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     @invariant()
     def log_verifies(self) -> None:
-        report = self.store.log.verify()
+        report = self.store.log.verify(isolated=False)
         if not report.ok:
             raise AssertionError(f"log verify failed: {report}")
         with self.store.log.view() as view:

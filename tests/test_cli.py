@@ -201,7 +201,7 @@ def test_as_of_shows_the_past(family: Path) -> None:
     assert run("as-of", "2", "copy", store=family).returncode == 3  # not forked yet
     late = run("as-of", "100000", "release-1", store=family)
     assert late.returncode == 2
-    assert "position must be an int from 0" in late.stderr
+    assert "as-of: POSITION must be from 0 to" in late.stderr
 
 
 def test_stats_counts_the_store(family: Path) -> None:
@@ -381,7 +381,7 @@ def test_seed_refusals_write_nothing(tmp_path: Path) -> None:
     bad.write_text('{"type": "message", "message": {"role": "user", "content": "hi"}}\n[1]\n')
     cases = [
         ((bad,), 5, "bad.jsonl:2"),
-        ((SAMPLE, "--id", "taken"), 5, "taken"),
+        ((SAMPLE, "--id", "taken"), 6, "session `taken` already exists"),
         ((SAMPLE, "--provider", "elsewhere"), 5, "provider"),
         ((tmp_path / "missing.jsonl",), 3, "no file"),
     ]
@@ -465,7 +465,7 @@ def test_progress_shows_on_a_terminal_only(family: Path) -> None:
         os.close(main)
     assert done.returncode == 0 and done.stdout.startswith("ok: ")
     head, _ = head_of(family)
-    assert b"verify [" in drawn and b"100%" in drawn and f"{head}/{head}".encode() in drawn
-    assert drawn.endswith(b"\r")  # wiped at the end, the cursor back at the line start
+    assert b"verify " in drawn and b"100%" in drawn and f"{head}/{head}".encode() in drawn
+    assert drawn.endswith(b"\x1b[2K")  # wiped at the end: the next output starts on a clean line
     piped = run("verify", store=family)
     assert piped.stderr == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ STEPS = ("seed", "continue", "fork", "fork_at", "live", "compact", "crash", "ver
 
 def make_demo(clone: Path) -> subprocess.CompletedProcess[str]:
     venv = Path(sys.prefix)
-    stamp = venv / ".installed-stamp"
+    stamp = venv / ".demo-stamp"
     return subprocess.run(
         [
             "make",
@@ -59,7 +60,15 @@ def test_make_demo_runs_from_a_clean_clone_twice(tmp_path: Path) -> None:
     assert re.search(r"verify\s+ok: \d+ events, 4 streams", first)
     assert "release-1-at-4" in first and "forked at message 4" in first
     assert re.search(r"head hash\s+[0-9a-f]{64}", first)
-    assert first.rstrip().splitlines()[-1].startswith("done in ")
+    assert lines[-7].startswith("done in ")
+    explore = lines[lines.index("explore it (the store stays until the next `make demo`):") + 1 :]
+    assert len(explore) == 4 and explore[-1].endswith(" tail --follow")
+    for line in explore[:-1]:  # each printed command runs as printed, from the clone
+        words = shlex.split(line)
+        assert words[0] == str(Path(sys.prefix) / "bin" / "sessionlog")
+        assert words[1:3] == ["--store", "var/demo/sessions"]
+        done = subprocess.run(words, cwd=clone, capture_output=True, text=True, check=False)
+        assert done.returncode == 0 and "release-1" in done.stdout, (line, done.stderr)
 
     def without_hashes_and_times(text: str) -> str:
         return re.sub(r"[0-9a-f]{16,64}|\d+\.\d s|\d+ acknowledged.*lost|\d+ events|[\d,]+$", "",

@@ -98,12 +98,34 @@ def test_open_session_is_idempotent_and_writes_nothing_the_second_time(store: Se
     assert store.open_session("s1", title="first") == "s1"
     head = store.log.head
     assert store.open_session("s1") == "s1"
-    assert store.open_session("s1", title="second", system_prompt="other") == "s1"
+    assert store.open_session("s1", title="first") == "s1"  # the same call again
     assert store.log.head == head
     snap = store.snapshot("s1")
     assert snap is not None
     assert snap["title"] == "first" and snap["system_prompt"] is None
     assert types(store, "s1") == ["session_opened"]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"system_prompt": "other"}, "system_prompt None, not 'other'"),
+        ({"title": "second"}, "title 'first', not 'second'"),
+        ({"scope": "ephemeral"}, "scope 'persistent', not 'ephemeral'"),
+        ({"metadata": {"k": 2}}, "metadata {'k': 1}, not {'k': 2}"),
+    ],
+)
+def test_open_session_with_other_options_is_a_conflict(
+    store: SessionStore, options: dict[str, Any], named: str
+) -> None:
+    store.open_session("s1", title="first", metadata={"k": 1})
+    store.rename("s1", "renamed")  # later changes do not count: the opening call does
+    assert store.open_session("s1", title="first", metadata={"k": 1}) == "s1"
+    refused(store, SessionExistsError, named, lambda: store.open_session("s1", **options))
+    child = store.fork("s1", "kid")
+    assert store.open_session(child, title="renamed") == child  # a fork holds what it copied
+    refused(store, SessionExistsError, "title 'renamed', not 'x'",
+            lambda: store.open_session(child, title="x"))  # fmt: skip
 
 
 def test_open_session_none_mints_uuid7_ids_that_sort_by_time(store: SessionStore) -> None:
@@ -154,7 +176,7 @@ def test_exists_and_length(store: SessionStore) -> None:
 
 def test_snapshot_has_every_field_seed_001_lists(store: SessionStore) -> None:
     filled(store, "p", 3)
-    store.open_session("p", system_prompt="ignored on reopen")
+    assert store.open_session("p") == "p"  # reused as it is
     child = store.fork_at("p", 2, "c")
     store.set_scratchpad(child, {"plan": ["a"]})
     store.attach(child, "tui", {"mode": "controller"})
@@ -680,7 +702,7 @@ def test_compact_hard_limit_never_separates_a_tool_result_from_its_call(
         ({"reason": "budget", "spent": 3}, "budget", {"reason": "budget", "spent": 3}),
     ],
 )
-def test_close_session_records_the_reason_and_ends_the_session(
+def test_close_session_records_the_reason_and_keeps_the_session_readable(
     store: SessionStore, status: Any, reason: str | None, detail: dict[str, Any]
 ) -> None:
     filled(store, "a", 2)
@@ -689,10 +711,16 @@ def test_close_session_records_the_reason_and_ends_the_session(
     closed = store.log.read_stream("a")[-1]
     assert closed.type == "agent_session_closed"
     assert closed.data.reason == reason and closed.data.status == detail
-    assert store.exists("a") is False
-    assert store.snapshot("a") is None and store.ancestry("a") is None
-    refused(store, UnknownSessionError, "no session `a`", lambda: store.length("a"))
+    assert store.exists("a") is False  # no longer open: every write is refused
     refused(store, UnknownSessionError, "inject", lambda: store.inject("a", user("x")))
+    refused(store, UnknownSessionError, "fork", lambda: store.fork("a"))
+    # ... but a closed session stays readable, marked closed, with its family.
+    snap = store.snapshot("a")
+    assert snap is not None and snap["status"] == "closed"
+    assert [m["content"] for m in snap["transcript"]] == ["m0", "m1"]
+    assert store.length("a") == 2 and len(store.messages("a")) == 2
+    assert store.ancestry("a") == {"parent_id": None, "child_ids": ["kid"], "root_id": "a"}
+    assert store.ancestry("kid")["root_id"] == "a"  # type: ignore[index]
     assert types(store, "a") == [
         "session_opened",
         "message_injected",
@@ -1087,6 +1115,7 @@ def test_counts_must_be_non_negative_ints(store: SessionStore, bad: Any) -> None
     assert store.length("a") == 3 and store.ancestry("a")["child_ids"] == []  # type: ignore[index]
 
 
+READS_OF_CLOSED = ("length", "messages")
 LIFECYCLE: dict[str, Callable[[SessionStore, str], object]] = {
     "reset": lambda s, sid: s.reset(sid),
     "fork": lambda s, sid: s.fork(sid),
@@ -1120,8 +1149,15 @@ LIFECYCLE: dict[str, Callable[[SessionStore, str], object]] = {
 }
 
 
-@pytest.mark.parametrize("verb", sorted(LIFECYCLE))
-@pytest.mark.parametrize("how", ["never", "closed", "deleted"])
+@pytest.mark.parametrize(
+    ("verb", "how"),
+    [
+        (verb, how)
+        for verb in sorted(LIFECYCLE)
+        for how in ("never", "closed", "deleted")
+        if not (how == "closed" and verb in READS_OF_CLOSED)  # a closed session is still read
+    ],
+)
 def test_every_verb_on_an_unknown_id_raises(store: SessionStore, verb: str, how: str) -> None:
     if how != "never":
         store.open_session("ghost")

@@ -16,7 +16,7 @@ from sessions import SessionStore
 class SessionlogAdapter(Adapter):
     name = "sessionlog"
     title = "sessionlog"
-    distributions = ("sessionlog", "lmdb")
+    distributions = ("sessionlog-engine", "lmdb")
     fork_method = "native `fork`: one event; the child shares the parent's prefix"
     batch_method = "`inject_many`: one durable commit per batch"
 
