@@ -2,8 +2,12 @@
 
 A test run makes one database of its own and drops it at the end; each test takes a schema in it.
 Tests that stop or replicate a server use `PrivateServer`, a cluster made with `initdb` in a temp dir
-(run as an unprivileged user when the tests run as root), never the shared one. Nothing here skips:
-a run that cannot reach or start a server fails and says why.
+(run as an unprivileged user when the tests run as root), never the shared one.
+
+When no server can be reached or started (or the driver is missing), the PostgreSQL tests skip and
+the run ends with one line saying how to run them; with `SESSIONLOG_REQUIRE_POSTGRES=1` (what CI
+sets) that is a failure instead, so CI always runs every test. psycopg is imported on first use,
+never when the test suite loads.
 """
 
 from __future__ import annotations
@@ -17,16 +21,54 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+import pytest
 
 CANDIDATES = (
     "postgresql://postgres@127.0.0.1:5432/postgres",
     "postgresql://root@127.0.0.1:5432/postgres",
 )
 CONNECT_TIMEOUT_S = 3
+_state: dict[str, Any] = {}
+REQUIRE_ENV = "SESSIONLOG_REQUIRE_POSTGRES"
+HOW_TO_RUN = (
+    "to run them, start a PostgreSQL server on 127.0.0.1:5432 (user postgres or root), or set "
+    "SESSIONLOG_TEST_PG=postgresql://user@host:port/db, or put PostgreSQL's initdb and pg_ctl on "
+    f"PATH so the tests start a private server; {REQUIRE_ENV}=1 makes a missing server a failure"
+)
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the calling test for want of PostgreSQL, or fail it when the run requires PostgreSQL."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        raise RuntimeError(f"{REQUIRE_ENV}=1 but the PostgreSQL tests cannot run: {reason}")
+    _state.setdefault("skipped", reason)
+    pytest.skip(f"no PostgreSQL: {reason}")
+
+
+def skip_note() -> str | None:
+    """The one line the run ends with when PostgreSQL tests were skipped; None when none were."""
+    reason = _state.get("skipped")
+    if reason is None:
+        return None
+    return f"PostgreSQL tests SKIPPED ({reason}): {HOW_TO_RUN}"
+
+
+def driver() -> ModuleType:
+    """psycopg, imported on first use; a missing driver skips (or fails, see `unavailable`)."""
+    try:
+        import psycopg
+    except ModuleNotFoundError as exc:
+        unavailable(f"the driver is not installed (no module `{exc.name}`)")
+    return psycopg
+
+
+def connect(url: str, **kwargs: Any) -> Any:
+    """`psycopg.connect`, for tests that talk to the server directly."""
+    return driver().connect(url, **kwargs)
 
 
 def pg_bin(name: str) -> str:
@@ -35,7 +77,7 @@ def pg_bin(name: str) -> str:
         return found
     for path in sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True):
         return path
-    raise RuntimeError(f"PostgreSQL's `{name}` is not installed: the PostgreSQL tests need it")
+    unavailable(f"no server answers and PostgreSQL's `{name}` is not installed")
 
 
 def free_port() -> int:
@@ -49,6 +91,7 @@ def with_database(url: str, database: str) -> str:
 
 
 def reachable(url: str) -> bool:
+    psycopg = driver()
     try:
         with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
             conn.execute("SELECT 1")
@@ -118,13 +161,12 @@ class PrivateServer:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-_state: dict[str, Any] = {}
-
-
 def admin_url() -> str:
     """A superuser URL of a server for this test run: found, or started here."""
     if "admin" in _state:
         return str(_state["admin"])
+    if "skipped" in _state:
+        unavailable(str(_state["skipped"]))
     chosen = os.environ.get("SESSIONLOG_TEST_PG")
     if chosen:
         if not reachable(chosen):
@@ -132,9 +174,12 @@ def admin_url() -> str:
     else:
         chosen = next((url for url in CANDIDATES if reachable(url)), None)
     if chosen is None:
-        server = PrivateServer("tests").init()
-        server.start()
+        server = PrivateServer("tests")
         atexit.register(server.destroy)
+        try:
+            server.init().start()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            unavailable(f"no server answers and starting a private one failed: {exc}")
         _state["server"] = server
         chosen = server.url()
     _state["admin"] = chosen
@@ -146,7 +191,7 @@ def database_url() -> str:
     if "database" not in _state:
         admin = admin_url()
         name = f"sessionlog_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with driver().connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"'.encode())
         _state["database"] = name
     return with_database(admin_url(), _state["database"])
@@ -160,5 +205,5 @@ def fresh_schema_url(label: str = "t") -> str:
 def drop_database() -> None:
     name = _state.pop("database", None)
     if name is not None:
-        with psycopg.connect(admin_url(), autocommit=True) as conn:
+        with driver().connect(admin_url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())

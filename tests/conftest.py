@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -56,6 +57,13 @@ def make_log(kind: str, path: Path) -> EventLog:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Drop this run's PostgreSQL database (made on first use by `tests/_pg.py`)."""
     _pg.drop_database()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One loud line when the PostgreSQL tests skipped, saying how to run them."""
+    note = _pg.skip_note()
+    if note is not None:
+        terminalreporter.write_line(note, yellow=True, bold=True)
 
 
 @pytest.fixture(params=LOG_KINDS)

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from eventlog import EventLog
@@ -136,7 +135,7 @@ def private_server() -> Iterator[_pg.PrivateServer]:
 
 
 def create_database(server: _pg.PrivateServer, name: str) -> str:
-    with psycopg.connect(server.url(), autocommit=True) as conn:
+    with _pg.connect(server.url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"'.encode())
     return f"{server.url(name)}?schema=app"
 
@@ -201,7 +200,7 @@ def test_a_promoted_synchronous_standby_holds_every_acknowledged_event(tmp_path:
                           synchronous_standby_names="''")  # fmt: skip
         standby.start()
         # Only now: with a synchronous standby named but absent, every commit would wait for it.
-        with psycopg.connect(primary.url(), autocommit=True) as conn:
+        with _pg.connect(primary.url(), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby1'")
             conn.execute("SELECT pg_reload_conf()")
         wait_for_sync(primary)
@@ -242,7 +241,7 @@ def test_a_promoted_synchronous_standby_holds_every_acknowledged_event(tmp_path:
 
 def wait_for_sync(primary: _pg.PrivateServer, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    with psycopg.connect(primary.url(), autocommit=True) as conn:
+    with _pg.connect(primary.url(), autocommit=True) as conn:
         while time.monotonic() < deadline:
             row = conn.execute(
                 "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'"

@@ -13,7 +13,6 @@ import time
 import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -92,7 +91,7 @@ def test_a_new_schema_records_its_version_and_a_v1_schema_is_migrated() -> None:
     schema = url.rsplit("schema=", 1)[1]
     with EventLog.open(url) as log:
         log.append("s", [said("one")], expected_version=NO_STREAM)
-    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"'.encode())
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
             str(_postgres.SCHEMA_VERSION),
@@ -105,7 +104,7 @@ def test_a_new_schema_records_its_version_and_a_v1_schema_is_migrated() -> None:
     with EventLog.open(url) as log:
         assert log.read()[0].data == said("one")
         assert log.append("s", [said("two")], expected_version=1, meta={"idempotency_key": "k"})
-    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"'.encode())
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
             "2",
@@ -116,19 +115,19 @@ def test_a_schema_from_a_newer_version_or_of_other_tables_is_refused_untouched()
     url = _pg.fresh_schema_url()
     schema = url.rsplit("schema=", 1)[1]
     EventLog.open(url).close()
-    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"'.encode())
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(CorruptStoreError, match="version 99"):
         EventLog.open(url)
     other = _pg.fresh_schema_url()
     other_schema = other.rsplit("schema=", 1)[1]
-    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{other_schema}"'.encode())
         conn.execute(f'CREATE TABLE "{other_schema}".events (id int)'.encode())
     with pytest.raises(CorruptStoreError, match="not a sessionlog log"):
         EventLog.open(other)
-    with psycopg.connect(_pg.database_url(), autocommit=True) as conn:
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
         tables = conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (other_schema,)
         ).fetchall()
@@ -167,7 +166,7 @@ def test_a_commit_whose_connection_dies_is_reported_as_unknown_and_retried_safel
         with pytest.raises(OutcomeUnknownError, match="may or may not"), log.transaction() as tx:
             tx.append("s", [said("x")], expected_version=1, meta=meta)
             pid = tx._txn.conn.info.backend_pid  # type: ignore[attr-defined]
-            with psycopg.connect(_pg.database_url(), autocommit=True) as admin:
+            with _pg.connect(_pg.database_url(), autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert log.head == 1  # this time the commit did not happen
         assert log.append("s", [said("x")], expected_version=1, meta=meta) == [2]

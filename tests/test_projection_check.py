@@ -16,7 +16,6 @@ from pathlib import Path
 
 import lmdb
 import msgspec
-import psycopg
 import pytest
 
 from eventlog import IntegrityError, VerifyReport
@@ -61,7 +60,7 @@ def tamper(kind: str, where: str, rewrite: Rewrite) -> None:
             env.close()
         return
     url, _, schema = where.partition("?schema=")
-    with psycopg.connect(url, autocommit=False) as conn:
+    with _pg.connect(url, autocommit=False) as conn:
         conn.execute(f'SET search_path TO "{schema}"'.encode())
         rows = conn.execute("SELECT key, value FROM kv").fetchall()
         before = {bytes(k): bytes(v) for k, v in rows}
