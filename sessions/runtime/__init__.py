@@ -2,6 +2,8 @@
 event in the log, and status, loop records and usage as projections (seeds 002 and 003).
 
 `async with Runtime(store) as runtime:` is the entry point; `MockProvider` is the embedded default.
+`OpenAIProvider` (Chat Completions and compatible servers) and `AnthropicProvider` (Messages) talk
+to real models over HTTP; they need the `runtime` extra (httpx), imported when they first send.
 """
 
 from eventlog.errors import (
@@ -13,7 +15,15 @@ from eventlog.errors import (
     SessionBusyError,
     SessionFailedError,
 )
+from sessions.runtime._anthropic import AnthropicProvider
 from sessions.runtime._filters import InputFilter, Verdict, passed, reject, warn
+from sessions.runtime._http import (
+    HttpSettings,
+    ProviderConnectionError,
+    ProviderHTTPError,
+    ProviderTimeoutError,
+)
+from sessions.runtime._openai import OpenAIProvider
 from sessions.runtime._providers import (
     Completion,
     ContextLengthError,
@@ -25,6 +35,12 @@ from sessions.runtime._recorder import SessionRecord
 from sessions.runtime._runtime import Runtime
 
 __all__ = [
+    "AnthropicProvider",
+    "HttpSettings",
+    "OpenAIProvider",
+    "ProviderConnectionError",
+    "ProviderHTTPError",
+    "ProviderTimeoutError",
     "Completion",
     "ConfigurationError",
     "ContextLengthError",

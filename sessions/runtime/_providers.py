@@ -81,6 +81,9 @@ class ProviderRegistry:
             )
         return found
 
+    def all(self) -> list[Provider]:
+        return list(self._providers.values())
+
     def names(self) -> list[str]:
         return sorted(self._providers)
 

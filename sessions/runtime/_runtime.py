@@ -189,6 +189,10 @@ class Runtime:
             flight.cancel("shutdown")
         for flight in list(self._flights.values()):
             await flight.done.wait()
+        for provider in self.providers.all():
+            closer = getattr(provider, "aclose", None)
+            if closer is not None:
+                await _call_hook(closer, f"`{provider.name}`.aclose")
         for writer in self._writers.values():
             await asyncio.to_thread(writer.stop)
         self._writers.clear()

@@ -1,0 +1,321 @@
+"""A provider for the Anthropic Messages API.
+
+Runtime parameters map to the request as: `model`, `max_tokens` (required by the API: the
+provider's `max_tokens_default` when no layer sets it), `temperature`, `top_p`, `top_k`,
+`stop_sequences`, `system_prompt` -> `system` (after any system messages of the transcript),
+`provider_specific` merged into the body last. Tool results travel as `tool_result` blocks of a
+user message, and consecutive messages of one role are merged, as the API requires.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from eventlog.errors import ConfigurationError
+from sessions.runtime import _wire
+from sessions.runtime._http import (
+    HttpSettings,
+    ProviderHTTPError,
+    StreamDropped,
+    Transport,
+    resolve_key,
+)
+from sessions.runtime._params import check_params
+from sessions.runtime._providers import Completion, ContextLengthError
+
+if TYPE_CHECKING:
+    import httpx
+
+API_VERSION = "2023-06-01"
+CONTEXT_WORDS = ("prompt is too long", "context window", "context length", "too many tokens")
+
+
+def context_refusal(status: int, text: str, where: str) -> Exception | None:
+    lowered = text.lower()
+    if status in (400, 413) and any(word in lowered for word in CONTEXT_WORDS):
+        return ContextLengthError(f"{where}: the model refused the messages as too long")
+    return None
+
+
+class AnthropicProvider:
+    """Messages over HTTP. The key comes from `api_key`, else `$api_key_env`, else that name's
+    line in `secrets_file`; it is sent as `x-api-key`."""
+
+    def __init__(
+        self,
+        name: str = "anthropic",
+        *,
+        base_url: str = "https://api.anthropic.com/v1",
+        defaults: Mapping[str, Any] | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = "ANTHROPIC_API_KEY",
+        secrets_file: str | os.PathLike[str] | None = None,
+        stream: bool = True,
+        settings: HttpSettings | None = None,
+        max_tokens_default: int = 4096,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"AnthropicProvider: name must be a non-empty str: {name!r}")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"AnthropicProvider: base_url must be an http(s) URL: {base_url!r}"
+            )
+        if isinstance(max_tokens_default, bool) or not isinstance(max_tokens_default, int):
+            raise ConfigurationError("AnthropicProvider: max_tokens_default must be an int")
+        self.name = name
+        self.defaults: Mapping[str, Any] = check_params(defaults, f"provider `{name}` defaults")
+        self.url = base_url.rstrip("/") + "/messages"
+        self.stream = bool(stream)
+        self.max_tokens_default = max_tokens_default
+        key = resolve_key(api_key, api_key_env, secrets_file, f"provider `{name}`")
+        self._headers = {
+            "content-type": "application/json",
+            "anthropic-version": API_VERSION,
+            **dict(headers or {}),
+        }
+        if key is not None:
+            self._headers["x-api-key"] = key
+        self._transport = Transport(settings or HttpSettings(), key)
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(name={self.name!r}, url={self.url!r})"
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        where = f"provider `{self.name}`"
+        body = self.request_body(messages, params, tools or ())
+        consume = _assemble if self.stream else _whole
+
+        async def read(resp: httpx.Response) -> Completion:
+            return await consume(resp, where)
+
+        completion: Completion = await self._transport.send(
+            self.url,
+            self._headers,
+            body,
+            read,
+            lambda status, text: context_refusal(status, text, where),
+            where,
+        )
+        return completion
+
+    def request_body(
+        self,
+        messages: list[dict[str, Any]],
+        params: Mapping[str, Any],
+        tools: Sequence[Mapping[str, Any]],
+    ) -> dict[str, Any]:
+        where = f"provider `{self.name}`"
+        model = params.get("model")
+        if model is None:
+            raise ConfigurationError(
+                f"{where}: no `model`: set it in the provider's defaults, the session's "
+                "runtime_params or the prompt's"
+            )
+        system, turns = to_anthropic(messages, where)
+        if params.get("system_prompt"):
+            system.append(params["system_prompt"])
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": params.get("max_tokens", self.max_tokens_default),
+            "messages": turns,
+        }
+        if system:
+            body["system"] = "\n\n".join(system)
+        if self.stream:
+            body["stream"] = True
+        for field in ("temperature", "top_p", "top_k"):
+            if field in params:
+                body[field] = params[field]
+        if params.get("stop_sequences"):
+            body["stop_sequences"] = list(params["stop_sequences"])
+        if tools:
+            body["tools"] = [
+                {
+                    "name": spec["name"],
+                    "description": spec.get("description", ""),
+                    "input_schema": spec.get("parameters") or {"type": "object"},
+                }
+                for spec in tools
+            ]
+        body.update(params.get("provider_specific") or {})
+        return body
+
+
+async def _whole(resp: httpx.Response, where: str) -> Completion:
+    data = _wire.json_object((await resp.aread()).decode("utf-8", "replace"), where)
+    if data.get("type") == "error":
+        raise _error(data.get("error"), where)
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in data.get("content") or ():
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            text.append(block["text"])
+        elif block.get("type") == "tool_use":
+            call_id, name, arguments = _wire.call_parts(block, where)
+            calls.append({"id": call_id, "name": name, "arguments": arguments})
+    return Completion(
+        text="".join(text),
+        stop_reason=data.get("stop_reason") or "end_turn",
+        tool_calls=calls,
+        usage=_usage(data.get("usage") or {}),
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+    )
+
+
+async def _assemble(resp: httpx.Response, where: str) -> Completion:
+    blocks: dict[int, dict[str, Any]] = {}
+    usage: dict[str, Any] = {}
+    stop_reason: str | None = None
+    model: str | None = None
+    finished = False
+    async for name, data in _wire.sse_events(resp):
+        event = _wire.json_object(data, where)
+        kind = event.get("type", name)
+        if kind == "error":
+            raise _error(event.get("error"), where)
+        if kind == "message_start":
+            message = event.get("message") or {}
+            model = message.get("model") if isinstance(message.get("model"), str) else None
+            usage.update(message.get("usage") or {})
+        elif kind == "content_block_start":
+            block = dict(event.get("content_block") or {})
+            block["partial"] = []
+            blocks[int(event.get("index", len(blocks)))] = block
+        elif kind == "content_block_delta":
+            _add_delta(blocks, event, where)
+        elif kind == "message_delta":
+            delta = event.get("delta") or {}
+            stop_reason = delta.get("stop_reason") or stop_reason
+            usage.update(event.get("usage") or {})
+        elif kind == "message_stop":
+            finished = True
+            break
+    if not finished:
+        raise StreamDropped(f"{where}: the stream ended before message_stop")
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for _, block in sorted(blocks.items()):
+        if block.get("type") == "text":
+            text.append(str(block.get("text", "")) + "".join(block["partial"]))
+        elif block.get("type") == "tool_use":
+            raw = "".join(block["partial"])
+            arguments = _wire.arguments_of(raw, where) if raw else dict(block.get("input") or {})
+            calls.append({"id": block.get("id"), "name": block.get("name"), "arguments": arguments})
+    return Completion(
+        text="".join(text),
+        stop_reason=stop_reason or "end_turn",
+        tool_calls=calls,
+        usage=_usage(usage),
+        model=model,
+    )
+
+
+def _add_delta(blocks: dict[int, dict[str, Any]], event: dict[str, Any], where: str) -> None:
+    block = blocks.get(int(event.get("index", 0)))
+    if block is None:
+        raise ProviderHTTPError(f"{where}: a delta for a content block that never started")
+    delta = event.get("delta") or {}
+    if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+        block["partial"].append(delta["text"])
+    elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        block["partial"].append(delta["partial_json"])
+
+
+def _error(error: object, where: str) -> Exception:
+    info = error if isinstance(error, dict) else {}
+    text = f"{info.get('type', 'error')}: {info.get('message', '')}"
+    refused = context_refusal(400, text, where)
+    if refused is not None:
+        return refused
+    if info.get("type") == "overloaded_error":
+        return StreamDropped(f"{where}: the API was overloaded mid-stream")
+    return ProviderHTTPError(f"{where}: the API sent an error: {text[:500]}")
+
+
+def _usage(raw: dict[str, Any]) -> dict[str, int]:
+    return _wire.usage_counts(
+        input_tokens=raw.get("input_tokens"),
+        output_tokens=raw.get("output_tokens"),
+        cache_read_tokens=raw.get("cache_read_input_tokens"),
+        cache_write_tokens=raw.get("cache_creation_input_tokens"),
+    )
+
+
+def to_anthropic(
+    messages: list[dict[str, Any]], where: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Transcript messages as (system texts, Messages API turns): tool results become
+    `tool_result` blocks of a user turn, and turns of one role in a row are merged."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "system":
+            system.append(_wire.text_of(message.get("content")))
+            continue
+        if role == "assistant":
+            blocks = _assistant_blocks(message, where)
+            turn_role = "assistant"
+        elif role == "tool" or message.get("tool_call_id") is not None:
+            blocks = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.get("tool_call_id"),
+                    "content": _wire.text_of(message.get("content")),
+                }
+            ]
+            turn_role = "user"
+        else:
+            blocks = _user_blocks(message, where)
+            turn_role = "user"
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == turn_role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": turn_role, "content": blocks})
+    return system, turns
+
+
+def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    text = _wire.text_of(message.get("content"))
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for call in message.get("tool_calls") or ():
+        call_id, name, arguments = _wire.call_parts(call, where)
+        blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+    return blocks
+
+
+def _user_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    text = _wire.text_of(message.get("content"))
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for ref in message.get("files") or ():
+        name, mime, data = _wire.read_file(ref, where)
+        if mime.startswith("image/"):
+            source = {"type": "base64", "media_type": mime, "data": _wire.b64(data)}
+            blocks.append({"type": "image", "source": source})
+        elif _wire.is_text(mime):
+            source = {
+                "type": "text",
+                "media_type": "text/plain",
+                "data": data.decode("utf-8", "replace"),
+            }
+            blocks.append({"type": "document", "source": source, "title": name})
+        else:
+            source = {"type": "base64", "media_type": mime, "data": _wire.b64(data)}
+            blocks.append({"type": "document", "source": source, "title": name})
+    return blocks

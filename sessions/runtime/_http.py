@@ -1,0 +1,248 @@
+"""HTTP plumbing shared by the model providers: API keys, one pooled `httpx.AsyncClient` per
+event loop, and a request that retries what is worth retrying.
+
+Retried: 429 and 5xx answers (after `Retry-After` when the server sends one, else exponential
+backoff with full jitter), connect and read timeouts, and connections dropped before the answer
+was whole. Nothing is recorded until a completion is assembled, so a retry never duplicates a
+fact. Cancelling the awaiting task closes the response and its connection: the request really
+stops. `httpx` is imported only when a provider first sends something (the `runtime` extra).
+
+An API key never leaves this module except in the request header: errors carry the server's
+words with the key scrubbed out, and providers do not show it in their `repr`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eventlog.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import httpx
+
+ERROR_TEXT_MAX = 2_000
+"""Characters of a server's error body kept in an error message."""
+
+
+class ProviderHTTPError(Exception):
+    """The model's API answered with an error status (after any retries)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ProviderTimeoutError(ProviderHTTPError):
+    """The API did not connect or did not answer in time (after any retries)."""
+
+
+class ProviderConnectionError(ProviderHTTPError):
+    """The connection failed or dropped before the answer was whole (after any retries)."""
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """How a provider talks HTTP. Times are seconds."""
+
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 120.0
+    """Longest silence between two pieces of an answer (a stream's chunks, or the whole body)."""
+    retries: int = 3
+    """Attempts after the first for a retryable failure."""
+    backoff_s: float = 0.5
+    """First backoff; each retry doubles it, up to `backoff_max_s`, with full jitter."""
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 60.0
+    """A `Retry-After` longer than this is not waited for: the error is raised instead."""
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout_s", "read_timeout_s", "backoff_max_s", "retry_after_max_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(f"HttpSettings: `{name}` must be > 0 seconds: {value!r}")
+        if isinstance(self.backoff_s, bool) or not isinstance(self.backoff_s, (int, float)):
+            raise ConfigurationError(
+                f"HttpSettings: `backoff_s` must be a number: {self.backoff_s!r}"
+            )
+        if self.backoff_s < 0:
+            raise ConfigurationError(f"HttpSettings: `backoff_s` must be >= 0: {self.backoff_s!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigurationError(
+                f"HttpSettings: `retries` must be an int >= 0: {self.retries!r}"
+            )
+
+
+def resolve_key(
+    api_key: str | None, env: str | None, secrets_file: str | os.PathLike[str] | None, where: str
+) -> str | None:
+    """The API key: given outright, else the environment variable `env`, else the line
+    ``ENV=value`` of `secrets_file` (blank lines and ``#`` comments skipped). None when the
+    variable is unset and no secrets file is named (a local server needs no key);
+    `ConfigurationError`, never showing a value, when the secrets file lacks it."""
+    if api_key is not None:
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise ConfigurationError(f"{where}: `api_key` must be a non-empty str")
+        return api_key.strip()
+    if env is None:
+        return None
+    found = os.environ.get(env)
+    if found and found.strip():
+        return found.strip()
+    if secrets_file is None:
+        return None  # a local server (vLLM, llama.cpp, Ollama) needs no key
+    if secrets_file is not None:
+        path = Path(secrets_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{where}: cannot read the secrets file {path.name!r}: {exc.strerror}"
+            ) from None
+        for number, line in enumerate(lines, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            name, sep, value = text.partition("=")
+            if not sep:
+                raise ConfigurationError(
+                    f"{where}: secrets file {path.name!r} line {number} is not NAME=value"
+                )
+            if name.strip() == env and value.strip():
+                return value.strip().strip("\"'")
+    raise ConfigurationError(
+        f"{where}: no API key: set ${env} or the line {env}=... in the secrets file"
+    )
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """`text` with `secret` replaced, cut to `ERROR_TEXT_MAX` characters."""
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    return text[:ERROR_TEXT_MAX]
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date); None if absent
+    or unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        return max(float(text), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def backoff_s(settings: HttpSettings, attempt: int) -> float:
+    """Full jitter: uniform in [0, min(max, base * 2**attempt)]."""
+    ceiling = min(settings.backoff_max_s, settings.backoff_s * (2**attempt))
+    return random.uniform(0.0, ceiling)
+
+
+class Transport:
+    """One pooled `httpx.AsyncClient` per event loop (a client is bound to the loop it first ran
+    on), the settings, and the key to scrub from errors."""
+
+    def __init__(self, settings: HttpSettings, secret: str | None) -> None:
+        self.settings = settings
+        self._secret = secret
+        self._clients: dict[int, httpx.AsyncClient] = {}
+
+    def client(self) -> httpx.AsyncClient:
+        try:
+            import httpx
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ConfigurationError(
+                "HTTP providers need httpx: pip install 'sessionlog-engine[runtime]'"
+            ) from exc
+        loop = id(asyncio.get_running_loop())
+        found = self._clients.get(loop)
+        if found is None or found.is_closed:
+            timeout = httpx.Timeout(
+                self.settings.read_timeout_s, connect=self.settings.connect_timeout_s
+            )
+            found = self._clients[loop] = httpx.AsyncClient(timeout=timeout)
+        return found
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop (the others belong to loops already gone)."""
+        found = self._clients.pop(id(asyncio.get_running_loop()), None)
+        if found is not None:
+            await found.aclose()
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self._secret)
+
+    async def send(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        consume: Callable[[httpx.Response], Any],
+        refusal: Callable[[int, str], Exception | None],
+        where: str,
+    ) -> Any:
+        """POST `body` and hand the streamed response to `consume` (awaited), retrying what is
+        worth it. `refusal(status, text)` may turn a non-retryable error into its own exception
+        (a context-length refusal)."""
+        import httpx
+
+        settings = self.settings
+        attempt = 0
+        while True:
+            wait: float | None
+            try:
+                async with self.client().stream("POST", url, json=body, headers=headers) as resp:
+                    if resp.status_code < 400:
+                        return await consume(resp)
+                    text = (await resp.aread()).decode("utf-8", "replace")
+                    error = self._status_error(resp.status_code, text, refusal, where)
+                    retryable = resp.status_code == 429 or resp.status_code >= 500
+                    if not retryable or attempt >= settings.retries:
+                        raise error
+                    wait = retry_after_s(resp.headers.get("retry-after"))
+                    if wait is not None and wait > settings.retry_after_max_s:
+                        raise error
+            except httpx.TimeoutException as exc:
+                if attempt >= settings.retries:
+                    raise ProviderTimeoutError(
+                        f"{where}: no answer in time after {attempt + 1} attempts "
+                        f"({type(exc).__name__})"
+                    ) from None
+                wait = None
+            except (httpx.TransportError, StreamDropped) as exc:
+                if attempt >= settings.retries:
+                    raise ProviderConnectionError(
+                        f"{where}: the connection failed after {attempt + 1} attempts: "
+                        f"{self.scrub(str(exc)) or type(exc).__name__}"
+                    ) from None
+                wait = None
+            await asyncio.sleep(backoff_s(settings, attempt) if wait is None else wait)
+            attempt += 1
+
+    def _status_error(
+        self, status: int, text: str, refusal: Callable[[int, str], Exception | None], where: str
+    ) -> Exception:
+        special = refusal(status, text)
+        if special is not None:
+            return special
+        return ProviderHTTPError(
+            f"{where}: HTTP {status}: {self.scrub(text.strip())}", status=status
+        )
+
+
+class StreamDropped(Exception):
+    """A stream ended before its final event: retried like a dropped connection."""

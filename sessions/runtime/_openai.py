@@ -1,0 +1,338 @@
+"""A provider for OpenAI-compatible Chat Completions (OpenAI, and the servers that speak its
+API: vLLM, llama.cpp's server, Ollama, most gateways).
+
+Runtime parameters map to the request as: `model`, `temperature`, `top_p`, `max_tokens` (or the
+field named by `max_tokens_field`), `stop_sequences` -> `stop`, `system_prompt` -> a leading
+system message, `provider_specific` merged into the body last. `top_k` is not part of this API
+and is not sent (put it in `provider_specific` for a server that takes it). Streamed answers are
+assembled into one `Completion`; usage arrives in the stream's last chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from eventlog.errors import ConfigurationError
+from sessions._ids import uuid7
+from sessions.runtime import _wire
+from sessions.runtime._http import (
+    HttpSettings,
+    ProviderHTTPError,
+    StreamDropped,
+    Transport,
+    resolve_key,
+)
+from sessions.runtime._params import check_params
+from sessions.runtime._providers import Completion, ContextLengthError
+
+if TYPE_CHECKING:
+    import httpx
+
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+}
+"""`finish_reason` values as the runtime's stop reasons (others are kept as they come)."""
+
+CONTEXT_WORDS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context size",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+)
+"""Words of a 400 answer that refuses the messages as too long, across compatible servers."""
+
+
+def context_refusal(status: int, text: str, where: str) -> Exception | None:
+    lowered = text.lower()
+    if status in (400, 413) and any(word in lowered for word in CONTEXT_WORDS):
+        return ContextLengthError(f"{where}: the model refused the messages as too long")
+    return None
+
+
+class OpenAIProvider:
+    """Chat Completions over HTTP. The key comes from `api_key`, else `$api_key_env`, else that
+    name's line in `secrets_file`; with none, no `Authorization` header is sent."""
+
+    def __init__(
+        self,
+        name: str = "openai",
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        defaults: Mapping[str, Any] | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        secrets_file: str | os.PathLike[str] | None = None,
+        stream: bool = True,
+        settings: HttpSettings | None = None,
+        max_tokens_field: str = "max_tokens",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"OpenAIProvider: name must be a non-empty str: {name!r}")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"OpenAIProvider: base_url must be an http(s) URL: {base_url!r}"
+            )
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise ConfigurationError(
+                "OpenAIProvider: max_tokens_field must be max_tokens or max_completion_tokens"
+            )
+        self.name = name
+        self.defaults: Mapping[str, Any] = check_params(defaults, f"provider `{name}` defaults")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.stream = bool(stream)
+        self.max_tokens_field = max_tokens_field
+        key = resolve_key(api_key, api_key_env, secrets_file, f"provider `{name}`")
+        self._headers = {"content-type": "application/json", **dict(headers or {})}
+        if key is not None:
+            self._headers["authorization"] = f"Bearer {key}"
+        self._transport = Transport(settings or HttpSettings(), key)
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(name={self.name!r}, url={self.url!r})"
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        where = f"provider `{self.name}`"
+        body = self.request_body(messages, params, tools or ())
+        consume = self._assemble if self.stream else self._whole
+
+        async def read(resp: httpx.Response) -> Completion:
+            return await consume(resp, where)
+
+        completion: Completion = await self._transport.send(
+            self.url,
+            self._headers,
+            body,
+            read,
+            lambda status, text: context_refusal(status, text, where),
+            where,
+        )
+        return completion
+
+    def request_body(
+        self,
+        messages: list[dict[str, Any]],
+        params: Mapping[str, Any],
+        tools: Sequence[Mapping[str, Any]],
+    ) -> dict[str, Any]:
+        """The JSON body for these messages, merged parameters and tool specs."""
+        where = f"provider `{self.name}`"
+        model = params.get("model")
+        if model is None:
+            raise ConfigurationError(
+                f"{where}: no `model`: set it in the provider's defaults, the session's "
+                "runtime_params or the prompt's"
+            )
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": to_openai(messages, params.get("system_prompt"), where),
+            "stream": self.stream,
+        }
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        for field, wire in (("temperature", "temperature"), ("top_p", "top_p")):
+            if field in params:
+                body[wire] = params[field]
+        if "max_tokens" in params:
+            body[self.max_tokens_field] = params["max_tokens"]
+        if params.get("stop_sequences"):
+            body["stop"] = list(params["stop_sequences"])
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": spec["name"],
+                        "description": spec.get("description", ""),
+                        "parameters": spec.get("parameters") or {"type": "object"},
+                    },
+                }
+                for spec in tools
+            ]
+        body.update(params.get("provider_specific") or {})
+        return body
+
+    async def _whole(self, resp: httpx.Response, where: str) -> Completion:
+        data = _wire.json_object((await resp.aread()).decode("utf-8", "replace"), where)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ProviderHTTPError(f"{where}: the answer has no choices")
+        message = choices[0].get("message") or {}
+        calls = [_wire.call_parts(call, where) for call in message.get("tool_calls") or () if call]
+        return Completion(
+            text=_wire.text_of(message.get("content")),
+            stop_reason=_stop_reason(choices[0].get("finish_reason")),
+            tool_calls=[{"id": i, "name": n, "arguments": a} for i, n, a in calls],
+            usage=_usage(data.get("usage")),
+            model=data.get("model") if isinstance(data.get("model"), str) else None,
+        )
+
+    async def _assemble(self, resp: httpx.Response, where: str) -> Completion:
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        finish: str | None = None
+        usage: dict[str, int] = {}
+        model: str | None = None
+        done = False
+        async for _, data in _wire.sse_events(resp):
+            if data.strip() == "[DONE]":
+                done = True
+                break
+            chunk = _wire.json_object(data, where)
+            if isinstance(chunk.get("error"), dict):
+                raise _stream_error(chunk["error"], where)
+            model = chunk.get("model") if isinstance(chunk.get("model"), str) else model
+            usage = _usage(chunk.get("usage")) or usage
+            for choice in chunk.get("choices") or ():
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    continue
+                _add_delta(choice.get("delta") or {}, text, calls)
+                finish = choice.get("finish_reason") or finish
+        if not done and finish is None:
+            raise StreamDropped(f"{where}: the stream ended before its last chunk")
+        tool_calls = [
+            {
+                "id": slot["id"] or f"call_{uuid7()}",
+                "name": slot["name"],
+                "arguments": _wire.arguments_of("".join(slot["arguments"]), where),
+            }
+            for _, slot in sorted(calls.items())
+        ]
+        return Completion(
+            text="".join(text),
+            stop_reason=_stop_reason(finish),
+            tool_calls=tool_calls,
+            usage=usage,
+            model=model,
+        )
+
+
+def _add_delta(delta: dict[str, Any], text: list[str], calls: dict[int, dict[str, Any]]) -> None:
+    content = delta.get("content")
+    if isinstance(content, str):
+        text.append(content)
+    for part in delta.get("tool_calls") or ():
+        if not isinstance(part, dict):
+            continue
+        index = part.get("index", len(calls))
+        slot = calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if isinstance(part.get("id"), str):
+            slot["id"] = part["id"]
+        function = part.get("function") or {}
+        if isinstance(function.get("name"), str) and not slot["name"]:
+            slot["name"] = function["name"]
+        if isinstance(function.get("arguments"), str):
+            slot["arguments"].append(function["arguments"])
+
+
+def _stream_error(error: dict[str, Any], where: str) -> Exception:
+    text = f"{error.get('code', '')} {error.get('message', '')}"
+    refused = context_refusal(400, text, where)
+    if refused is not None:
+        return refused
+    return ProviderHTTPError(f"{where}: the stream carried an error: {text.strip()[:500]}")
+
+
+def _stop_reason(finish: object) -> str:
+    if not isinstance(finish, str):
+        return "end_turn"
+    return STOP_REASONS.get(finish, finish)
+
+
+def _usage(raw: object) -> dict[str, int]:
+    if not isinstance(raw, dict):
+        return {}
+    prompt = raw.get("prompt_tokens_details") or {}
+    completion = raw.get("completion_tokens_details") or {}
+    return _wire.usage_counts(
+        input_tokens=raw.get("prompt_tokens"),
+        output_tokens=raw.get("completion_tokens"),
+        total_tokens=raw.get("total_tokens"),
+        cache_read_tokens=prompt.get("cached_tokens") if isinstance(prompt, dict) else None,
+        reasoning_tokens=(
+            completion.get("reasoning_tokens") if isinstance(completion, dict) else None
+        ),
+    )
+
+
+def to_openai(
+    messages: list[dict[str, Any]], system_prompt: str | None, where: str
+) -> list[dict[str, Any]]:
+    """Transcript messages as Chat Completions messages."""
+    out: list[dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": "system", "content": system_prompt})
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            out.append(_assistant(message, where))
+        elif role == "tool" or message.get("tool_call_id") is not None:
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message.get("tool_call_id"),
+                    "content": _wire.text_of(message.get("content")),
+                }
+            )
+        elif role == "system":
+            out.append({"role": "system", "content": _wire.text_of(message.get("content"))})
+        else:
+            out.append({"role": "user", "content": _user_content(message, where)})
+    return out
+
+
+def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": "assistant", "content": _wire.text_of(message.get("content"))}
+    calls = [_wire.call_parts(call, where) for call in message.get("tool_calls") or ()]
+    if calls:
+        item["content"] = item["content"] or None
+        item["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": _json(arguments)},
+            }
+            for call_id, name, arguments in calls
+        ]
+    return item
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _user_content(message: dict[str, Any], where: str) -> str | list[dict[str, Any]]:
+    text = _wire.text_of(message.get("content"))
+    files = message.get("files") or []
+    if not files:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for ref in files:
+        name, mime, data = _wire.read_file(ref, where)
+        if mime.startswith("image/"):
+            url = f"data:{mime};base64,{_wire.b64(data)}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif _wire.is_text(mime):
+            body = data.decode("utf-8", "replace")
+            parts.append({"type": "text", "text": f'<file name="{name}">\n{body}\n</file>'})
+        else:
+            url = f"data:{mime};base64,{_wire.b64(data)}"
+            parts.append({"type": "file", "file": {"filename": name, "file_data": url}})
+    return parts

@@ -1,0 +1,146 @@
+"""What both HTTP providers share on the wire: server-sent events, JSON bodies, the tool calls
+and attached files of transcript messages in one canonical form.
+
+A tool call in the transcript is ``{"id", "name", "arguments": {...}}`` as the runtime records
+it; calls in the OpenAI shape (``{"id", "function": {"name", "arguments": "<json>"}}``) or the
+Anthropic one (``{"id", "name", "input"}``), as seeded transcripts may hold, are read too.
+Nothing here touches storage or the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sessions.runtime._http import ProviderHTTPError
+
+if TYPE_CHECKING:
+    import httpx
+
+FILE_BYTES_MAX = 32 * 1024 * 1024
+"""One attached file read for a model call; the APIs refuse far smaller ones."""
+
+
+async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+    """Server-sent events of a response as ``(event name or None, data)``; multi-line data is
+    joined with newlines, comments and other fields skipped."""
+    name: str | None = None
+    data: list[str] = []
+    async for line in resp.aiter_lines():
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = None, []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            name = value
+        elif field == "data":
+            data.append(value)
+    if data:
+        yield name, "\n".join(data)
+
+
+def json_object(text: str, where: str) -> dict[str, Any]:
+    """A JSON object from the API, or `ProviderHTTPError` saying what came instead."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ProviderHTTPError(
+            f"{where}: the API sent something that is not JSON: {text[:200]!r}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ProviderHTTPError(f"{where}: the API sent JSON that is not an object: {text[:200]!r}")
+    return value
+
+
+def arguments_of(raw: object, where: str) -> dict[str, Any]:
+    """Tool-call arguments as a dict: a JSON text is parsed, empty means no arguments."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise ProviderHTTPError(
+                f"{where}: tool-call arguments are not JSON: {raw[:200]!r}"
+            ) from None
+        if isinstance(value, dict):
+            return value
+    raise ProviderHTTPError(f"{where}: tool-call arguments are not a JSON object: {raw!r:.200}")
+
+
+def call_parts(call: object, where: str) -> tuple[str, str, dict[str, Any]]:
+    """(id, name, arguments) of a transcript tool call in any of the shapes read."""
+    if not isinstance(call, Mapping):
+        raise ProviderHTTPError(f"{where}: a tool call is not an object: {call!r:.120}")
+    function = call.get("function")
+    name = call.get("name")
+    raw: object = call.get("arguments", call.get("input"))
+    if isinstance(function, Mapping):
+        name = name or function.get("name")
+        raw = function.get("arguments") if raw is None else raw
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise ProviderHTTPError(f"{where}: a tool call needs a str `id` and `name`: {call!r:.120}")
+    return call_id, name, arguments_of(raw, where)
+
+
+def text_of(content: object) -> str:
+    """String content, or the text blocks of block content joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            for block in content
+            if isinstance(block, Mapping) and isinstance(block.get("text"), str)
+        )
+    return str(content)
+
+
+def read_file(ref: Mapping[str, Any], where: str) -> tuple[str, str, bytes]:
+    """(name, media type, bytes) of an attached file, read when the model is called."""
+    path = Path(str(ref.get("path", "")))
+    name = ref.get("name") or path.name
+    mime = ref.get("mime_type") or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    try:
+        size = path.stat().st_size
+        if size > FILE_BYTES_MAX:
+            raise ProviderHTTPError(
+                f"{where}: attached file {name!r} is {size} bytes, over {FILE_BYTES_MAX}"
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ProviderHTTPError(
+            f"{where}: cannot read attached file {name!r}: {exc.strerror}"
+        ) from None
+    return str(name), str(mime), data
+
+
+def is_text(mime: str) -> bool:
+    return mime.startswith("text/") or mime in ("application/json", "application/xml")
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def usage_counts(**counts: object) -> dict[str, int]:
+    """The counts that are ints >= 0 (what an API left out is left out)."""
+    return {
+        name: value
+        for name, value in counts.items()
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    }

@@ -1,0 +1,505 @@
+"""The HTTP providers against stub servers on loopback that speak each API's wire format: plain
+and streamed answers, tool calls, every error class, retries, timeouts, cancellation mid-stream,
+the merged runtime parameters as the server received them, and API keys that never reach the
+store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replay import export_bundle
+from sessions import SessionStore
+from sessions.runtime import (
+    AnthropicProvider,
+    ConfigurationError,
+    ContextLengthError,
+    HttpSettings,
+    OpenAIProvider,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderHTTPError,
+    ProviderTimeoutError,
+    Runtime,
+)
+from tests._model_stubs import (
+    Reply,
+    StubServer,
+    anthropic_stream,
+    anthropic_whole,
+    openai_stream,
+    openai_whole,
+)
+
+KEY = "sk-test-0123456789abcdefSECRET"
+FAST = HttpSettings(backoff_s=0.01, connect_timeout_s=2.0, read_timeout_s=5.0)
+CALLS = [
+    {"id": "call_a", "name": "read_file", "arguments": {"path": "a.txt"}},
+    {"id": "call_b", "name": "grep", "arguments": {"pattern": "TODO", "limit": 3}},
+]
+
+
+def run(body: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(body())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SessionStore]:
+    with SessionStore.open(tmp_path / "store") as opened:
+        yield opened
+
+
+def openai(stub: StubServer, **kwargs: Any) -> OpenAIProvider:
+    options: dict[str, Any] = {
+        "base_url": stub.url,
+        "api_key": KEY,
+        "settings": FAST,
+        "defaults": {"model": "gpt-stub"},
+    }
+    return OpenAIProvider(**{**options, **kwargs})
+
+
+def anthropic(stub: StubServer, **kwargs: Any) -> AnthropicProvider:
+    options: dict[str, Any] = {
+        "base_url": stub.url,
+        "api_key": KEY,
+        "settings": FAST,
+        "defaults": {"model": "claude-stub"},
+    }
+    return AnthropicProvider(**{**options, **kwargs})
+
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+# Chat Completions
+
+
+def test_openai_plain_answer_and_request_shape() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(body=openai_whole("hi there", usage=(9, 2))))
+            provider = openai(stub, stream=False)
+            done = await provider.complete(USER, {"model": "gpt-x", "temperature": 0.3})
+            await provider.aclose()
+        assert done.text == "hi there" and done.stop_reason == "end_turn"
+        assert done.usage == {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11}
+        assert done.model == "gpt-stub"
+        (request,) = stub.requests
+        assert request.path == "/v1/chat/completions"
+        assert request.headers["authorization"] == f"Bearer {KEY}"
+        assert request.json == {
+            "model": "gpt-x",
+            "messages": [{"role": "user", "content": "hello"}],
+            "stream": False,
+            "temperature": 0.3,
+        }
+
+    run(body)
+
+
+def test_openai_stream_assembles_text_usage_and_parallel_tool_calls() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            events = openai_stream(["I will ", "look."], tool_calls=CALLS, finish="tool_calls")
+            stub.script(Reply(events=events))
+            provider = openai(stub)
+            done = await provider.complete(USER, {"model": "gpt-x"})
+            await provider.aclose()
+        assert done.text == "I will look."
+        assert done.stop_reason == "tool_use"
+        assert [dict(call) for call in done.tool_calls] == CALLS
+        assert done.usage["input_tokens"] == 11 and done.usage["output_tokens"] == 7
+        sent = stub.requests[0].json
+        assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+    run(body)
+
+
+def test_openai_transcript_with_tools_and_files(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("line one")
+    (tmp_path / "dot.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    files = [{"path": str(tmp_path / "notes.txt")}, {"path": str(tmp_path / "dot.png")}]
+    messages = [
+        {"role": "user", "content": "read it", "files": files},
+        {"role": "assistant", "content": "", "tool_calls": [CALLS[0]]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "contents of a"},
+    ]
+    provider = OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key=KEY)
+    tools = [{"name": "read_file", "description": "Read a file", "parameters": {"type": "object"}}]
+    sent = provider.request_body(
+        messages,
+        {"model": "m", "system_prompt": "be brief", "stop_sequences": ["END"], "top_k": 5,
+         "max_tokens": 9, "provider_specific": {"seed": 7}},
+        tools,
+    )  # fmt: skip
+    assert sent["messages"][0] == {"role": "system", "content": "be brief"}
+    parts = sent["messages"][1]["content"]
+    assert parts[0] == {"type": "text", "text": "read it"}
+    assert parts[1]["text"] == '<file name="notes.txt">\nline one\n</file>'
+    assert parts[2]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert sent["messages"][2]["tool_calls"][0]["function"] == {
+        "name": "read_file",
+        "arguments": '{"path":"a.txt"}',
+    }
+    assert sent["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_a",
+        "content": "contents of a",
+    }
+    assert sent["stop"] == ["END"] and sent["max_tokens"] == 9 and sent["seed"] == 7
+    assert "top_k" not in sent  # not part of Chat Completions
+    assert sent["tools"][0]["function"]["name"] == "read_file"
+
+
+# Anthropic Messages
+
+
+def test_anthropic_stream_text_tool_use_and_usage() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            events = anthropic_stream(["Let me ", "check."], tool_calls=CALLS, stop="tool_use")
+            stub.script(Reply(events=events))
+            provider = anthropic(stub)
+            done = await provider.complete(USER, {"model": "claude-x", "top_k": 4})
+            await provider.aclose()
+        assert done.text == "Let me check." and done.stop_reason == "tool_use"
+        assert [dict(call) for call in done.tool_calls] == CALLS
+        assert done.usage == {"input_tokens": 13, "output_tokens": 5}
+        request = stub.requests[0]
+        assert request.path == "/v1/messages"
+        assert request.headers["x-api-key"] == KEY
+        assert request.headers["anthropic-version"] == "2023-06-01"
+        assert request.json["top_k"] == 4 and request.json["max_tokens"] == 4096
+
+    run(body)
+
+
+def test_anthropic_plain_answer() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(body=anthropic_whole("plain", stop="max_tokens", usage=(3, 1))))
+            provider = anthropic(stub, stream=False)
+            done = await provider.complete(USER, {"model": "claude-x", "max_tokens": 1})
+            await provider.aclose()
+        assert (done.text, done.stop_reason) == ("plain", "max_tokens")
+        assert done.usage == {"input_tokens": 3, "output_tokens": 1}
+        assert "stream" not in stub.requests[0].json
+
+    run(body)
+
+
+def test_anthropic_transcript_shape() -> None:
+    messages = [
+        {"role": "system", "content": "from the transcript"},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "ok", "tool_calls": CALLS},
+        {"role": "tool", "tool_call_id": "call_a", "content": "A"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "B"},
+        {"role": "user", "content": "and?", "synthetic": True},
+    ]
+    provider = AnthropicProvider(base_url="http://127.0.0.1:9/v1", api_key=KEY)
+    sent = provider.request_body(messages, {"model": "m", "system_prompt": "override"}, ())
+    assert sent["system"] == "from the transcript\n\noverride"
+    roles = [turn["role"] for turn in sent["messages"]]
+    assert roles == ["user", "assistant", "user"]  # results and the next user turn merged
+    assert sent["messages"][1]["content"][1] == {
+        "type": "tool_use", "id": "call_a", "name": "read_file", "input": {"path": "a.txt"}
+    }  # fmt: skip
+    last = sent["messages"][2]["content"]
+    assert [block["type"] for block in last] == ["tool_result", "tool_result", "text"]
+    assert last[1] == {"type": "tool_result", "tool_use_id": "call_b", "content": "B"}
+
+
+# Errors, retries, timeouts, cancellation
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retries_honour_retry_after(status: int) -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            busy = Reply(status=status, body={"error": {"message": "slow down"}},
+                         headers={"retry-after": "0"})  # fmt: skip
+            stub.script(busy, busy, Reply(body=openai_whole("finally")))
+            provider = openai(stub, stream=False)
+            done = await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert done.text == "finally" and len(stub.requests) == 3
+
+    run(body)
+
+
+def test_retries_give_up_with_the_status() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            for _ in range(4):
+                stub.script(Reply(status=502, body={"error": {"message": "bad gateway"}}))
+            provider = openai(stub, settings=HttpSettings(backoff_s=0.0, retries=2))
+            with pytest.raises(ProviderHTTPError) as caught:
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert caught.value.status == 502 and "bad gateway" in str(caught.value)
+        assert len(stub.requests) == 3
+
+    run(body)
+
+
+def test_retry_after_too_long_is_not_waited_for() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(status=429, body={}, headers={"retry-after": "3600"}))
+            provider = openai(stub)
+            with pytest.raises(ProviderHTTPError) as caught:
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert caught.value.status == 429 and len(stub.requests) == 1
+
+    run(body)
+
+
+def test_client_errors_are_not_retried() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(status=401, body={"error": {"message": "bad key"}}))
+            provider = anthropic(stub)
+            with pytest.raises(ProviderHTTPError) as caught:
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert caught.value.status == 401 and len(stub.requests) == 1
+
+    run(body)
+
+
+@pytest.mark.parametrize("which", ["openai", "anthropic"])
+def test_context_length_refusal(which: str) -> None:
+    refusals = {
+        "openai": {"error": {"code": "context_length_exceeded",
+                             "message": "This model's maximum context length is 8 tokens"}},
+        "anthropic": {"type": "error", "error": {"type": "invalid_request_error",
+                                                 "message": "prompt is too long: 9 > 8"}},
+    }  # fmt: skip
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(status=400, body=refusals[which]))
+            provider = openai(stub) if which == "openai" else anthropic(stub)
+            with pytest.raises(ContextLengthError):
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert len(stub.requests) == 1
+
+    run(body)
+
+
+def test_read_timeout_is_retried_then_raised() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(hang=True), Reply(hang=True))
+            settings = HttpSettings(read_timeout_s=0.2, retries=1, backoff_s=0.0)
+            provider = openai(stub, settings=settings)
+            with pytest.raises(ProviderTimeoutError):
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert len(stub.requests) == 2
+
+    run(body)
+
+
+def test_a_stream_dropped_midway_is_retried() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            events = openai_stream(["one ", "two"])
+            stub.script(Reply(events=events, drop_after=2), Reply(events=events))
+            provider = openai(stub)
+            done = await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert done.text == "one two" and len(stub.requests) == 2
+
+    run(body)
+
+
+def test_a_stream_that_keeps_dropping_fails() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            events = anthropic_stream(["x"])
+            for _ in range(2):
+                stub.script(Reply(events=events, drop_after=3))
+            provider = anthropic(stub, settings=HttpSettings(retries=1, backoff_s=0.0))
+            with pytest.raises(ProviderConnectionError):
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert len(stub.requests) == 2
+
+    run(body)
+
+
+def test_mid_stream_error_event() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            events = anthropic_stream(["x"])[:3]
+            events.append(("error", {"type": "error",
+                                     "error": {"type": "api_error", "message": "boom"}}))  # fmt: skip
+            stub.script(Reply(events=events))
+            provider = anthropic(stub)
+            with pytest.raises(ProviderHTTPError, match="boom"):
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+
+    run(body)
+
+
+def test_connection_refused() -> None:
+    async def body() -> None:
+        provider = OpenAIProvider(
+            base_url="http://127.0.0.1:9/v1",
+            api_key=KEY,
+            settings=HttpSettings(retries=1, backoff_s=0.0),
+            defaults={"model": "m"},
+        )
+        with pytest.raises(ProviderConnectionError):
+            await provider.complete(USER, {"model": "m"})
+        await provider.aclose()
+
+    run(body)
+
+
+def test_cancel_mid_stream_closes_the_connection(store: SessionStore) -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            events = openai_stream([f"w{i} " for i in range(50)])
+            stub.script(Reply(events=events, event_delay_s=0.2))
+            async with Runtime(store, providers=[openai(stub)], default_provider="openai") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                task = asyncio.ensure_future(rt.prompt(sid, "talk", request_id="r1"))
+                await stub.streaming.wait()
+                assert await rt.cancel(sid, "r1") is True
+                await asyncio.wait_for(stub.disconnected.wait(), 5)
+                with pytest.raises(Exception) as caught:
+                    await task
+                assert type(caught.value).__name__ == "PromptCancelledError"
+                assert (await rt.status(sid))["status"] == "idle"
+        assert stub.disconnects == 1
+
+    run(body)
+
+
+# Through the runtime
+
+
+def test_runtime_merges_parameters_as_the_server_sees_them(store: SessionStore) -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(events=openai_stream(["first"])), Reply(events=openai_stream(["2"])))
+            provider = openai(
+                stub,
+                defaults={"model": "gpt-base", "temperature": 0.1, "top_p": 0.9,
+                          "provider_specific": {"seed": 1, "user": "base"}},
+            )  # fmt: skip
+            async with Runtime(store, providers=[provider], default_provider="openai") as rt:
+                sid = (
+                    await rt.create(
+                        "agent",
+                        runtime_params={"temperature": 0.5, "provider_specific": {"user": "s"}},
+                    )
+                )["session_id"]
+                first = await rt.prompt(sid, "one", {"max_tokens": 7, "system_prompt": "sys"})
+                await rt.prompt(sid, "two", {"provider_specific": {"logprobs": True}})
+        assert first["text"] == "first" and first["usage"]["input_tokens"] == 11
+        one, two = (request.json for request in stub.requests)
+        assert one["model"] == "gpt-base" and one["temperature"] == 0.5 and one["top_p"] == 0.9
+        assert one["max_tokens"] == 7 and (one["seed"], one["user"]) == (1, "s")
+        assert one["messages"] == [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "one"},
+        ]
+        assert "max_tokens" not in two and two["logprobs"] is True and two["user"] == "s"
+        assert [m["content"] for m in two["messages"]] == ["one", "first", "two"]
+
+    run(body)
+
+
+def test_context_refusal_through_the_runtime_keeps_the_session(store: SessionStore) -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            refusal = {"error": {"code": "context_length_exceeded", "message": "too long"}}
+            stub.script(Reply(status=400, body=refusal), Reply(events=openai_stream(["ok"])))
+            async with Runtime(store, providers=[openai(stub)], default_provider="openai") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                with pytest.raises(ProviderError, match="ContextLengthError"):
+                    await rt.prompt(sid, "huge")
+                assert (await rt.status(sid))["status"] == "idle"
+                assert (await rt.prompt(sid, "again"))["text"] == "ok"
+                loops = (await rt.record(sid)).loops
+        assert loops[0]["error_kind"] == "context_length"
+
+    run(body)
+
+
+def test_api_keys_never_reach_the_store_or_a_bundle(tmp_path: Path) -> None:
+    """The stub echoes the headers it got in its error bodies; every byte the store keeps, every
+    error raised and the bundle export are scanned for the key."""
+
+    def echo(request: Any) -> Reply:
+        return Reply(status=400, body={"error": {"message": f"headers: {request.headers}"}})
+
+    errors: list[str] = []
+
+    async def body(store: SessionStore) -> str:
+        async with StubServer(default=echo) as stub:
+            stub.script(Reply(events=openai_stream(["fine"])))
+            providers = [openai(stub), anthropic(stub)]
+            async with Runtime(store, providers=providers, default_provider="openai") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                await rt.prompt(sid, "first")
+                for name in ("openai", "anthropic"):
+                    other = (await rt.create("agent", provider=name))["session_id"]
+                    try:
+                        await rt.prompt(other, "fails")
+                    except ProviderError as exc:
+                        errors.append(str(exc))
+                    errors.extend(json.dumps(loop) for loop in (await rt.record(other)).loops)
+                errors.append(repr(providers))
+                return str(sid)
+
+    path = tmp_path / "store"
+    with SessionStore.open(path) as store:
+        sid = run(lambda: body(store))
+        bundle = json.dumps(export_bundle(store, sid, "local"))
+    assert len(errors) == 5 and all("[redacted]" in e for e in errors[0::2][:2])
+    assert all(KEY not in text for text in [*errors, bundle])
+    stored = [item for item in path.rglob("*") if item.is_file()]
+    assert stored
+    for item in stored:
+        assert KEY.encode() not in item.read_bytes(), item.name
+
+
+def test_keys_from_environment_and_secrets_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STUB_KEY", "from-env")
+    provider = OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key_env="STUB_KEY")
+    assert provider._headers["authorization"] == "Bearer from-env"
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("# keys\nOTHER=x\nFILE_KEY=from-file\n")
+    provider = AnthropicProvider(
+        base_url="http://127.0.0.1:9/v1", api_key_env="FILE_KEY", secrets_file=secrets
+    )
+    assert provider._headers["x-api-key"] == "from-file"
+    assert "from-file" not in repr(provider)
+    with pytest.raises(ConfigurationError, match=r"\$MISSING_KEY") as caught:
+        AnthropicProvider(api_key_env="MISSING_KEY", secrets_file=secrets)
+    assert "from-file" not in str(caught.value)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keyless = OpenAIProvider(base_url="http://127.0.0.1:9/v1")  # a local server needs none
+    assert "authorization" not in keyless._headers
+
+
+def test_a_missing_model_is_a_configuration_error() -> None:
+    provider = OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key=KEY)
+    with pytest.raises(ConfigurationError, match="no `model`"):
+        provider.request_body(USER, {}, ())
