@@ -57,6 +57,30 @@ def check_params(value: object, where: str) -> dict[str, Any]:
     return out
 
 
+def wire_params(value: object, where: str) -> dict[str, Any]:
+    """A parameter set in seed 002's camelCase form (``maxTokens``, ``topP``, ...; snake_case
+    names are read too), validated into the runtime's snake_case one."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidArgumentError(
+            f"{where}: runtimeParams must be an object with str keys, got {type(value).__name__}"
+        )
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _CAMEL.get(key, key)
+        if name in out:
+            raise InvalidArgumentError(f"{where}: runtime parameter {name!r} is given twice")
+        out[name] = item
+    return check_params(out, where)
+
+
+def camel_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A snake_case parameter set in seed 002's camelCase form."""
+    back = {snake: camel for camel, snake in _CAMEL.items()}
+    return {back.get(name, name): item for name, item in params.items()}
+
+
 def _text(item: object, where: str, limit: int, limit_name: str) -> str:
     if not isinstance(item, str) or not item:
         raise InvalidArgumentError(f"{where} must be a non-empty str, got {item!r:.80}")

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from eventlog import CapacityError, InvalidArgumentError, UnknownSessionError, check_encodable
 from eventlog import events as ev
 from eventlog.errors import (
+    ConfigurationError,
     InputRejectedError,
     PromptCancelledError,
     ProviderError,
@@ -42,7 +43,7 @@ from sessions.runtime._args import (
     session_metadata,
 )
 from sessions.runtime._lease import RuntimeLease
-from sessions.runtime._params import check_params
+from sessions.runtime._params import check_params, merge_params, wire_params
 from sessions.runtime._providers import (
     Completion,
     ContextLengthError,
@@ -239,18 +240,16 @@ class Runtime:
         """Open a session bound to `provider` (the default when None); returns its status record.
 
         `runtime_params` are the session's layer, between the provider's defaults and each
-        prompt's. `scope="ephemeral"` keeps the session in memory only: a restart forgets it.
+        prompt's. Seed 002's form works too: ``metadata={"provider": ..., "runtimeParams":
+        {...}}`` (camelCase); an unregistered provider is refused with `ConfigurationError`.
+        `scope="ephemeral"` keeps the session in memory only: a restart forgets it.
         `parent_spawn_ref` (``{session_id, loop_id, tool_call_id}``) marks a sub-agent session;
         the parent's loop then lists it among its children.
         """
         if not isinstance(agent_id, str) or not agent_id:
             raise InvalidArgumentError(f"create: `agent_id` must be a non-empty str: {agent_id!r}")
-        name = self.default_provider if provider is None else provider
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"create: `provider` must be a str, got {name!r}")
-        self.providers.get(name, "create")
-        params = check_params(runtime_params, "create")
         extra = check_dict(metadata, "metadata", "create")
+        name, params = self._binding(provider, runtime_params, extra)
         if scope not in ("persistent", "ephemeral"):
             raise InvalidArgumentError(
                 f"create: `scope` must be persistent or ephemeral: {scope!r}"
@@ -281,6 +280,33 @@ class Runtime:
             if scope == "ephemeral":
                 self._ephemeral_ids.add(created["session_id"])
         return created
+
+    def _binding(
+        self,
+        provider: str | None,
+        runtime_params: Mapping[str, Any] | None,
+        metadata: dict[str, Any],
+    ) -> tuple[str, dict[str, Any]]:
+        """The provider a new session is bound to and its layer of parameters, from the keyword
+        arguments and seed 002's ``metadata.provider`` / ``metadata.runtimeParams`` (removed
+        from `metadata`; the keyword arguments win field by field)."""
+        named = metadata.pop("provider", None)
+        if named is not None and not isinstance(named, str):
+            raise InvalidArgumentError(f"create: `metadata.provider` must be a str, got {named!r}")
+        if provider is not None and named is not None and provider != named:
+            raise ConfigurationError(
+                f"create: `provider` {provider!r} and `metadata.provider` {named!r} disagree"
+            )
+        name = provider or named or self.default_provider
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"create: `provider` must be a str, got {name!r}")
+        self.providers.get(name, "create")
+        layer = wire_params(metadata.pop("runtimeParams", None), "create: metadata.runtimeParams")
+        stored = wire_params(
+            metadata.pop("runtime_params", None), "create: metadata.runtime_params"
+        )
+        params = merge_params(stored, layer, check_params(runtime_params, "create"))
+        return name, params
 
     async def adopt(
         self,
