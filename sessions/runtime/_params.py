@@ -68,7 +68,7 @@ def wire_params(value: object, where: str) -> dict[str, Any]:
         )
     out: dict[str, Any] = {}
     for key, item in value.items():
-        name = _CAMEL.get(key, key)
+        name: str = _CAMEL.get(key) or key
         if name in out:
             raise InvalidArgumentError(f"{where}: runtime parameter {name!r} is given twice")
         out[name] = item
