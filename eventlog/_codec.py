@@ -44,7 +44,7 @@ class Envelope(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
-_decoder = msgspec.msgpack.Decoder(Envelope)
+envelope_decoder = msgspec.msgpack.Decoder(Envelope)
 
 
 def encode_meta(meta: dict[str, Any]) -> int:
@@ -87,7 +87,7 @@ def encode_records(
     records: list[bytearray] = []
     envelopes: list[Envelope] = []
     add_record, add_envelope = records.append, envelopes.append
-    encode_into, decode = _encoder.encode_into, _decoder.decode
+    encode_into, decode = _encoder.encode_into, envelope_decoder.decode
     hasher = blake3.blake3()
     reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
     position, version = first_position, first_version
@@ -120,7 +120,7 @@ def encode_records(
 
 # What msgspec raises for bytes that are not a valid record: malformed msgpack, a schema mismatch,
 # and invalid UTF-8 in a string, which surfaces as the builtin `UnicodeDecodeError`.
-_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 
 
 def stored_hash(record: bytes | bytearray | memoryview) -> bytes:
@@ -151,100 +151,11 @@ def check_record(
     return digest
 
 
-def check_and_decode(
-    prev_hash: bytes | memoryview, records: Iterable[bytes | bytearray | memoryview], first: int
-) -> list[Envelope]:
-    """Check a run of consecutive records against the chain and decode them.
-
-    The hot read path: one loop, no per-record function calls beyond hashing and decoding. A
-    record in the wrong place is caught by the position it carries, which the hash covers.
-    """
-    # One hasher, reset per record, fed one buffer: every call into blake3 has a fixed cost
-    # (building a hasher, taking a buffer) well above hashing a 300-byte record.
-    hasher = blake3.blake3()
-    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
-    decode = _decoder.decode
-    out: list[Envelope] = []
-    prev_hash = bytes(prev_hash)
-    position = first
-    for record in records:
-        try:
-            envelope = decode(record)
-        except _DECODE_ERRORS as exc:
-            check_record(prev_hash, record, position)  # damaged bytes: say so precisely
-            raise IntegrityError(
-                f"event at position {position}: cannot decode: {exc}", position
-            ) from exc
-        reset()
-        update(prev_hash + record[BODY_START:])
-        digest = digest_of()
-        if digest != envelope.hash:
-            check_record(prev_hash, record, position)  # raises with the precise reason
-        if envelope.position != position:
-            raise IntegrityError(f"position {position} is missing from the log", position)
-        out.append(envelope)
-        prev_hash = digest
-        position += 1
-    return out
-
-
-def check_and_decode_at(
-    positions: list[int],
-    pairs: Iterable[
-        tuple[bytes | bytearray | memoryview | None, bytes | bytearray | memoryview | None]
-    ],
-) -> list[Envelope]:
-    """Check and decode the records at `positions` (any order, gaps allowed), given for each the
-    record before it (None when it directly follows the one before in `positions`, or is the
-    first) and the record itself.
-
-    Each record is checked against its predecessor's hash: the one just decoded, or the stored
-    hash of the record before it. A missing record raises `IntegrityError`.
-    """
-    hasher = blake3.blake3()
-    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
-    decode = _decoder.decode
-    out: list[Envelope] = []
-    add = out.append
-    last_position, last_hash = -1, b""
-    for position, (before, record) in zip(positions, pairs, strict=True):
-        if record is None:
-            raise IntegrityError(f"position {position} is missing from the log", position)
-        if before is not None:
-            prev_hash = bytes(before[HASH_START:BODY_START])
-        elif position == 1:
-            prev_hash = GENESIS_HASH
-        elif position == last_position + 1:
-            prev_hash = last_hash
-        else:
-            raise IntegrityError(f"position {position - 1} is missing from the log", position)
-        try:
-            envelope = decode(record)
-        except _DECODE_ERRORS as exc:
-            check_record(prev_hash, record, position)
-            raise IntegrityError(
-                f"event at position {position}: cannot decode: {exc}", position
-            ) from exc
-        reset()
-        update(prev_hash + record[BODY_START:])
-        digest = digest_of()
-        if digest != envelope.hash:
-            check_record(prev_hash, record, position)
-        if envelope.position != position:
-            raise IntegrityError(
-                f"event at position {position} says it is at position {envelope.position}",
-                position,
-            )
-        add(envelope)
-        last_position, last_hash = position, digest
-    return out
-
-
 def decode_record(record: bytes | bytearray | memoryview, position: int) -> Envelope:
     """Decode a record already checked against the chain."""
     try:
-        envelope = _decoder.decode(record)
-    except _DECODE_ERRORS as exc:
+        envelope = envelope_decoder.decode(record)
+    except DECODE_ERRORS as exc:
         raise IntegrityError(
             f"event at position {position}: cannot decode: {exc}", position
         ) from exc
@@ -271,7 +182,7 @@ class StructCodec(Generic[T]):
     def decode(self, data: bytes | bytearray | memoryview) -> T:
         try:
             return self._decoder.decode(data)
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             raise IntegrityError(f"stored {self._what} cannot be decoded: {exc}") from exc
 
 

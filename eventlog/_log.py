@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import msgspec
 
-from eventlog import _codec, _walk, limits
+from eventlog import _chain, _codec, _walk, limits
 from eventlog._chain import RecordChecker
 from eventlog._codec import Envelope
 from eventlog._lease import Lease
@@ -181,17 +181,10 @@ class LogView:
         self, *, after: int = 0, limit: int = limits.read_page_events_default
     ) -> list[Envelope]:
         after, limit = _check_page(after, limit, "read")
-        prev = self._hash_at(after)
+        prev = _chain.hash_at(self._txn, after)
         if prev is None:
             return []
-        return _codec.check_and_decode(prev, self._txn.values_after(after, limit), after + 1)
-
-    def _hash_at(self, position: int) -> bytes | None:
-        """The hash the record after `position` chains to; None past the end of the log."""
-        if not position:
-            return _codec.GENESIS_HASH
-        record = self._txn.record(position)
-        return None if record is None else _codec.stored_hash(record)
+        return _chain.check_run(prev, self._txn.values_after(after, limit), after + 1)
 
     def read_records(
         self, *, after: int = 0, limit: int = limits.read_page_events_default
@@ -199,28 +192,32 @@ class LogView:
         """Like `read`, with each event's stored bytes beside it: what an export must carry to
         reproduce the hash chain elsewhere."""
         after, limit = _check_page(after, limit, "read_records")
-        prev = self._hash_at(after)
+        prev = _chain.hash_at(self._txn, after)
         if prev is None:
             return []
         raw = [bytes(value) for value in self._txn.values_after(after, limit)]
-        return list(zip(_codec.check_and_decode(prev, raw, after + 1), raw, strict=True))
+        return list(zip(_chain.check_run(prev, raw, after + 1), raw, strict=True))
 
     def events_at(self, positions: Iterable[int]) -> list[Envelope]:
         """The events at `positions`, each hash-checked against its predecessor; raises
         `IntegrityError` if one is missing. Cheapest when runs of positions are consecutive."""
         wanted = list(positions)
-        return _codec.check_and_decode_at(wanted, self._txn.records_around(wanted))
+        return _chain.check_at(wanted, self._txn.records_around(wanted))
 
     def event_at(self, position: int) -> Envelope | None:
         """The event at `position`, hash-checked against its predecessor; None past the head."""
-        txn = self._txn
-        record = txn.record(position) if position >= 1 else None
+        record = self._txn.record(position) if position >= 1 else None
         if record is None:
             return None
-        before = txn.record(position - 1) if position > 1 else None
-        prev = _codec.GENESIS_HASH if before is None else _codec.stored_hash(before)
-        _codec.check_record(prev, record, position)
-        return _codec.decode_record(record, position)
+        return _chain.check_one(self._hash_before(position), record, position)
+
+    def _hash_before(self, position: int) -> bytes:
+        """The hash the record at `position` must chain to; `IntegrityError` when the record
+        before it is missing."""
+        prev = _chain.hash_at(self._txn, position - 1)
+        if prev is None:
+            raise IntegrityError(f"position {position - 1} is missing from the log", position)
+        return prev
 
     def read_stream(
         self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
@@ -236,10 +233,7 @@ class LogView:
                     f"stream `{stream}` version {version} points at missing position {position}",
                     position,
                 )
-            before = txn.record(position - 1) if position > 1 else None
-            prev = _codec.GENESIS_HASH if before is None else _codec.stored_hash(before)
-            _codec.check_record(prev, record, position)
-            envelope = _codec.decode_record(record, position)
+            envelope = _chain.check_one(self._hash_before(position), record, position)
             if envelope.stream != stream or envelope.version != version:
                 raise IntegrityError(
                     f"stream index says `{stream}` v{version} is at position {position}, which "
@@ -317,8 +311,7 @@ class Transaction(LogView):
     def _load_head(self) -> None:
         txn = self._txn
         self._head = txn.last_position()
-        record = txn.record(self._head) if self._head else None
-        self._head_hash = _codec.GENESIS_HASH if record is None else _codec.stored_hash(record)
+        self._head_hash = _chain.hash_at(txn, self._head) or _codec.GENESIS_HASH
 
     def _keep_pending(self, envelopes: list[Envelope], size: int) -> None:
         """Remember what to deliver after the commit: the envelopes themselves while their records
@@ -1327,7 +1320,7 @@ class EventLog:
         break the order, and a record whose key is wrong cannot be found by the reads that look
         it up by position, however well it chains."""
         try:
-            envelopes = _codec.check_and_decode(prev, txn.values_after(checked, page), checked + 1)
+            envelopes = _chain.check_run(prev, txn.values_after(checked, page), checked + 1)
         except CorruptStoreError:
             raise  # not a bad record but a bad page: the caller reports it as it is
         except IntegrityError:
@@ -1349,8 +1342,7 @@ class EventLog:
         if position != expected_position:
             return f"position {expected_position} is missing"
         try:
-            _codec.check_record(prev, record, position)
-            envelope = _codec.decode_record(record, position)
+            envelope = _chain.check_one(prev, record, position)
         except IntegrityError as exc:
             return str(exc)
         bad = EventLog._verify_page_indexed(txn, [envelope], versions, keys)
