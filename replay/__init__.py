@@ -9,16 +9,32 @@ from replay._import import BundleConflictError, import_bundle
 from replay._logio import LogExportResult, LogImportResult, export_log, import_log
 from replay._seed import SeedResult, seed_from_jsonl
 from replay._validate import BundleError, BundleIssue, validate_bundle
+from replay.agentlogs import (
+    FORMATS,
+    AgentLogConflictError,
+    AgentLogError,
+    AgentLogImport,
+    agent_log_summary,
+    detect_format,
+    import_agent_log,
+)
 
 __all__ = [
+    "FORMATS",
+    "AgentLogConflictError",
+    "AgentLogError",
+    "AgentLogImport",
     "BundleConflictError",
     "BundleError",
     "BundleIssue",
     "LogExportResult",
     "LogImportResult",
     "SeedResult",
+    "agent_log_summary",
+    "detect_format",
     "export_bundle",
     "export_log",
+    "import_agent_log",
     "import_bundle",
     "import_log",
     "seed_from_jsonl",

@@ -27,3 +27,17 @@ seed_batch_bytes: Final = 1024 * 1024
 """Kept messages are handed to the session engine in batches of about this many encoded bytes (or
 `messages_per_event_max` messages, one event's worth), so only one batch at a time is ever held as
 Python objects, at a few times its encoded size, while the session is written."""
+
+agent_log_line_bytes_max: Final = 64 * 1024 * 1024
+"""One line of an agent's JSONL log. Claude Code, Codex and pi write one record per line, and a
+record holds at most one tool output or one pasted file; a longer line is refused at its
+file:line before it is decoded, for the same reason as `transcript_line_bytes_max`."""
+
+agent_log_document_bytes_max: Final = 256 * 1024 * 1024
+"""A whole-JSON agent log (Gemini CLI sessions, trajectories): such a file is one session and
+must be decoded whole, so its size is the memory bound. Past this it is refused unread."""
+
+agent_log_memory_file_ratio: Final = 3
+"""What importing one JSONL log may hold, as a multiple of its size (at least
+`seed_memory_floor_bytes`): the messages kept (re-encoded, about the size of their source) plus
+the objects the next line will decode into, estimated before decoding it."""

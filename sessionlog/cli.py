@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn
 
+import replay
 from replay import BundleConflictError
-from sessionlog import _commands, _edges, _limits
+from sessionlog import _agentlogs, _commands, _edges, _limits
 from sessionlog._commands import (
     EXIT_CONFLICT,
     EXIT_ERROR,
@@ -48,6 +49,7 @@ SUMMARY = "Inspect and manage a sessionlog store: sessions, their forks, and the
 EXAMPLES = f"""\
 Examples:
   sessionlog seed transcript.jsonl --id demo       a session from an llm_transcript.jsonl
+  sessionlog import-agent-log ~/.claude/projects --recursive   sessions from agents' own logs
   sessionlog ls                                    the sessions, a page at a time
   sessionlog show demo                             its transcript (--json for machines)
   sessionlog tree demo --format mermaid            its forks, as a picture
@@ -317,6 +319,8 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
         o.add_argument(flag, metavar="TEXT", help="provenance, recorded with the session")
     o.add_argument("--json", action="store_true", help="the seed result as JSON")
 
+    _import_agent_log_command(command)
+
     o = command(
         "export",
         "a session bundle (v1)",
@@ -340,6 +344,31 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
         action="store_true",
         help="accept secret-looking strings in a bundle that is not local",
     )
+
+
+def _import_agent_log_command(command: Callable[..., _Command]) -> None:
+    o = command(
+        "import-agent-log",
+        "sessions from agents' own logs: Claude Code, Codex, pi, Gemini CLI, OpenAI-style",
+        _agentlogs.import_agent_log,
+        "import-agent-log ~/.claude/projects --recursive",
+        "import-agent-log rollout.jsonl --format codex --json",
+    )
+    o.positional("paths", metavar="PATH", nargs="+", help="a log file, or a folder of them")
+    o.add_argument(
+        "--format",
+        choices=("auto", *replay.FORMATS),
+        default="auto",
+        help="the log's format (default auto: chosen from the content, and said)",
+    )
+    o.add_argument("--recursive", action="store_true", help="descend into subfolders")
+    o.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="import past damaged lines, reporting each (default: stop, writing nothing)",
+    )
+    o.add_argument("--id", metavar="ID", help="the session id (default: from the file's digest)")
+    o.add_argument("--json", action="store_true", help="the result as JSON")
 
 
 # Running

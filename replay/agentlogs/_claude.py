@@ -1,0 +1,224 @@
+"""Claude Code session logs (`~/.claude/projects/<project>/<session>.jsonl`) into sessions.
+
+Each line is one record: `user` and `assistant` records carry an Anthropic Messages `message`,
+linked by `uuid`/`parentUuid`. Streamed assistant records sharing one `message.id` become one
+message; `tool_result` blocks become `tool` messages paired with their `tool_use` by id.
+Sidechain records (`isSidechain`, a subagent's conversation) become child sessions, each linked to
+the parent's `Task` call that spawned it. `summary`, `isMeta`, `system` and file-history records
+are kept as attached metadata. It reads and builds; it never writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replay.agentlogs._common import (
+    Built,
+    Message,
+    Parsed,
+    Record,
+    Source,
+    function_call,
+    json_lines,
+    text_of,
+    text_or,
+)
+
+NAME = "claude-code"
+_MAIN = "main"
+_KNOWN = frozenset(
+    ("user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation")
+)
+_SPAWNING_TOOLS = frozenset(("Task", "Agent"))
+_WRITING_TOOLS = {
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+}
+
+
+def looks_like(record: Record) -> bool:
+    """Whether a first record is Claude Code's: a message record with its session id and uuid,
+    a `summary` naming its leaf, or a file-history snapshot."""
+    kind = record.get("type")
+    if kind in ("user", "assistant", "system"):
+        return "uuid" in record and "sessionId" in record
+    if kind == "summary":
+        return "leafUuid" in record
+    return kind == "file-history-snapshot" and "messageId" in record
+
+
+def parse(source: Source) -> Parsed:
+    reader = _Reader()
+    source.held = reader.held_bytes
+    for line, record in json_lines(source):
+        reader.record(line, record)
+    return reader.finish()
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.main = Built(_MAIN)
+        self.sessions: dict[str, Built] = {_MAIN: self.main}
+        self.sidechain_of: dict[str, str] = {}  # uuid of a sidechain record -> its session key
+        self.held_id: dict[str, object] = {}  # session key -> message.id of its held message
+        self.tasks: list[tuple[str, object]] = []  # (call id, prompt) of the main session's spawns
+        self.records = 0
+        self.about: dict[str, Any] = {}
+
+    def held_bytes(self) -> int:
+        return sum(built.held_bytes() for built in self.sessions.values())
+
+    def record(self, line: int, record: Record) -> None:
+        self.records += 1
+        for key, name in (("version", "version"), ("sessionId", "session_id"), ("cwd", "cwd")):
+            if isinstance(record.get(key), str):
+                self.about.setdefault(name, record[key])
+        built = self._session_of(record)
+        kind = record.get("type")
+        message = record.get("message")
+        if kind == "assistant" and isinstance(message, dict):
+            self._assistant(built, line, record, message)
+        elif kind == "user" and isinstance(message, dict) and record.get("isMeta") is not True:
+            self._user(built, line, record, message)
+        else:
+            if kind == "summary" and isinstance(record.get("summary"), str):
+                built.title = built.title or record["summary"]
+                built.counts["summaries"] += 1
+            elif kind == "system" and record.get("subtype") == "compact_boundary":
+                built.counts["compactions"] += 1
+            elif record.get("isMeta") is True:
+                built.counts["meta_records"] += 1
+            built.attach(line, record, known=kind in _KNOWN)
+
+    def _session_of(self, record: Record) -> Built:
+        if record.get("isSidechain") is not True:
+            return self.main
+        parent = record.get("parentUuid")
+        key = self.sidechain_of.get(parent) if isinstance(parent, str) else None
+        if key is None:  # a sidechain's root: a new subagent conversation
+            key = f"sidechain-{len(self.sessions)}"
+            self.sessions[key] = Built(key)
+        uuid = record.get("uuid")
+        if isinstance(uuid, str):
+            self.sidechain_of[uuid] = key
+        return self.sessions[key]
+
+    def _assistant(self, built: Built, line: int, record: Record, message: Record) -> None:
+        message_id = message.get("id")
+        held = built.held
+        same = (
+            held is not None
+            and held["role"] == "assistant"
+            and message_id is not None
+            and self.held_id.get(built.key) == message_id
+        )
+        if same:
+            target = built.merge(line, record)
+        else:
+            target = built.add({"role": "assistant"}, line, record)
+            self.held_id[built.key] = message_id
+        if isinstance(message.get("model"), str):
+            target["model"] = message["model"]
+            if message["model"] not in built.models:
+                built.models.append(message["model"])
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            target["usage"] = _usage(usage)
+        if message.get("stop_reason") is not None:
+            target["metadata"]["stop_reason"] = message["stop_reason"]
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in blocks if isinstance(blocks, list) else []:
+            self._assistant_block(built, target, block)
+
+    def _assistant_block(self, built: Built, target: Message, block: object) -> None:
+        if not isinstance(block, dict):
+            target["metadata"].setdefault("other_blocks", []).append(block)
+            return
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            before = target.get("content")
+            target["content"] = block["text"] if not before else f"{before}\n\n{block['text']}"
+        elif kind in ("thinking", "redacted_thinking"):
+            target["metadata"].setdefault("reasoning", []).append(block)
+        elif kind == "tool_use" and isinstance(block.get("id"), str):
+            name = text_or(block.get("name"), "unknown")
+            call = function_call(block["id"], name, block.get("input", {}))
+            target.setdefault("tool_calls", []).append(call)
+            built.call(call)
+            spec = block.get("input")
+            if name in _WRITING_TOOLS and isinstance(spec, dict):
+                built.wrote(spec.get(_WRITING_TOOLS[name]))
+            if built is self.main and name in _SPAWNING_TOOLS:
+                self.tasks.append(
+                    (block["id"], spec.get("prompt") if isinstance(spec, dict) else None)
+                )
+        else:
+            target["metadata"].setdefault("other_blocks", []).append(block)
+
+    def _user(self, built: Built, line: int, record: Record, message: Record) -> None:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+        rest = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+        carried: Record | None = record
+        for block in results:
+            call_id = block.get("tool_use_id")
+            answered = built.result(call_id)
+            inner = block.get("content")
+            tool: Message = {
+                "role": "tool",
+                "tool_call_id": call_id if isinstance(call_id, str) else None,
+                "content": text_of(inner) if isinstance(inner, list) and text_of(inner) else inner,
+            }
+            added = built.add(tool, line, carried)
+            carried = None  # one record, several results: the first result carries it
+            if block.get("is_error") is True:
+                added["metadata"]["is_error"] = True
+                built.counts["error_results"] += 1
+            if not answered:
+                added["metadata"]["orphan_result"] = True
+        if isinstance(content, str) or rest or not results:
+            text = content if isinstance(content, str) else text_of(rest)
+            user: Message = {"role": "user", "content": text if text is not None else rest}
+            if record.get("isCompactSummary") is True:
+                user.update(synthetic=True, summary=True)
+            built.add(user, line, carried)
+
+    def finish(self) -> Parsed:
+        children = [built for key, built in self.sessions.items() if key != _MAIN]
+        unused = list(self.tasks)
+        for child in children:
+            child.title = child.first_prompt
+            child.finish()
+            match = next((t for t in unused if t[1] == child.first_prompt), None)
+            match = match or (unused[0] if unused else None)
+            child.spawn_ref = {"session": _MAIN, "kind": "subagent"}
+            if match is not None:
+                unused.remove(match)
+                child.spawn_ref["tool_call_id"] = match[0]
+        self.main.counts["sidechain_sessions"] = len(children)
+        self.main.title = self.main.title or self.main.first_prompt
+        self.main.finish()
+        return Parsed(
+            sessions=[self.main, *children],
+            tool_version=self.about.get("version"),
+            source_session_id=self.about.get("session_id"),
+            records=self.records,
+            extra={"cwd": self.about.get("cwd")},
+        )
+
+
+def _usage(usage: Record) -> dict[str, Any]:
+    def count(key: str) -> int:
+        value = usage.get(key)
+        return value if type(value) is int and value >= 0 else 0
+
+    return {
+        "input_tokens": count("input_tokens"),
+        "output_tokens": count("output_tokens"),
+        "cache_read_tokens": count("cache_read_input_tokens"),
+        "cache_write_tokens": count("cache_creation_input_tokens"),
+    }

@@ -1,0 +1,411 @@
+"""What every agent-log reader shares: the typed error, the bounded readers, the session built.
+
+A reader turns the records of one file into `Built` sessions. `Built` keeps each finished message
+re-encoded in one buffer (a message costs about its JSON size, not a dict's), attaches every
+record that is not a message to the next message's metadata, and pairs tool calls with results.
+Nothing here writes to a store; `replay.agentlogs._verb` does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from blake3 import blake3
+
+from replay import _limits
+from replay._transcript import decoded_bytes_estimate
+from sessions import InvalidArgumentError
+
+Message = dict[str, Any]
+Record = dict[str, Any]
+Progress = Callable[[int, int], object]
+
+KIND = "imported agent log"
+"""The `metadata.agent_log.kind` of every imported session: what a viewer filters on."""
+
+_READ_BUFFER_BYTES = 1 << 20
+_PROGRESS_LINES = 2048
+_BOM = b"\xef\xbb\xbf"
+_encode = msgspec.json.Encoder().encode
+_decode_kept = msgspec.json.Decoder().decode
+
+
+class AgentLogError(InvalidArgumentError):
+    """An agent log could not be imported: unreadable, damaged at a line, or past a bound.
+
+    `path` and `line` (1-based, None when the whole file is at fault) say where; nothing was
+    written when it is raised."""
+
+    def __init__(self, path: str, line: int | None, problem: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        super().__init__(f"{path}:{line}: {problem}" if line else f"{path}: {problem}")
+
+
+class NotAnAgentLogError(AgentLogError):
+    """The file is none of the formats read (a folder import leaves such files alone)."""
+
+
+# Reading
+
+
+@dataclass
+class Source:
+    """One file being read: its path, its digest so far, and the lines skipped as damaged."""
+
+    path: str
+    skip_bad_lines: bool = False
+    progress: Progress | None = None
+    digest: Any = field(default_factory=blake3)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    size: int = 0
+    held: Callable[[], int] = lambda: 0  # bytes the reader keeps so far (for the budget)
+
+    def damaged(self, line: int, problem: str) -> None:
+        """A damaged line: raise, or (with `skip_bad_lines`) note it and go on."""
+        if not self.skip_bad_lines:
+            raise AgentLogError(self.path, line, problem)
+        self.skipped.append((line, problem))
+
+
+def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
+    """(1-based line, object) of every non-blank line, hashing every byte. A line past
+    `agent_log_line_bytes_max`, or whose objects would not fit the memory budget, is refused
+    before it is decoded (whatever `skip_bad_lines` says: it is a bound, not damage)."""
+    decode = msgspec.json.Decoder().decode
+    bound = _limits.agent_log_line_bytes_max
+    try:
+        file = open(source.path, "rb", buffering=_READ_BUFFER_BYTES)  # noqa: SIM115
+    except OSError as exc:
+        raise AgentLogError(source.path, None, f"cannot read: {exc.strerror or exc}") from exc
+    with file:
+        source.size = size = os.fstat(file.fileno()).st_size
+        budget = max(_limits.agent_log_memory_file_ratio * size, _limits.seed_memory_floor_bytes)
+        number = 0
+        while True:
+            try:
+                line = file.readline(bound + 1)
+            except OSError as exc:
+                raise AgentLogError(source.path, number + 1, f"cannot read: {exc}") from exc
+            if not line:
+                break
+            number += 1
+            source.digest.update(line)
+            if source.progress is not None and number % _PROGRESS_LINES == 0:
+                source.progress(file.tell(), size)
+            if len(line) > bound and not line.endswith(b"\n"):
+                raise AgentLogError(
+                    source.path, number, f"line longer than agent_log_line_bytes_max = {bound:,}"
+                )
+            if number == 1 and line.startswith(_BOM):
+                line = line[len(_BOM) :]
+            if not line.strip():
+                continue
+            needs = decoded_bytes_estimate(line)
+            if source.held() + needs > budget:
+                raise AgentLogError(
+                    source.path,
+                    number,
+                    f"this line would decode into about {needs:,} bytes of objects, more than "
+                    f"importing may hold ({budget:,} bytes: agent_log_memory_file_ratio = "
+                    f"{_limits.agent_log_memory_file_ratio} times the file)",
+                )
+            value = _decoded(source, decode, line, number)
+            if value is not None:
+                yield number, value
+    if source.progress is not None:
+        source.progress(size, size)
+
+
+def _decoded(source: Source, decode: Any, line: bytes, number: int) -> Record | None:
+    try:
+        value = decode(line)
+    except RecursionError:
+        source.damaged(number, "JSON nested too deeply to decode")
+        return None
+    except ValueError as exc:  # msgspec's decode errors are ValueErrors, as is bad UTF-8
+        source.damaged(number, why_undecodable(line, exc))
+        return None
+    if type(value) is not dict:
+        source.damaged(number, f"expected a JSON object, got {json_type(value)}")
+        return None
+    return value
+
+
+def why_undecodable(data: bytes, exc: ValueError) -> str:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8 at byte {bad.start + 1} of the line"
+    text = str(exc)
+    if "truncated" in text.lower():
+        return "truncated JSON (the line ends inside a value)"
+    return f"invalid JSON: {text}"
+
+
+def json_type(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null"
+
+
+_AT_BYTE = re.compile(r"byte (\d+)")
+
+
+def json_document(source: Source) -> Any:
+    """The whole file decoded as one JSON value (Gemini CLI sessions, trajectories). Damage is
+    reported at the line holding the byte where decoding failed; damage in a document cannot be
+    skipped (the rest of it has no boundaries to resume at)."""
+    bound = _limits.agent_log_document_bytes_max
+    try:
+        with open(source.path, "rb") as file:
+            source.size = size = os.fstat(file.fileno()).st_size
+            if size > bound:
+                raise AgentLogError(
+                    source.path, None, f"{size:,} bytes, more than agent_log_document_bytes_max"
+                )
+            data = file.read(bound + 1)
+    except OSError as exc:
+        raise AgentLogError(source.path, None, f"cannot read: {exc.strerror or exc}") from exc
+    source.digest.update(data)
+    if source.progress is not None:
+        source.progress(len(data), len(data))
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    try:
+        return msgspec.json.decode(data)
+    except RecursionError as exc:
+        raise AgentLogError(source.path, None, "JSON nested too deeply to decode") from exc
+    except ValueError as exc:
+        found = _AT_BYTE.search(str(exc))
+        line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
+        if line is None and ("truncated" in str(exc).lower()):
+            line = data.count(b"\n") + 1
+        raise AgentLogError(source.path, line, why_undecodable(data, exc)) from exc
+
+
+# Building sessions
+
+
+class _Kept:
+    """Finished messages, each re-encoded into one buffer; `patch` adds metadata keys to a
+    message already kept (a dangling call is known only at the end)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.ends = array("Q")
+        self.patches: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def append(self, message: Message) -> None:
+        self.buffer += _encode(message)
+        self.ends.append(len(self.buffer))
+
+    def batches(self, count_max: int, bytes_max: int) -> Iterator[list[Message]]:
+        batch: list[Message] = []
+        size = 0
+        for index, end in enumerate(self.ends):
+            start = self.ends[index - 1] if index else 0
+            message: Message = _decode_kept(memoryview(self.buffer)[start:end])
+            if index in self.patches:
+                message.setdefault("metadata", {}).update(self.patches[index])
+            batch.append(message)
+            size += end - start
+            if len(batch) >= count_max or size >= bytes_max:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+
+def text_of(blocks: object, kinds: tuple[str, ...] = ("text",)) -> str | None:
+    """The text of a content value: a string as it is, or the `text` of the blocks of `kinds`
+    joined by blank lines; None when there is none."""
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        return None
+    parts = [
+        block["text"]
+        for block in blocks
+        if isinstance(block, dict)
+        and block.get("type") in kinds
+        and isinstance(block.get("text"), str)
+    ]
+    return "\n\n".join(parts) if parts else None
+
+
+def text_or(value: object, default: str) -> str:
+    """`value` if it is a non-empty str, else `default`."""
+    return value if isinstance(value, str) and value else default
+
+
+def function_call(call_id: str, name: str, arguments: object) -> dict[str, Any]:
+    """A tool call in the engine's (OpenAI chat) shape; `arguments` kept as a JSON string."""
+    if not isinstance(arguments, str):
+        arguments = _encode(arguments).decode()
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+class Built:
+    """One session being read from a log: messages in order, with the records they came from.
+
+    A message stays `held` (still a dict) until the next one starts, so a reader can merge
+    streamed parts into it. Records that are not messages wait in `pending` and go into the
+    next message's `metadata.source.attached` (after the last message: into its
+    `attached_after`; in a session without messages: into the session's metadata as
+    `attached_records`)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.kept = _Kept()
+        self.held: Message | None = None
+        self.pending: list[dict[str, Any]] = []
+        self.counts: Counter[str] = Counter()
+        self.roles: Counter[str] = Counter()
+        self.open_calls: dict[str, int] = {}  # call id -> index of the message that made it
+        self.info: dict[str, Any] = {}  # session metadata the reader found
+        self.models: list[str] = []
+        self.system_prompt: str | None = None
+        self.title: str | None = None
+        self.spawn_ref: dict[str, Any] | None = None
+        self.first_prompt: str | None = None
+        self.files_written: list[str] = []
+
+    def wrote(self, path: object) -> None:
+        """Note a file a tool call wrote (created, edited, patched)."""
+        if isinstance(path, str) and path and path not in self.files_written:
+            self.files_written.append(path)
+
+    def note_model(self, model: str) -> None:
+        if model and model not in self.models:
+            self.models.append(model)
+
+    @property
+    def length(self) -> int:
+        return len(self.kept) + (self.held is not None)
+
+    def held_bytes(self) -> int:
+        return len(self.kept.buffer)
+
+    def add(self, message: Message, line: int, record: Record | None) -> Message:
+        """Start a new message (finishing the held one); returns it, held, for merging. A
+        message made from a record another message already carries passes None."""
+        self._flush()
+        source: dict[str, Any] = {"lines": [line], "records": [] if record is None else [record]}
+        if self.pending:
+            source["attached"], self.pending = self.pending, []
+        message.setdefault("metadata", {})["source"] = source
+        self.held = message
+        role = message["role"]
+        if not message.get("summary"):
+            self.roles[role] += 1
+        if role == "user" and self.first_prompt is None and not message.get("synthetic"):
+            self.first_prompt = text_of(message.get("content"))
+        model = message.get("model")
+        if isinstance(model, str) and model and model not in self.models:
+            self.models.append(model)
+        return message
+
+    def merge(self, line: int, record: Record) -> Message:
+        """The held message, with `record` noted as one more of its sources."""
+        assert self.held is not None, "merge() without a held message"
+        source = self.held["metadata"]["source"]
+        source["lines"].append(line)
+        source["records"].append(record)
+        if self.pending:
+            source.setdefault("attached", []).extend(self.pending)
+            self.pending = []
+        return self.held
+
+    def attach(self, line: int, record: Record, *, known: bool = True) -> None:
+        self.pending.append({"line": line, "record": record})
+        if not known:
+            self.counts["unknown_records"] += 1
+
+    def call(self, call: dict[str, Any]) -> None:
+        """Note a tool call of the held message (already in its `tool_calls`)."""
+        self.counts["tool_calls"] += 1
+        call_id = call.get("id")
+        if isinstance(call_id, str):
+            self.open_calls[call_id] = self.length - 1
+
+    def result(self, call_id: object) -> bool:
+        """Note a tool result; whether it answers a call still open in this session."""
+        self.counts["tool_results"] += 1
+        if isinstance(call_id, str) and self.open_calls.pop(call_id, None) is not None:
+            return True
+        self.counts["orphan_results"] += 1
+        return False
+
+    def checkpoint(self, summary: str, line: int, record: Record) -> None:
+        """A compaction the agent made: the pair a context checkpoint is (a synthetic user
+        boundary and the assistant summary, both marked `summary`), where it happened."""
+        self.counts["compactions"] += 1
+        self.add(
+            {
+                "role": "user",
+                "content": "[context checkpoint: the earlier messages are summarized next]",
+                "synthetic": True,
+                "summary": True,
+                "metadata": {"context_checkpoint": {"imported": True}},
+            },
+            line,
+            record,
+        )
+        summarized = {"role": "assistant", "content": summary, "synthetic": True, "summary": True}
+        self.add(summarized, line, None)
+
+    def _flush(self) -> None:
+        if self.held is not None:
+            self.kept.append(self.held)
+            self.held = None
+
+    def finish(self) -> None:
+        """Close the session: trailing records attached, unanswered calls flagged."""
+        if self.pending and self.held is not None:
+            self.held["metadata"]["source"]["attached_after"] = self.pending
+            self.pending = []
+        elif self.pending:
+            self.info["attached_records"] = self.pending
+            self.pending = []
+        dangling: dict[int, list[str]] = {}
+        for call_id, index in self.open_calls.items():
+            dangling.setdefault(index, []).append(call_id)
+        self.counts["dangling_calls"] = len(self.open_calls)
+        for index, ids in dangling.items():
+            if index == len(self.kept) and self.held is not None:
+                self.held["metadata"]["dangling_tool_calls"] = ids
+            else:
+                self.kept.patches[index] = {"dangling_tool_calls": ids}
+        self._flush()
+
+
+@dataclass
+class Parsed:
+    """What a reader made of one file: its sessions (the first is the main one) and what the
+    file says about itself."""
+
+    sessions: list[Built]
+    tool_version: str | None = None
+    source_session_id: str | None = None
+    records: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,136 @@
+"""Gemini CLI session files (`~/.gemini/tmp/<project>/chats/session-*.json`) into a session.
+
+One JSON object: the session's id, project hash and times, and `messages[]` of `user` and
+`gemini` messages (and the CLI's `info`/`error`/`warning` notes, kept as attached metadata).
+A `gemini` message carries its text, `thoughts`, `tokens`, `model` and `toolCalls`, each call with
+its result inline; each result becomes a `tool` message after the call. Positions in `source`
+metadata are 1-based indexes into `messages[]` (a document has no lines to point at).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replay.agentlogs._common import (
+    Built,
+    Message,
+    Parsed,
+    Record,
+    Source,
+    function_call,
+    text_of,
+    text_or,
+)
+
+NAME = "gemini-cli"
+_NOTES = frozenset(("info", "error", "warning"))
+_WRITING_TOOLS = frozenset(("write_file", "replace", "edit"))
+
+
+def looks_like_document(document: object) -> bool:
+    """A Gemini CLI session: an object with `sessionId` and `messages` typed user/gemini."""
+    if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
+        return False
+    if "sessionId" not in document:
+        return False
+    kinds = {m.get("type") for m in document["messages"] if isinstance(m, dict)}
+    return bool(kinds & {"user", "gemini"}) or not document["messages"]
+
+
+def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
+    built = Built("main")
+    built.info["document"] = {k: v for k, v in document.items() if k != "messages"}
+    records = 0
+    for index, message in enumerate(document["messages"], start=1):
+        records += 1
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "user":
+            content = message.get("content")
+            text = text_of(content)
+            built.add(
+                {"role": "user", "content": text if text is not None else content}, index, message
+            )
+        elif kind == "gemini":
+            _gemini(built, index, message)
+        else:
+            built.attach(
+                index,
+                message if isinstance(message, dict) else {"value": message},
+                known=kind in _NOTES,
+            )
+    built.title = built.first_prompt
+    built.finish()
+    session_id = document.get("sessionId")
+    return Parsed(
+        sessions=[built],
+        source_session_id=session_id if isinstance(session_id, str) else None,
+        records=records,
+        extra={"project_hash": document.get("projectHash")},
+    )
+
+
+def _gemini(built: Built, index: int, message: Record) -> None:
+    content = message.get("content")
+    text = text_of(content)
+    target = built.add(
+        {"role": "assistant", "content": text if text is not None else content}, index, message
+    )
+    if isinstance(message.get("model"), str):
+        target["model"] = message["model"]
+        if message["model"] not in built.models:
+            built.models.append(message["model"])
+    tokens = message.get("tokens")
+    if isinstance(tokens, dict):
+        target["usage"] = {
+            name: tokens[key]
+            for key, name in (
+                ("input", "input_tokens"),
+                ("output", "output_tokens"),
+                ("cached", "cache_read_tokens"),
+                ("thoughts", "reasoning_tokens"),
+            )
+            if type(tokens.get(key)) is int and tokens[key] >= 0
+        }
+    if isinstance(message.get("thoughts"), list):
+        target["metadata"]["reasoning"] = message["thoughts"]
+    calls = [c for c in message.get("toolCalls") or [] if isinstance(c, dict)]
+    for number, call in enumerate(calls):
+        call_id = text_or(call.get("id"), f"call-{index}-{number}")
+        name = text_or(call.get("name"), "unknown")
+        made = function_call(call_id, name, call.get("args", {}))
+        target.setdefault("tool_calls", []).append(made)
+        built.call(made)
+    for number, call in enumerate(calls):
+        if "result" not in call and "resultDisplay" not in call:
+            continue  # never answered: left dangling, and flagged as such
+        made_id = target["tool_calls"][number]["id"]
+        built.result(made_id)
+        tool: Message = {"role": "tool", "tool_call_id": made_id, "content": _result_text(call)}
+        tool_name = call.get("name")
+        if isinstance(tool_name, str):
+            tool["name"] = tool_name
+        added = built.add(tool, index, None)
+        added["metadata"]["status"] = call.get("status")
+        if call.get("status") == "success" and isinstance(call.get("args"), dict):
+            built.wrote(call["args"].get("file_path") if tool_name in _WRITING_TOOLS else None)
+        if call.get("status") == "error":
+            added["metadata"]["is_error"] = True
+            built.counts["error_results"] += 1
+
+
+def _result_text(call: Record) -> object:
+    """What the tool answered: the function responses' `output` (or `error`), else the text the
+    CLI displayed."""
+    texts: list[str] = []
+    for part in call.get("result") or []:
+        response = (
+            part.get("functionResponse", {}).get("response") if isinstance(part, dict) else None
+        )
+        if isinstance(response, dict):
+            value = response.get("output", response.get("error"))
+            if isinstance(value, str):
+                texts.append(value)
+    if texts:
+        return "\n\n".join(texts)
+    shown = call.get("resultDisplay")
+    return shown if isinstance(shown, str) else call.get("result")

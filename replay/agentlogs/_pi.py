@@ -1,0 +1,185 @@
+"""pi coding-agent session logs (`~/.pi/agent/sessions/.../*.jsonl`) into a session.
+
+The first line is the `session` header; `message` entries carry pi's messages (`user`,
+`assistant` with `text`/`thinking`/`toolCall` blocks, `toolResult`, and pi's own roles), each
+assistant message naming its own provider and model, so a switch mid-session stays per message.
+`compaction` entries become context checkpoints. `model_change`, `thinking_level_change`,
+labels, session info and extension entries are kept as attached metadata. Entries are taken in
+file order; the `id`/`parentId` tree of later versions is kept in the records, and branch points
+(an entry whose parent is not the entry before it) are counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replay.agentlogs._common import (
+    Built,
+    Message,
+    Parsed,
+    Record,
+    Source,
+    function_call,
+    json_lines,
+    text_of,
+    text_or,
+)
+
+NAME = "pi"
+_KNOWN = frozenset(
+    (
+        "session",
+        "message",
+        "compaction",
+        "branch_summary",
+        "model_change",
+        "thinking_level_change",
+        "custom",
+        "custom_message",
+        "label",
+        "session_info",
+    )
+)
+
+
+def looks_like(record: Record) -> bool:
+    """pi's header line: `type: session` with the session's id, timestamp and working folder."""
+    return record.get("type") == "session" and "id" in record and "cwd" in record
+
+
+def parse(source: Source) -> Parsed:
+    built = Built("main")
+    source.held = built.held_bytes
+    about: dict[str, Any] = {}
+    records = 0
+    previous: object = None
+    for line, record in json_lines(source):
+        records += 1
+        kind = record.get("type")
+        parent = record.get("parentId")
+        if parent is not None and previous is not None and parent != previous:
+            built.counts["branch_points"] += 1
+        previous = record.get("id", previous) if kind != "session" else None
+        message = record.get("message")
+        if kind == "message" and isinstance(message, dict):
+            _message(built, line, record, message)
+        elif kind == "compaction" and isinstance(record.get("summary"), str):
+            built.checkpoint(record["summary"], line, record)
+        elif kind == "custom_message":
+            added = built.add(_custom(record), line, record)
+            added["metadata"]["custom_type"] = record.get("customType")
+        else:
+            _other(built, about, kind, record)
+            built.attach(line, record, known=kind in _KNOWN)
+    built.title = built.title or built.first_prompt
+    built.finish()
+    return Parsed(
+        sessions=[built],
+        tool_version=str(about["version"]) if "version" in about else None,
+        source_session_id=about.get("id"),
+        records=records,
+        extra={"cwd": about.get("cwd"), "parent_session": about.get("parentSession")},
+    )
+
+
+def _other(built: Built, about: dict[str, Any], kind: object, record: Record) -> None:
+    if kind == "session":
+        for key in ("id", "cwd", "version", "parentSession"):
+            if record.get(key) is not None:
+                about.setdefault(key, record[key])
+    elif kind == "model_change":
+        built.counts["model_changes"] += 1
+    elif kind == "thinking_level_change":
+        built.counts["thinking_level_changes"] += 1
+    elif kind == "branch_summary":
+        built.counts["branch_summaries"] += 1
+    elif kind == "session_info" and isinstance(record.get("name"), str):
+        built.title = record["name"]
+
+
+def _custom(record: Record) -> Message:
+    content = record.get("content")
+    text = text_of(content)
+    return {"role": "user", "content": text if text is not None else content, "synthetic": True}
+
+
+def _message(built: Built, line: int, record: Record, message: Record) -> None:
+    role = message.get("role")
+    content = message.get("content")
+    if role == "assistant":
+        _assistant(built, line, record, message)
+    elif role == "toolResult":
+        call_id = message.get("toolCallId")
+        answered = built.result(call_id)
+        text = text_of(content)
+        tool: Message = {
+            "role": "tool",
+            "tool_call_id": call_id if isinstance(call_id, str) else None,
+            "content": text if text is not None else content,
+        }
+        if isinstance(message.get("toolName"), str):
+            tool["name"] = message["toolName"]
+        added = built.add(tool, line, record)
+        if message.get("isError") is True:
+            added["metadata"]["is_error"] = True
+            built.counts["error_results"] += 1
+        if not answered:
+            added["metadata"]["orphan_result"] = True
+    elif role in ("compactionSummary", "branchSummary") and isinstance(message.get("summary"), str):
+        built.checkpoint(message["summary"], line, record)
+    elif role == "bashExecution":
+        command, output = message.get("command"), message.get("output")
+        text = f"Ran `{command}`\n{output}" if isinstance(output, str) else f"Ran `{command}`"
+        built.add({"role": "user", "content": text, "synthetic": True}, line, record)
+    elif isinstance(role, str) and role:
+        text = text_of(content)
+        user: Message = {"role": "user" if role in ("user", "custom", "hookMessage") else role}
+        user["content"] = text if text is not None else content
+        if role != "user":
+            user["synthetic"] = True
+        built.add(user, line, record)
+    else:
+        built.attach(line, record, known=False)
+
+
+def _assistant(built: Built, line: int, record: Record, message: Record) -> None:
+    target = built.add({"role": "assistant"}, line, record)
+    provider, model = message.get("provider"), message.get("model")
+    if isinstance(model, str) and model:
+        target["model"] = f"{provider}/{model}" if isinstance(provider, str) else model
+        if target["model"] not in built.models:
+            built.models.append(target["model"])
+    for key in ("provider", "api", "stopReason", "errorMessage"):
+        if message.get(key) is not None:
+            target["metadata"][key] = message[key]
+    usage = message.get("usage")
+    if isinstance(usage, dict):
+        target["usage"] = {
+            name: usage[key]
+            for key, name in (
+                ("input", "input_tokens"),
+                ("output", "output_tokens"),
+                ("cacheRead", "cache_read_tokens"),
+                ("cacheWrite", "cache_write_tokens"),
+            )
+            if type(usage.get(key)) is int and usage[key] >= 0
+        }
+    texts: list[str] = []
+    for block in message.get("content") or []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "thinking":
+            target["metadata"].setdefault("reasoning", []).append(block)
+        elif kind == "toolCall" and isinstance(block.get("id"), str):
+            name = text_or(block.get("name"), "unknown")
+            arguments = block.get("arguments", {})
+            call = function_call(block["id"], name, arguments)
+            target.setdefault("tool_calls", []).append(call)
+            built.call(call)
+            if name in ("write", "edit") and isinstance(arguments, dict):
+                built.wrote(arguments.get("path"))
+        else:
+            target["metadata"].setdefault("other_blocks", []).append(block)
+    if texts:
+        target["content"] = "\n\n".join(texts)

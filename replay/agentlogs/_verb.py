@@ -1,0 +1,350 @@
+"""`import_agent_log`: agents' own logs (a file, or a folder of them) into sessions.
+
+Owns the options, the choice of format (`auto` looks at the content, never the name), and the
+commit: one transaction per file (its session and any subagent sessions), so a refused file
+leaves nothing. The default session id is derived from the file's blake3, so importing the same
+file again finds it and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+from eventlog import limits
+from replay import _limits
+from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
+from replay.agentlogs._common import (
+    KIND,
+    AgentLogError,
+    Built,
+    NotAnAgentLogError,
+    Parsed,
+    Progress,
+    Source,
+    json_document,
+)
+from sessions import InvalidArgumentError, SessionExistsError, SessionStore
+
+_VERB = "import_agent_log"
+_LINE_FORMATS: tuple[ModuleType, ...] = (_claude, _codex, _pi)
+_DOCUMENT_FORMATS: tuple[ModuleType, ...] = (_gemini, _openai)
+FORMATS: tuple[str, ...] = tuple(m.NAME for m in (*_LINE_FORMATS, *_DOCUMENT_FORMATS))
+"""The formats `import_agent_log` reads, by the names its `format` option takes."""
+_BY_NAME = {m.NAME: m for m in (*_LINE_FORMATS, *_DOCUMENT_FORMATS)}
+_OPTIONS = frozenset(("skip_bad_lines", "recursive"))
+_SUFFIXES = (".jsonl", ".json", ".traj")
+_SNIFF_BYTES = 256 * 1024
+_SNIFF_LINES = 8
+_TITLE_CHARS_MAX = 120
+_PROMPT_CHARS_MAX = 4000  # the summary's copy; the message itself keeps every character
+
+
+class AgentLogConflictError(SessionExistsError):
+    """The session id an import would use already holds a session from another source."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedSession:
+    """One session an import created (or found already there: `written` false)."""
+
+    session_id: str
+    parent_id: str | None
+    messages: int
+    roles: Mapping[str, int]
+    counts: Mapping[str, int]
+    written: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedFile:
+    """What one file became: its format (and whether `auto` chose it), its sessions, the lines
+    skipped as damaged (with `skip_bad_lines`), and its digest."""
+
+    path: str
+    format: str
+    detected: bool
+    sessions: tuple[ImportedSession, ...]
+    records: int
+    blake3: str
+    skipped_lines: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def written(self) -> bool:
+        return any(s.written for s in self.sessions)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLogImport:
+    """The result of `import_agent_log`: every file imported, and the files of a folder that
+    were not agent logs (left alone)."""
+
+    files: tuple[ImportedFile, ...] = ()
+    not_agent_logs: tuple[str, ...] = field(default=())
+
+    @property
+    def session_ids(self) -> list[str]:
+        return [s.session_id for f in self.files for s in f.sessions]
+
+
+def import_agent_log(
+    store: SessionStore,
+    path: str | os.PathLike[str],
+    *,
+    format: str = "auto",
+    session_id: str | None = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> AgentLogImport:
+    """Import the agent log at `path` (a file, or a folder of logs) into `store`.
+
+    `format` is one of `FORMATS` or `auto` (chosen from the content; `ImportedFile.detected`
+    says so). `session_id` names the main session of a single file (subagent sessions get it
+    with a suffix); by default it is derived from the file's blake3, which makes a second import
+    of the same file write nothing. Options: `skip_bad_lines` (keep going past damaged lines,
+    reporting each), `recursive` (descend into subfolders). A damaged line, a file past a bound
+    or a refused message raises `AgentLogError` naming file:line, and that file writes nothing.
+    In a folder, files before it stay imported; files that are not agent logs are listed in
+    `not_agent_logs`. `progress(bytes_read, file_bytes)` follows the reading of each file.
+    """
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"{_VERB}: unknown option {', '.join(map(repr, unknown))} "
+            f"(expected one of: {', '.join(sorted(_OPTIONS))})"
+        )
+    flags = {name: options.get(name, False) for name in _OPTIONS}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{_VERB}: option `{name}` must be a bool, got {value!r}")
+    if format != "auto" and format not in _BY_NAME:
+        raise InvalidArgumentError(
+            f"{_VERB}: unknown format {format!r} (expected auto or one of {', '.join(FORMATS)})"
+        )
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"{_VERB}: path must be a str or path, got {type(path).__name__}"
+        )
+    shown = os.fspath(path)
+    if not isinstance(shown, str):
+        raise InvalidArgumentError(f"{_VERB}: path must be a str path, got {shown!r}")
+    if not os.path.isdir(shown):
+        one = _import_file(store, shown, format, session_id, progress, flags["skip_bad_lines"])
+        return AgentLogImport(files=(one,))
+    if session_id is not None:
+        raise InvalidArgumentError(f"{_VERB}: `session_id` names one session; {shown} is a folder")
+    done: list[ImportedFile] = []
+    others: list[str] = []
+    for name in _log_files(shown, flags["recursive"]):
+        try:
+            done.append(_import_file(store, name, format, None, progress, flags["skip_bad_lines"]))
+        except NotAnAgentLogError:
+            if format != "auto":
+                raise
+            others.append(name)
+    return AgentLogImport(files=tuple(done), not_agent_logs=tuple(others))
+
+
+def _log_files(folder: str, recursive: bool) -> Iterator[str]:
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(_SUFFIXES) and not name.startswith("."):
+                yield os.path.join(root, name)
+        if not recursive:
+            return
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The format of the log at `path`, from its content; `AgentLogError` if none fits."""
+    shown = os.fspath(path)
+    found = _sniff(shown)
+    if found is None:
+        raise NotAnAgentLogError(
+            shown, None, f"not an agent log this version reads ({', '.join(FORMATS)})"
+        )
+    if found != "document":
+        return found
+    return _document_format(shown, json_document(Source(shown)))
+
+
+def _sniff(path: str) -> str | None:
+    """A line format's name, `document` for a whole-JSON file, or None: from the first lines."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(_SNIFF_BYTES)
+    except OSError as exc:
+        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+    head = head.removeprefix(b"\xef\xbb\xbf")
+    lines = [line for line in head.split(b"\n")[:_SNIFF_LINES] if line.strip()]
+    for line in lines:
+        try:
+            record = msgspec.json.decode(line)
+        except (ValueError, RecursionError):  # damaged or cut by the sniff: try the next
+            continue
+        if isinstance(record, dict):
+            for module in _LINE_FORMATS:
+                if module.looks_like(record):
+                    return str(module.NAME)
+    starts = head.lstrip()[:1]
+    return "document" if starts in (b"{", b"[") else None
+
+
+def _document_format(path: str, document: Any) -> str:
+    for module in _DOCUMENT_FORMATS:
+        if module.looks_like_document(document):
+            return str(module.NAME)
+    raise NotAnAgentLogError(
+        path, None, f"a JSON document, but not an agent log ({', '.join(FORMATS)})"
+    )
+
+
+def _parse(source: Source, format: str) -> tuple[str, bool, Parsed]:
+    name = format
+    detected = format == "auto"
+    if detected:
+        sniffed = _sniff(source.path)
+        if sniffed is None:
+            raise NotAnAgentLogError(
+                source.path, None, f"not an agent log this version reads ({', '.join(FORMATS)})"
+            )
+        name = sniffed
+    module = _BY_NAME.get(name)
+    if module is not None and module in _LINE_FORMATS:
+        return name, detected, module.parse(source)
+    document = json_document(source)
+    if detected:
+        name = _document_format(source.path, document)
+    elif not _BY_NAME[name].looks_like_document(document):
+        raise NotAnAgentLogError(source.path, None, f"not a {name} log")
+    return name, detected, _BY_NAME[name].parse_document(source, document)
+
+
+def _import_file(
+    store: SessionStore,
+    path: str,
+    format: str,
+    session_id: str | None,
+    progress: Progress | None,
+    skip_bad_lines: bool,
+) -> ImportedFile:
+    source = Source(path, skip_bad_lines=skip_bad_lines, progress=progress)
+    name, detected, parsed = _parse(source, format)
+    digest = source.digest.hexdigest()
+    main_id = session_id or f"{name}-{digest[:32]}"
+    ids = {
+        built.key: main_id if index == 0 else f"{main_id}.{built.key}"
+        for index, built in enumerate(parsed.sessions)
+    }
+    about = {
+        "kind": KIND,
+        "format": name,
+        "tool_version": parsed.tool_version,
+        "file": os.path.basename(path),
+        "blake3": digest,
+        "bytes": source.size,
+        "records": parsed.records,
+        "source_session_id": parsed.source_session_id,
+        **{k: v for k, v in parsed.extra.items() if v is not None},
+    }
+    if source.skipped:
+        about["skipped_lines"] = [[line, why] for line, why in source.skipped]
+    written = _commit(store, path, parsed, ids, about)
+    sessions = tuple(
+        ImportedSession(
+            session_id=ids[built.key],
+            parent_id=None if index == 0 else main_id,
+            messages=built.length,
+            roles=dict(built.roles),
+            counts=dict(built.counts),
+            written=written,
+        )
+        for index, built in enumerate(parsed.sessions)
+    )
+    return ImportedFile(
+        path=path,
+        format=name,
+        detected=detected,
+        sessions=sessions,
+        records=parsed.records,
+        blake3=digest,
+        skipped_lines=tuple(source.skipped),
+    )
+
+
+def _open_options(built: Built, about: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
+    own = {
+        **about,
+        "session_key": built.key,
+        "models": built.models,
+        "counts": dict(built.counts),
+        "roles": dict(built.roles),
+        "first_prompt": (built.first_prompt or "")[:_PROMPT_CHARS_MAX] or None,
+        "files_written": built.files_written,
+        **built.info,
+    }
+    if built.key == next(iter(ids)):
+        own["children"] = [sid for key, sid in ids.items() if key != built.key]
+    title = built.title
+    if title is not None:
+        title = " ".join(title.split())[:_TITLE_CHARS_MAX] or None
+    spawn = None
+    if built.spawn_ref is not None:
+        spawn = {**built.spawn_ref, "session_id": ids[built.spawn_ref["session"]]}
+        del spawn["session"]
+    return {
+        "metadata": {"agent_log": own},
+        "system_prompt": built.system_prompt,
+        "title": title,
+        "agent_id": about["format"],
+        "parent_spawn_ref": spawn,
+    }
+
+
+def _commit(
+    store: SessionStore, path: str, parsed: Parsed, ids: dict[str, str], about: dict[str, Any]
+) -> bool:
+    """Write every session of the file in one transaction; False when it is already there."""
+    main_id = next(iter(ids.values()))
+    with store.transaction():
+        if store.exists(main_id):
+            snapshot = store.snapshot(main_id) or {}
+            held = (snapshot.get("metadata") or {}).get("agent_log") or {}
+            if held.get("blake3") == about["blake3"]:
+                return False
+            raise AgentLogConflictError(
+                f"{_VERB}: session `{main_id}` already exists and was not imported from this "
+                f"file ({path}); give another session id"
+            )
+        for built in parsed.sessions:
+            sid = ids[built.key]
+            try:
+                store.open_session(sid, **_open_options(built, about, ids))
+                for batch in built.kept.batches(
+                    limits.messages_per_event_max, _limits.seed_batch_bytes
+                ):
+                    store.inject_many(sid, batch)
+            except InvalidArgumentError as exc:
+                raise AgentLogError(
+                    path, None, f"the session engine refused session `{sid}`: {exc}"
+                ) from exc
+    return True
+
+
+def agent_log_summary(store: SessionStore, session_id: str) -> dict[str, Any] | None:
+    """What an imported session says about its source: format, tool version, models, the first
+    user prompt, the files its tool calls wrote, and the counts; None for a session that was not
+    imported from an agent log (or does not exist)."""
+    snapshot = store.snapshot(session_id)
+    about = (snapshot or {}).get("metadata", {}).get("agent_log")
+    if not isinstance(about, dict) or about.get("kind") != KIND:
+        return None
+    keys = ("format", "tool_version", "models", "first_prompt", "files_written", "counts", "roles")
+    summary = {key: about.get(key) for key in keys}
+    summary.update(session_id=session_id, file=about.get("file"), blake3=about.get("blake3"))
+    return summary

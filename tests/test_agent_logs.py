@@ -1,0 +1,363 @@
+"""`import_agent_log` on real agents' logs: counts equal an independent reading of each sample,
+nothing the agent wrote is lost, calls pair with results, and the sessions behave like any other
+(verify, fork, sanitized export, bundle round trip). Damage and bounds give typed errors at
+file:line with nothing written."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blake3 import blake3
+
+import replay
+from replay import _limits
+from replay.agentlogs import KIND, AgentLogError
+from sessionlog.cli import main
+from sessions import InvalidArgumentError, SessionStore
+from tests._agent_log_counts import COUNTERS, FIXTURES, SAMPLES
+
+IDS = [path.name[:24] for _, path in SAMPLES]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SessionStore]:
+    with SessionStore.open(tmp_path / "store") as opened:
+        yield opened
+
+
+def imported(store: SessionStore, path: Path, **options: Any) -> list[dict[str, Any]]:
+    result = replay.import_agent_log(store, path, **options)
+    (found,) = result.files
+    snapshots = [store.snapshot(s.session_id) for s in found.sessions]
+    assert all(s is not None for s in snapshots)
+    return [s for s in snapshots if s is not None]
+
+
+def source_lines(message: dict[str, Any]) -> set[int]:
+    source = message["metadata"]["source"]
+    lines = set(source["lines"])
+    lines.update(item["line"] for item in source.get("attached", []))
+    lines.update(item["line"] for item in source.get("attached_after", []))
+    return lines
+
+
+@pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)
+def test_counts_equal_an_independent_reading(store: SessionStore, fmt: str, path: Path) -> None:
+    expected = COUNTERS[fmt](path)
+    snapshots = imported(store, path)
+    messages = [m for s in snapshots for m in s["transcript"]]
+    roles = Counter(m["role"] for m in messages if not m.get("summary"))
+    assert dict(roles) == expected["roles"]
+    calls = [c for m in messages for c in m.get("tool_calls") or []]
+    assert len(calls) == expected["tool_calls"]
+    assert sum(m["role"] == "tool" for m in messages) == expected["tool_results"]
+    dangling = {i for m in messages for i in m["metadata"].get("dangling_tool_calls", [])}
+    assert dangling == expected["dangling"]
+    if expected["error_results"] is not None:
+        errors = sum(m["metadata"].get("is_error") is True for m in messages)
+        assert errors == expected["error_results"]
+    assert len(snapshots) - 1 == expected["sidechains"]
+    compactions = sum(bool(m.get("summary")) and m["role"] == "assistant" for m in messages)
+    assert compactions == expected["compactions"]
+
+
+@pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)
+def test_every_record_is_kept_and_the_source_is_named(
+    store: SessionStore, fmt: str, path: Path
+) -> None:
+    snapshots = imported(store, path)
+    covered: set[int] = set()
+    for snapshot in snapshots:
+        for message in snapshot["transcript"]:
+            covered |= source_lines(message)
+        about = snapshot["metadata"]["agent_log"]
+        covered.update(item["line"] for item in about.get("attached_records", []))
+        assert about["kind"] == KIND
+        assert about["format"] == fmt
+        assert about["file"] == path.name
+        assert about["blake3"] == blake3(path.read_bytes()).hexdigest()
+    if path.suffix == ".jsonl":
+        lines = path.read_bytes().split(b"\n")
+        assert covered == {n for n, line in enumerate(lines, start=1) if line.strip()}
+    else:
+        document = json.loads(path.read_bytes())
+        held = document["messages"] if "messages" in document else document["history"]
+        assert covered == set(range(1, len(held) + 1))
+
+
+@pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)
+def test_tool_results_pair_with_earlier_calls_by_id(
+    store: SessionStore, fmt: str, path: Path
+) -> None:
+    for snapshot in imported(store, path):
+        made: set[str] = set()
+        for message in snapshot["transcript"]:
+            made.update(c["id"] for c in message.get("tool_calls") or [])
+            if message["role"] == "tool" and message.get("tool_call_id"):
+                assert message["tool_call_id"] in made
+                assert not message["metadata"].get("orphan_result")
+
+
+def first_prompt(fmt: str, path: Path) -> str:
+    """The first thing the user typed, read from the source by each format's own rule."""
+    if fmt == "claude-code":
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("type") == "user" and not record.get("isMeta"):
+                content = record["message"]["content"]
+                return content if isinstance(content, str) else content[0]["text"]
+    if fmt == "codex":
+        for line in path.read_text().splitlines():
+            item = json.loads(line)["payload"]
+            if item.get("type") == "message" and item.get("role") == "user":
+                text = item["content"][0]["text"]
+                if not text.startswith("<environment_context>"):
+                    return str(text)
+    if fmt == "pi":
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("message", {}).get("role") == "user":
+                return str(record["message"]["content"][0]["text"])
+    document = json.loads(path.read_bytes())
+    held = document.get("messages") or document["history"]
+    first = next(m for m in held if m.get("type", m.get("role")) == "user" and not m.get("is_demo"))
+    return str(first["content"])
+
+
+@pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)
+def test_the_first_user_prompt_is_intact(store: SessionStore, fmt: str, path: Path) -> None:
+    (main_session, *_) = imported(store, path)
+    prompts = [
+        m for m in main_session["transcript"] if m["role"] == "user" and not m.get("synthetic")
+    ]
+    if not prompts:  # the summary-only Claude Code file
+        assert main_session["length"] == 0
+        return
+    assert prompts[0]["content"] == first_prompt(fmt, path)
+
+
+def test_importing_the_same_file_twice_writes_nothing(store: SessionStore) -> None:
+    path = FIXTURES / "codex" / "codex-pomodor-timer.jsonl"
+    first = replay.import_agent_log(store, path)
+    head = store.log.head
+    again = replay.import_agent_log(store, path)
+    assert store.log.head == head
+    assert first.files[0].written and not again.files[0].written
+    assert again.session_ids == first.session_ids
+
+
+def test_auto_says_which_format_it_chose_from_the_content(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    renamed = tmp_path / "whatever.json"  # a Codex rollout under a misleading name
+    shutil.copy(FIXTURES / "codex" / "codex-pomodor-timer.jsonl", renamed)
+    result = replay.import_agent_log(store, renamed)
+    assert (result.files[0].format, result.files[0].detected) == ("codex", True)
+    assert replay.detect_format(renamed) == "codex"
+    for fmt, path in SAMPLES:
+        assert replay.detect_format(path) == fmt
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"hello": "world"}\n')
+    with pytest.raises(AgentLogError, match="not an agent log"):
+        replay.detect_format(other)
+
+
+def test_a_folder_imports_its_logs_and_leaves_other_files_alone(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    folder = tmp_path / "projects"
+    shutil.copytree(FIXTURES / "claude-code", folder)
+    (folder / "notes.json").write_text('{"a": 1}')
+    flat = replay.import_agent_log(store, folder)
+    assert flat.files == () and flat.not_agent_logs == (str(folder / "notes.json"),)
+    deep = replay.import_agent_log(store, folder, recursive=True)
+    assert len(deep.files) == 5
+    assert {f.format for f in deep.files} == {"claude-code"}
+
+
+def test_sidechains_become_children_linked_to_the_task_call_that_spawned_them(
+    store: SessionStore,
+) -> None:
+    path = (
+        FIXTURES / "claude-code" / "sample-project" / "5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"
+    )
+    parent, *children = imported(store, path)
+    tasks = {
+        call["id"]: json.loads(call["function"]["arguments"]).get("prompt")
+        for message in parent["transcript"]
+        for call in message.get("tool_calls") or []
+        if call["function"]["name"] == "Task"
+    }
+    assert len(tasks) == 3 and len(children) == 2
+    linked = set()
+    for child in children:
+        ref = child["parent_spawn_ref"]
+        assert ref["session_id"] == parent["session_id"]
+        assert tasks[ref["tool_call_id"]] == child["transcript"][0]["content"]
+        linked.add(ref["tool_call_id"])
+    assert len(linked) == 2
+    assert parent["metadata"]["agent_log"]["children"] == [c["session_id"] for c in children]
+
+
+def test_streamed_assistant_records_merge_into_one_message(store: SessionStore) -> None:
+    path = (
+        FIXTURES / "claude-code" / "sample-project" / "5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"
+    )
+    parent, *_ = imported(store, path)
+    merged = [m for m in parent["transcript"] if len(m["metadata"]["source"]["records"]) == 3]
+    assert merged, "three records of one streamed message"
+    ids = {r["message"]["id"] for r in merged[0]["metadata"]["source"]["records"]}
+    assert len(ids) == 1 and len(merged[0]["tool_calls"]) == 3
+
+
+def test_pi_keeps_the_provider_and_model_of_each_message(store: SessionStore) -> None:
+    (session,) = imported(store, FIXTURES / "pi" / "large-session.jsonl")
+    models = [m.get("model") for m in session["transcript"] if m["role"] == "assistant"]
+    assert models[0] == "openai/gpt-5.1-codex"
+    assert set(models[1:]) == {"anthropic/claude-sonnet-4-5"}
+    assert session["metadata"]["agent_log"]["models"] == [
+        "openai/gpt-5.1-codex",
+        "anthropic/claude-sonnet-4-5",
+    ]
+
+
+def test_pi_compaction_records_become_checkpoints(store: SessionStore, tmp_path: Path) -> None:
+    lines = (FIXTURES / "pi" / "large-session.jsonl").read_text().splitlines()[:40]
+    compaction = {
+        "type": "compaction",
+        "timestamp": "2025-11-21T00:00:00.000Z",
+        "summary": "The user asked for themes; the agent read the docs.",
+        "firstKeptEntryIndex": 30,
+        "tokensBefore": 50000,
+    }
+    path = tmp_path / "compacted.jsonl"
+    path.write_text("\n".join([*lines[:30], json.dumps(compaction), *lines[30:]]) + "\n")
+    (session,) = imported(store, path)
+    pair = [m for m in session["transcript"] if m.get("summary")]
+    assert [m["role"] for m in pair] == ["user", "assistant"]
+    assert pair[0]["synthetic"] and pair[1]["content"] == compaction["summary"]
+    assert session["metadata"]["agent_log"]["counts"]["compactions"] == 1
+    assert COUNTERS["pi"](path)["compactions"] == 1
+
+
+def test_the_same_task_in_codex_and_gemini_agrees_on_prompt_and_files(
+    store: SessionStore,
+) -> None:
+    codex = replay.import_agent_log(store, FIXTURES / "codex" / "codex-pomodor-timer.jsonl")
+    gemini = replay.import_agent_log(
+        store, FIXTURES / "gemini-cli" / "gemini-cli-pomodoro-timer.json"
+    )
+    a = replay.agent_log_summary(store, codex.session_ids[0])
+    b = replay.agent_log_summary(store, gemini.session_ids[0])
+    assert a is not None and b is not None
+    assert re.sub(r"\s", "", a["first_prompt"]) == re.sub(r"\s", "", b["first_prompt"])
+    # Both wrote the page, its script and its style sheet; the agents named the style sheet
+    # differently (styles.css, style.css), and the summaries say so.
+    assert {Path(p).name for p in a["files_written"]} == {"index.html", "script.js", "styles.css"}
+    assert {Path(p).name for p in b["files_written"]} == {"index.html", "script.js", "style.css"}
+    assert replay.agent_log_summary(store, "no-such-session") is None
+
+
+def test_imported_sessions_verify_fork_redact_and_round_trip(store: SessionStore) -> None:
+    path = (
+        FIXTURES
+        / "claude-code"
+        / "-Users-chip-dev-ai-music"
+        / ("fed8ce56-bc79-401f-a83e-af084253362f.jsonl")
+    )
+    (session,) = imported(store, path)
+    sid = session["session_id"]
+    assert store.verify(projections=True).ok
+    child = store.fork_at(sid, keep_first=3)
+    assert store.snapshot(child)["transcript"] == session["transcript"][:3]  # type: ignore[index]
+    sanitized = replay.export_bundle(store, sid, mode="sanitized")
+    assert replay.validate_bundle(sanitized) == []
+    assert "/Users/chip" not in json.dumps(sanitized)
+    local = replay.export_bundle(store, sid, mode="local")
+    with SessionStore.memory() as other:
+        again = replay.import_bundle(other, local)
+        assert other.snapshot(again)["transcript"] == session["transcript"]  # type: ignore[index]
+
+
+def test_a_damaged_line_stops_the_import_at_file_line_with_nothing_written(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    lines = (FIXTURES / "codex" / "codex-pomodor-timer.jsonl").read_bytes().split(b"\n")
+    lines[9] = lines[9][: len(lines[9]) // 2]  # line 10 cut in the middle
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    head = store.log.head
+    with pytest.raises(AgentLogError) as caught:
+        replay.import_agent_log(store, path)
+    assert caught.value.line == 10 and f"{path}:10:" in str(caught.value)
+    assert store.log.head == head
+    result = replay.import_agent_log(store, path, skip_bad_lines=True)
+    assert [line for line, _ in result.files[0].skipped_lines] == [10]
+    snapshot = store.snapshot(result.session_ids[0])
+    assert snapshot is not None
+    assert snapshot["metadata"]["agent_log"]["skipped_lines"][0][0] == 10
+
+
+def test_a_huge_line_is_refused_before_it_is_decoded(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = FIXTURES / "pi" / "large-session.jsonl"
+    longest = max(enumerate(path.read_bytes().split(b"\n"), 1), key=lambda x: len(x[1]))
+    monkeypatch.setattr(_limits, "agent_log_line_bytes_max", len(longest[1]) - 1)
+    with pytest.raises(AgentLogError, match="agent_log_line_bytes_max") as caught:
+        replay.import_agent_log(store, path)
+    assert caught.value.line == longest[0]
+    assert store.log.head == 0
+
+
+def test_a_damaged_document_is_reported_at_its_line(store: SessionStore, tmp_path: Path) -> None:
+    text = (FIXTURES / "gemini-cli" / "gemini-cli-pomodoro-timer.json").read_text()
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(json.loads(text), indent=1)[:5000])
+    with pytest.raises(AgentLogError, match="truncated") as caught:
+        replay.import_agent_log(store, path, format="gemini-cli")
+    assert caught.value.line == path.read_text().count("\n") + 1
+    assert store.log.head == 0
+
+
+def test_bad_options_are_refused(store: SessionStore) -> None:
+    path = FIXTURES / "codex" / "codex-pomodor-timer.jsonl"
+    with pytest.raises(InvalidArgumentError, match="unknown option"):
+        replay.import_agent_log(store, path, colour=True)
+    with pytest.raises(InvalidArgumentError, match="unknown format"):
+        replay.import_agent_log(store, path, format="cursor")
+    with pytest.raises(AgentLogError, match=r"not a gemini-cli log|JSON"):
+        replay.import_agent_log(store, path, format="gemini-cli")
+
+
+def test_an_id_taken_by_another_source_is_a_conflict(store: SessionStore) -> None:
+    store.open_session("mine")
+    with pytest.raises(replay.AgentLogConflictError, match="mine"):
+        replay.import_agent_log(
+            store, FIXTURES / "codex" / "codex-pomodor-timer.jsonl", session_id="mine"
+        )
+
+
+def test_cli_imports_a_folder_and_prints_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "s")
+    code = main(["--store", store, "import-agent-log", str(FIXTURES), "--recursive"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "pi (detected)" in out and "gemini-cli (detected)" in out
+    code = main(["--store", store, "import-agent-log", str(FIXTURES / "pi"), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["files"][0]["written"] is False
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes((FIXTURES / "pi" / "large-session.jsonl").read_bytes()[:5000])
+    code = main(["--store", store, "import-agent-log", str(broken)])
+    err = capsys.readouterr().err
+    assert code == 5 and f"{broken}:" in err
