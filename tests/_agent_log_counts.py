@@ -27,32 +27,42 @@ def claude(path: Path) -> dict[str, Any]:
     roles: Counter[str] = Counter()
     calls, results, errors, ids = 0, 0, 0, set()
     answered = set()
-    message_ids = set()
+    chain: dict[str, int] = {}  # uuid of a sidechain record -> its sidechain's number
+    last: dict[int, object] = {}  # sidechain number (0: main) -> what its last message was
     sidechains = 0
     for _, record in jsonl(path):
         message = record.get("message")
-        if record.get("isSidechain") and record.get("parentUuid") is None:
-            sidechains += 1
-        if record.get("type") == "assistant":
-            key = (message.get("id"), record.get("isSidechain"))
-            if key not in message_ids:
-                message_ids.add(key)
+        side = 0
+        if record.get("isSidechain") is True:
+            side = chain.get(record.get("parentUuid"), 0)
+            if not side:  # a subagent conversation starts (its root, or its first survivor)
+                sidechains += 1
+                side = sidechains
+            chain[record.get("uuid")] = side
+        if record.get("type") == "assistant" and isinstance(message, dict):
+            key = ("assistant", message.get("id"))
+            if key[1] is None or last.get(side) != key:
                 roles["assistant"] += 1
+            last[side] = key
             for block in message.get("content") or []:
                 if block.get("type") == "tool_use":
                     calls += 1
                     ids.add(block["id"])
-        elif record.get("type") == "user" and not record.get("isMeta"):
+        elif (
+            record.get("type") == "user" and not record.get("isMeta") and isinstance(message, dict)
+        ):
             content = message["content"]
             blocks = content if isinstance(content, list) else []
-            for block in blocks:
-                if block.get("type") == "tool_result":
-                    results += 1
-                    roles["tool"] += 1
-                    answered.add(block["tool_use_id"])
-                    errors += block.get("is_error") is True
-            if isinstance(content, str) or any(b.get("type") != "tool_result" for b in blocks):
+            here = [b for b in blocks if b.get("type") == "tool_result"]
+            for block in here:
+                results += 1
+                roles["tool"] += 1
+                answered.add(block["tool_use_id"])
+                errors += block.get("is_error") is True
+                last[side] = "tool"
+            if not here or any(b.get("type") != "tool_result" for b in blocks):
                 roles["user"] += 1
+                last[side] = "user"
     return {
         "roles": dict(roles),
         "tool_calls": calls,

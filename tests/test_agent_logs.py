@@ -333,7 +333,7 @@ def test_bad_options_are_refused(store: SessionStore) -> None:
         replay.import_agent_log(store, path, colour=True)
     with pytest.raises(InvalidArgumentError, match="unknown format"):
         replay.import_agent_log(store, path, format="cursor")
-    with pytest.raises(AgentLogError, match=r"not a gemini-cli log|JSON"):
+    with pytest.raises(AgentLogError, match=r"not a log of format gemini-cli|JSON"):
         replay.import_agent_log(store, path, format="gemini-cli")
 
 

@@ -221,7 +221,7 @@ def _parse(source: Source, format: str) -> tuple[str, bool, Parsed]:
     if detected:
         name = _document_format(source.path, document)
     elif not _BY_NAME[name].looks_like_document(document):
-        raise NotAnAgentLogError(source.path, None, f"not a {name} log")
+        raise NotAnAgentLogError(source.path, None, f"not a log of format {name}")
     return name, detected, _BY_NAME[name].parse_document(source, document)
 
 
