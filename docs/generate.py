@@ -31,6 +31,7 @@ from eventlog import EventLog, errors, events  # noqa: E402
 from sessionlog import cli  # noqa: E402
 from sessions import SessionStore  # noqa: E402
 from sessions._tokens import BearerSessions  # noqa: E402
+from sessions.aio import AsyncSessionStore  # noqa: E402
 from sessions.runtime import Runtime  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent
@@ -123,6 +124,18 @@ def api_page() -> str:
         SessionStore,
     )
     out += _verbs("store.tokens", "Bearer sessions (`store.tokens`).", BearerSessions)
+    awaited = sorted(
+        name
+        for name, member in inspect.getmembers(AsyncSessionStore, inspect.iscoroutinefunction)
+        if not name.startswith("_") and name not in ("open", "run", "aclose")
+    )
+    out += _verbs(
+        "AsyncSessionStore",
+        "`from sessions.aio import AsyncSessionStore`: the engine for asyncio code. Each call runs "
+        "on the store's own worker thread, never on the event loop. These verbs are awaited "
+        "namesakes of the `SessionStore` ones: " + ", ".join(f"`{n}`" for n in awaited) + ".",
+        AsyncSessionStore,
+    )
     out += _verbs(
         "EventLog",
         "`store.log`, or `from eventlog import EventLog` on its own: the append-only log.",

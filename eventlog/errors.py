@@ -38,6 +38,23 @@ class ConcurrencyError(SessionLogError):
         super().__init__(f"expected version {expected} for stream `{stream}`, got {shown}")
 
 
+class LengthConflictError(ConcurrencyError):
+    """A write expected the transcript to hold `expected` entries and it held `actual`: another
+    writer got there first. Nothing was written; read again and retry."""
+
+    def __init__(self, session_id: str, expected: int, actual: int, verb: str) -> None:
+        SessionLogError.__init__(
+            self,
+            f"{verb}: session `{session_id}` holds {actual} entries, not the expected {expected}; "
+            "another writer changed it, nothing was written",
+        )
+        self.stream = session_id
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+        self.verb = verb
+
+
 class IntegrityError(SessionLogError):
     """Stored bytes do not match their hash chain, or the indexes disagree with the events."""
 

@@ -44,7 +44,12 @@ class FileRef(_Record, frozen=True):
 
 
 class Message(_Record, frozen=True):
-    """One transcript message. Fields the catalog does not name are kept in `extra`."""
+    """One transcript entry: a chat message, or (with `item` set) an item stored verbatim. Fields
+    the catalog does not name are kept in `extra`.
+
+    `item` holds a value that is not a chat message (a Responses-API `function_call`, a
+    framework's event object as plain data) exactly as given: bytes stay bytes, and it reads
+    back equal in value. Such an entry's `role` is ``item`` unless the caller named one."""
 
     role: str
     content: str | list[Any] | None = None
@@ -58,6 +63,7 @@ class Message(_Record, frozen=True):
     summary: bool = False
     metadata: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    item: Any = None
 
 
 class Event(
@@ -102,16 +108,20 @@ class SessionForked(Event, tag="session_forked", frozen=True):
 
 
 class MessageInjected(Event, tag="message_injected", frozen=True):
-    """One message appended to the end of the session's transcript."""
+    """One message appended to the end of the session's transcript. `idempotency_key`, when
+    set, is remembered for the session: a later command with the same key writes nothing."""
 
     message: Message
+    idempotency_key: str | None = None
 
 
 class MessagesInjected(Event, tag="messages_injected", frozen=True):
     """Several messages appended, in order, by one command (`inject_many`): one record for the
-    batch, each message still its own entry of the transcript."""
+    batch, each message still its own entry of the transcript. `idempotency_key` as for
+    `message_injected` (set on the first event of the command)."""
 
     messages: list[Message]
+    idempotency_key: str | None = None
 
 
 class SessionReset(Event, tag="session_reset", frozen=True):
@@ -125,6 +135,16 @@ class SessionTrimmed(Event, tag="session_trimmed", frozen=True):
 
     keep_last: int
     kept_count: int
+
+
+class SessionRewound(Event, tag="session_rewound", frozen=True):
+    """The transcript was cut back to its first `to_length` entries (`pop`, `rewind`): the
+    `removed` entries after them leave the transcript; the log keeps them, and `as_of` a
+    position before this event still shows them."""
+
+    to_length: int
+    removed: int = 0
+    reason: str | None = None
 
 
 class SessionCompacted(Event, tag="session_compacted", frozen=True):
@@ -401,6 +421,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     DoomLoopDetected,
     RuntimeAdopted,
     MessagesInjected,
+    SessionRewound,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

@@ -27,7 +27,15 @@ from projections._queries import (
     read_messages,
     rebuild,
 )
-from projections._state import ACTIVE, CLOSED, DELETED, LiveClient, SessionState, Transcript
+from projections._state import (
+    ACTIVE,
+    CLOSED,
+    DELETED,
+    LiveClient,
+    SessionState,
+    Transcript,
+    idempotency_key,
+)
 from projections._tokens import (
     BEARER_STREAM_PREFIX,
     BearerRecord,
@@ -53,6 +61,7 @@ __all__ = [
     "check_current",
     "child_ids",
     "dump",
+    "idempotency_key",
     "iter_states",
     "load_record",
     "load_state",

@@ -110,6 +110,8 @@ def _apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
             transcript = load_transcript(tx, first.stream)
             if transcript is not None:
                 _append_messages(tx, envelopes[index:end], transcript)
+                for envelope in envelopes[index:end]:
+                    _remember_key(tx, envelope)
         index = end
 
 
@@ -128,7 +130,9 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
         return  # no session has ever been opened on this stream: nothing to project
     if type(data) in _ONE_MESSAGE:  # most events: one message at the end, nothing else changes
         _append_messages(tx, (envelope,), transcript)
+        _remember_key(tx, envelope)
         return
+    _remember_key(tx, envelope)
     transcript = _touch(transcript, envelope)
     refs = _message_refs(envelope)
     if refs:
@@ -145,6 +149,13 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
     follower = rt.FOLLOWERS.get(type(data))
     if follower is not None:  # the runtime's status, loops and usage (`_runtime.py`)
         follower(tx, envelope)
+
+
+def _remember_key(tx: Transaction, envelope: Envelope) -> None:
+    """Record the command's idempotency key, if it carries one, for the session's incarnation."""
+    key = getattr(envelope.data, "idempotency_key", None)
+    if key is not None:
+        tx.kv_put(st.idempotency_key(envelope.stream, key), _int8(envelope.position))
 
 
 def _touch(transcript: Transcript, envelope: Envelope) -> Transcript:
@@ -236,8 +247,9 @@ def _begin_incarnation(
     # A session's first incarnation has none to drop: child keys are only written under a parent
     # that has a state. Skipping the scan matters: a scan writes out every deferred key first.
     if not first:
-        for key, _ in tx.kv_scan(st.child_prefix(state.session_id)):
-            tx.kv_delete(key)
+        for prefix in (st.child_prefix(state.session_id), st.idempotency_prefix(state.session_id)):
+            for key, _ in tx.kv_scan(prefix):
+                tx.kv_delete(key)
     _save_state(tx, state)
     _save_transcript(tx, state.session_id, transcript)
     _count(tx, st.ACTIVE_COUNT_KEY, +1)
@@ -419,6 +431,15 @@ def _trim(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transc
     return msgspec.structs.replace(transcript, ranges=ranges, length=keep)
 
 
+def _rewind(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
+    """Keep the first `to_length` entries (all of them when it is past the end)."""
+    data = envelope.data
+    assert isinstance(data, ev.SessionRewound)
+    keep = min(max(data.to_length, 0), transcript.length)
+    ranges = slice_ranges(transcript.ranges, 0, keep)
+    return msgspec.structs.replace(transcript, ranges=ranges, length=keep)
+
+
 def _compact(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
     data = envelope.data
     assert isinstance(data, ev.SessionCompacted)
@@ -454,6 +475,7 @@ def _checkpoint(tx: Transaction, transcript: Transcript, envelope: Envelope) -> 
 _TRANSCRIPT_CHANGES: dict[type, Callable[[Transaction, Transcript, Envelope], Transcript]] = {
     ev.SessionReset: _reset,
     ev.SessionTrimmed: _trim,
+    ev.SessionRewound: _rewind,
     ev.SessionCompacted: _compact,
     ev.ContextCompacted: _checkpoint,
     ev.ContextPruned: apply_pruned,

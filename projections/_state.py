@@ -11,6 +11,8 @@ Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
                              so the last chunk gives the segment's length
   #seg                       next segment id (8)
   c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
+  i/<sid>\0<digest:16>       an idempotency key used on the session's current incarnation (its
+                             blake3 digest) -> log position of the event that carried it (8)
   n/active                   number of sessions whose status is active (8)
   b/<handle>                 BearerRecord of a bearer session (see `projections/_tokens.py`)
   rt/...                     the runtime's status, loops and usage (see `projections/_runtime.py`)
@@ -22,6 +24,7 @@ import struct
 from datetime import datetime
 from typing import Any
 
+import blake3
 import msgspec
 
 from eventlog import StructCodec
@@ -38,6 +41,7 @@ STATE_PREFIX = b"h/"
 TRANSCRIPT_PREFIX = b"t/"
 REF_PREFIX = b"g/"
 CHILD_PREFIX = b"c/"
+IDEMPOTENCY_PREFIX = b"i/"
 
 ACTIVE = "active"
 CLOSED = "closed"
@@ -69,6 +73,16 @@ def child_prefix(parent_id: str) -> bytes:
 
 def child_key(parent_id: str, position: int) -> bytes:
     return child_prefix(parent_id) + position.to_bytes(8, "big")
+
+
+def idempotency_prefix(session_id: str) -> bytes:
+    return IDEMPOTENCY_PREFIX + session_id.encode() + b"\x00"
+
+
+def idempotency_key(session_id: str, key: str) -> bytes:
+    """Where `key` is remembered: a fixed-size digest, so any key fits an LMDB key."""
+    digest = blake3.blake3(key.encode("utf-8", "surrogatepass")).digest(16)
+    return idempotency_prefix(session_id) + digest
 
 
 def pack_ref(position: int, index: int) -> bytes:

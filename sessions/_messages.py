@@ -1,14 +1,19 @@
 """Messages at the edge of the engine: plain dicts in and out, `Message` structs in the log.
 
-A message dict needs a non-empty `role`; the fields the catalog names are type-checked; any other
-key is kept verbatim in `extra` and comes back as a top-level key, so nothing a caller stored is
-dropped. This module owns that mapping and nothing else.
+A message dict needs a non-empty `role`, or an `item` (a value stored verbatim, whose entry's
+role is then ``item`` unless given); the fields the catalog names are type-checked; any other key is
+kept verbatim in `extra` and comes back as a top-level key, so nothing a caller stored is dropped.
+An `item` comes back equal in value to what was given, bytes as bytes. This module owns that
+mapping and nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from eventlog import (
     InvalidArgumentError,
@@ -33,8 +38,12 @@ _KNOWN = frozenset(
         "synthetic",
         "summary",
         "metadata",
+        "item",
     )
 )
+ITEM_ROLE = "item"
+"""The role of an item entry whose caller named none."""
+_ITEM_DEPTH_MAX = 64
 
 
 _FILE_FIELDS = frozenset(("path", "name", "mime_type", "size_bytes"))
@@ -80,9 +89,15 @@ def to_message(message: object, *, where: str) -> ev.Message:
             f"{where}: a message must be a dict, got {type(message).__name__}"
         )
     role = message.get("role")
+    if role is None and message.get("item") is not None:
+        role = ITEM_ROLE
+        message = {**message, "role": role}
+        check_item(message["item"], where=f"{where}: `item`")
+    elif message.get("item") is not None:
+        check_item(message["item"], where=f"{where}: `item`")
     if not isinstance(role, str) or not role.strip():
         raise InvalidArgumentError(
-            f"{where}: a message needs a non-empty string `role`, got {role!r}"
+            f"{where}: a message needs a non-empty string `role` (or an `item`), got {role!r}"
         )
     for key in message:
         if not isinstance(key, str):
@@ -111,10 +126,62 @@ def to_message(message: object, *, where: str) -> ev.Message:
     return convert(known, ev.Message, what=f"{where}: message")
 
 
+_SCALARS = (str, int, float, bool, bytes, bytearray, type(None))
+
+
+def check_item(value: object, *, where: str) -> None:
+    """Refuse an item that would not read back equal in value: only None, bools, numbers,
+    strings, bytes, lists, dicts with string keys and timezone-aware datetimes are kept
+    exactly (a tuple would come back a list, a naive datetime a string)."""
+    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    while stack:
+        current, path, depth = stack.pop()
+        if isinstance(current, _SCALARS):
+            continue
+        if depth >= _ITEM_DEPTH_MAX:
+            raise InvalidArgumentError(
+                f"{where}{path}: nested deeper than {_ITEM_DEPTH_MAX} levels"
+            )
+        if isinstance(current, datetime):
+            if current.tzinfo is None:
+                raise InvalidArgumentError(
+                    f"{where}{path}: a datetime needs a timezone to be kept exactly"
+                )
+        elif type(current) is list:
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(current))
+        elif type(current) is dict:
+            for key, item in current.items():
+                if not isinstance(key, str):
+                    raise InvalidArgumentError(
+                        f"{where}{path}: keys must be strings, got {type(key).__name__} {key!r}"
+                    )
+                stack.append((item, f"{path}[{key!r}]", depth + 1))
+        else:
+            raise InvalidArgumentError(
+                f"{where}{path}: a {type(current).__name__} would not come back as it went in "
+                "(use None, bool, int, float, str, bytes, list, dict with str keys, or an "
+                "aware datetime)"
+            )
+    check_encodable(value, what=where)
+
+
+_ITEM_ENCODER = msgspec.msgpack.Encoder()
+_ITEM_DECODER = msgspec.msgpack.Decoder()
+
+
+def item_copy(value: Any) -> Any:
+    """A fresh copy of a stored item, bytes and datetimes kept as they are."""
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return _ITEM_DECODER.decode(_ITEM_ENCODER.encode(value))
+
+
 def to_dict(message: ev.Message) -> dict[str, Any]:
     """A fresh plain dict of a message: its set fields, with `extra` keys back at the top level."""
     data: dict[str, Any] = to_builtins(message)
     _restore(data)
+    if message.item is not None:
+        data["item"] = item_copy(message.item)
     return data
 
 
@@ -124,9 +191,11 @@ _PLAIN = frozenset(("role", "content"))
 def to_dicts(messages: list[ev.Message]) -> list[dict[str, Any]]:
     """`to_dict` of a whole transcript, converted in one call."""
     data: list[dict[str, Any]] = to_builtins(messages)
-    for item in data:
+    for item, message in zip(data, messages, strict=True):
         if item.keys() - _PLAIN:  # role and content alone need nothing restored
             _restore(item)
+            if message.item is not None:
+                item["item"] = item_copy(message.item)
     return data
 
 

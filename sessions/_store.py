@@ -26,6 +26,7 @@ from eventlog import (
     Envelope,
     EventLog,
     InvalidArgumentError,
+    LengthConflictError,
     LimitExceededError,
     LogView,
     SessionExistsError,
@@ -33,6 +34,7 @@ from eventlog import (
     Transaction,
     UnknownSessionError,
     VerifyReport,
+    check_encodable,
     limits,
     to_builtins,
 )
@@ -329,24 +331,52 @@ class SessionStore(LiveVerbs, ContextVerbs):
         with self._command("rename", session_id) as (tx, state, _):
             self._emit(tx, state.session_id, [ev.SessionRenamed(title=title)])
 
-    def inject(self, session_id: str, message: Mapping[str, Any]) -> None:
-        """Append one message (a dict with at least a non-empty `role`)."""
+    def inject(
+        self,
+        session_id: str,
+        message: Mapping[str, Any],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Append one message (a dict with at least a non-empty `role`, or an `item`).
+
+        `expected_length`: write only if the transcript holds exactly that many entries, else
+        raise `LengthConflictError` (optimistic concurrency). `idempotency_key`: a command
+        repeated with a key this session has already seen writes nothing (a retried write
+        whose first attempt did commit is not applied twice)."""
+        expected = _optional_count(expected_length, "expected_length", "inject")
+        key = _check_key(idempotency_key, "inject")
         parsed = plain_message(message)
         checked = parsed is not None
         if parsed is None:
             parsed = to_message(message, where="inject")
         with self._command("inject", session_id) as (tx, state, transcript):
+            if self._seen_key(tx, state.session_id, key):
+                return
+            _check_length(transcript, expected, state.session_id, "inject")
             self._check_room(transcript, 1, "inject")
-            self._emit(tx, state.session_id, [ev.MessageInjected(message=parsed)], checked=checked)
+            event = ev.MessageInjected(message=parsed, idempotency_key=key)
+            self._emit(tx, state.session_id, [event], checked=checked)
 
-    def inject_many(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
+    def inject_many(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
         """Append `messages` in order as one command: all of them or, on any bad message, none.
 
         They are recorded as `messages_injected` events of up to `messages_per_event_max`
         messages each (one record and one hash per batch, not per message); each message is
         still its own transcript entry, as after `inject`. Returns how many were appended; an
-        empty sequence appends nothing (the session must still exist).
+        empty sequence appends nothing (the session must still exist). `expected_length` and
+        `idempotency_key` as for `inject`; a repeated key appends nothing and returns 0.
         """
+        expected = _optional_count(expected_length, "expected_length", "inject_many")
+        key = _check_key(idempotency_key, "inject_many")
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise InvalidArgumentError(
                 f"inject_many: messages must be a list of message dicts, "
@@ -367,12 +397,61 @@ class SessionStore(LiveVerbs, ContextVerbs):
                 text = plain.content if isinstance(plain.content, str) else None
                 sizes.append(_text_bytes(text) + len(plain.role))
         events = _batches(parsed, sizes)
+        if key is not None and events:
+            first = events[0]
+            assert isinstance(first, ev.MessagesInjected)
+            events[0] = ev.MessagesInjected(messages=first.messages, idempotency_key=key)
         with self._command("inject_many", session_id) as (tx, state, transcript):
+            if self._seen_key(tx, state.session_id, key):
+                return 0
+            _check_length(transcript, expected, state.session_id, "inject_many")
             self._check_room(transcript, len(parsed), "inject_many")
             step = limits.events_per_append_max
-            for first in range(0, len(events), step):
-                self._emit(tx, state.session_id, events[first : first + step], checked=checked)
+            for first_event in range(0, len(events), step):
+                chunk = events[first_event : first_event + step]
+                self._emit(tx, state.session_id, chunk, checked=checked)
         return len(parsed)
+
+    @staticmethod
+    def _seen_key(tx: Transaction, session_id: str, key: str | None) -> bool:
+        return key is not None and tx.kv_get(pj.idempotency_key(session_id, key)) is not None
+
+    def pop(self, session_id: str, *, expected_length: int | None = None) -> dict[str, Any] | None:
+        """Take the last entry off the transcript and return it (None when it is empty, and
+        then nothing is written). Recorded as `session_rewound`: the log keeps the entry."""
+        expected = _optional_count(expected_length, "expected_length", "pop")
+        with self._command("pop", session_id) as (tx, state, transcript):
+            _check_length(transcript, expected, state.session_id, "pop")
+            if transcript.length == 0:
+                return None
+            last = pj.ranges_window(transcript.ranges, transcript.length - 1, 1)
+            popped = to_dicts(pj.read_messages(tx, transcript, ranges=last))[0]
+            rewound = ev.SessionRewound(to_length=transcript.length - 1, removed=1, reason="pop")
+            self._emit(tx, state.session_id, [rewound])
+            return popped
+
+    def rewind(
+        self,
+        session_id: str,
+        to_length: int,
+        *,
+        expected_length: int | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Cut the transcript back to its first `to_length` entries; returns how many left it
+        (0, writing nothing, when it is no longer than that). The log keeps them, and `as_of`
+        a position before the rewind still shows them."""
+        keep = check_count(to_length, "to_length", "rewind")
+        expected = _optional_count(expected_length, "expected_length", "rewind")
+        check_text(reason, "reason", "rewind")
+        with self._command("rewind", session_id) as (tx, state, transcript):
+            _check_length(transcript, expected, state.session_id, "rewind")
+            removed = transcript.length - keep
+            if removed <= 0:
+                return 0
+            rewound = ev.SessionRewound(to_length=keep, removed=removed, reason=reason)
+            self._emit(tx, state.session_id, [rewound])
+            return removed
 
     def _check_room(self, transcript: pj.Transcript, adding: int, verb: str) -> None:
         if transcript.length + adding > limits.messages_per_transcript_max:
@@ -497,17 +576,28 @@ class SessionStore(LiveVerbs, ContextVerbs):
         return transcript.length if transcript else 0
 
     def messages(
-        self, session_id: str, *, after: int = 0, limit: int | None = None
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        last: int | None = None,
     ) -> list[dict[str, Any]]:
         """The transcript as fresh message dicts; raises for an unknown id. `after` and `limit`
-        give a page: up to `limit` messages following the first `after`, read without the rest."""
+        give a page: up to `limit` messages following the first `after`, read without the rest.
+        `last` gives the last `last` messages (of that page), read without the ones before."""
         skip = check_count(after, "after", "messages")
         count = None if limit is None else check_count(limit, "limit", "messages")
+        tail = None if last is None else check_count(last, "last", "messages")
         with self.log.view() as view:
             state = self._state(view, session_id, "messages", closed=True)
-            if skip == 0 and count is None:
+            if skip == 0 and count is None and tail is None:
                 return to_dicts(self._messages(view, state.session_id))
             transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
+            if tail is not None:
+                end = transcript.length if count is None else min(transcript.length, skip + count)
+                first = max(skip, end - tail)
+                skip, count = first, max(end - first, 0)
             window = pj.ranges_window(transcript.ranges, skip, count)
             return to_dicts(pj.read_messages(view, transcript, ranges=window))
 
@@ -718,6 +808,30 @@ class SessionStore(LiveVerbs, ContextVerbs):
                     )
             after = page[-1].position
         return SessionStore(past, hot_sessions=0, readonly_at=position)
+
+
+_IDEMPOTENCY_KEY_CHARS_MAX = 512
+
+
+def _optional_count(value: object, name: str, verb: str) -> int | None:
+    return None if value is None else check_count(value, name, verb)
+
+
+def _check_key(value: object, verb: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > _IDEMPOTENCY_KEY_CHARS_MAX:
+        raise InvalidArgumentError(
+            f"{verb}: `idempotency_key` must be a non-empty str of at most "
+            f"{_IDEMPOTENCY_KEY_CHARS_MAX} characters, got {value!r:.80}"
+        )
+    check_encodable(value, what=f"{verb}: `idempotency_key`")
+    return value
+
+
+def _check_length(transcript: pj.Transcript, expected: int | None, sid: str, verb: str) -> None:
+    if expected is not None and transcript.length != expected:
+        raise LengthConflictError(sid, expected, transcript.length, verb)
 
 
 def _readable(state: pj.SessionState, closed: bool) -> bool:

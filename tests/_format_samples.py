@@ -213,6 +213,18 @@ SAMPLES: list[tuple[str, ev.Event]] = [
             ]
         ),
     ),
+    # Added with items, rewinds and idempotency keys (the framework integrations).
+    (
+        "s-1",
+        ev.MessageInjected(
+            message=ev.Message(
+                role="item",
+                item={"type": "function_call", "call_id": "c-1", "blob": b"\x00\xff"},
+            ),
+            idempotency_key="k-1",
+        ),
+    ),
+    ("s-1", ev.SessionRewound(to_length=1, removed=1, reason="pop")),
 ]
 
 

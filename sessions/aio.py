@@ -1,0 +1,158 @@
+"""The session engine for asyncio code: `AsyncSessionStore` awaits each verb of a `SessionStore`.
+
+Every call runs on one worker thread owned by the store, never on the event loop, so an LMDB
+commit (an fsync) or a PostgreSQL round trip never blocks other tasks. Calls run one at a time, in
+the order they were awaited: the engine's read cache is not shared between threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sessions._store import SessionStore
+
+T = TypeVar("T")
+
+
+def _new_worker() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionlog-aio")
+
+
+class AsyncSessionStore:
+    """Await the verbs of `store`; `await AsyncSessionStore.open(path)` opens one."""
+
+    def __init__(self, store: SessionStore, *, worker: ThreadPoolExecutor | None = None) -> None:
+        self.store = store
+        """The blocking store underneath (use it only from `run`)."""
+        self._worker = worker or _new_worker()
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncSessionStore:
+        """Open (creating if missing) the store at `path` (see `SessionStore.open`)."""
+        worker = _new_worker()
+        loop = asyncio.get_running_loop()
+        opener = functools.partial(SessionStore.open, path, **options)
+        try:
+            store = await loop.run_in_executor(worker, opener)
+        except BaseException:
+            worker.shutdown(wait=False)
+            raise
+        return cls(store, worker=worker)
+
+    async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run `function(*args, **kwargs)` on the store's worker thread and await its result."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._worker, functools.partial(function, *args, **kwargs)
+        )
+
+    async def aclose(self) -> None:
+        """Close the store (after every call already awaited) and stop the worker."""
+        try:
+            await self.run(self.store.close)
+        finally:
+            self._worker.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncSessionStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # The verbs, each as its `SessionStore` namesake.
+
+    async def open_session(self, session_id: str | None = None, **options: Any) -> str:
+        return await self.run(self.store.open_session, session_id, **options)
+
+    async def exists(self, session_id: object) -> bool:
+        return await self.run(self.store.exists, session_id)
+
+    async def inject(
+        self,
+        session_id: str,
+        message: Mapping[str, Any],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        await self.run(
+            self.store.inject,
+            session_id,
+            message,
+            expected_length=expected_length,
+            idempotency_key=idempotency_key,
+        )
+
+    async def inject_many(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        return await self.run(
+            self.store.inject_many,
+            session_id,
+            messages,
+            expected_length=expected_length,
+            idempotency_key=idempotency_key,
+        )
+
+    async def messages(
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        last: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self.run(self.store.messages, session_id, after=after, limit=limit, last=last)
+
+    async def length(self, session_id: str) -> int:
+        return await self.run(self.store.length, session_id)
+
+    async def pop(
+        self, session_id: str, *, expected_length: int | None = None
+    ) -> dict[str, Any] | None:
+        return await self.run(self.store.pop, session_id, expected_length=expected_length)
+
+    async def rewind(
+        self, session_id: str, to_length: int, *, expected_length: int | None = None
+    ) -> int:
+        return await self.run(
+            self.store.rewind, session_id, to_length, expected_length=expected_length
+        )
+
+    async def reset(self, session_id: str) -> None:
+        await self.run(self.store.reset, session_id)
+
+    async def fork(self, source_id: str, destination_id: str | None = None) -> str:
+        return await self.run(self.store.fork, source_id, destination_id)
+
+    async def fork_at(
+        self, source_id: str, keep_first: int, destination_id: str | None = None
+    ) -> str:
+        return await self.run(self.store.fork_at, source_id, keep_first, destination_id)
+
+    async def delete(self, session_id: str, *, reason: str | None = None) -> None:
+        await self.run(self.store.delete, session_id, reason=reason)
+
+    async def close_session(self, session_id: str, status: str | None = None) -> None:
+        await self.run(self.store.close_session, session_id, status)
+
+    async def snapshot(self, session_id: object) -> dict[str, Any] | None:
+        return await self.run(self.store.snapshot, session_id)
+
+    async def summary(self, session_id: object) -> dict[str, Any] | None:
+        return await self.run(self.store.summary, session_id)
+
+    async def list_sessions(
+        self, *, cursor: str | None = None, limit: int = 50, status: str | None = None
+    ) -> dict[str, Any]:
+        return await self.run(self.store.list_sessions, cursor=cursor, limit=limit, status=status)
