@@ -281,6 +281,43 @@ class RuntimeAdopted(Event, tag="runtime_adopted", frozen=True):
     runtime_params: dict[str, Any] = {}
 
 
+class StepCompleted(Event, tag="step_completed", frozen=True):
+    """One model call of a prompt's tool loop that asked for tools: `reply` (the assistant message
+    with its `tool_calls`) joins the transcript, `usage` the loop's. The calls follow as
+    `tool_call_started` / `tool_call_finished`; the loop ends with `prompt_completed`."""
+
+    request_id: str
+    step: int
+    reply: Message
+    stop_reason: str | None = None
+    usage: Usage = Usage()
+
+
+class ToolCallStarted(Event, tag="tool_call_started", frozen=True):
+    """The runtime began running tool call `call_id` of the prompt in flight, as the child loop
+    `loop_id` of the prompt's loop; calls asked for together share a `parallel_group`."""
+
+    request_id: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = {}
+    loop_id: str | None = None
+    parallel_group: str | None = None
+
+
+class ToolCallFinished(Event, tag="tool_call_finished", frozen=True):
+    """Tool call `call_id` ended: `result` (a `tool` message answering it) joins the transcript.
+    `error` and `kind` (tool_error, unknown_tool, cancelled, interrupted, max_steps) say why when
+    the tool did not run to an answer; the model still gets a result for every call."""
+
+    request_id: str
+    call_id: str
+    result: Message
+    loop_id: str | None = None
+    error: str | None = None
+    kind: str | None = None
+
+
 class InputRejected(Event, tag="input_rejected", frozen=True):
     """An input filter refused a prompt before any provider was called."""
 
@@ -422,6 +459,9 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     RuntimeAdopted,
     MessagesInjected,
     SessionRewound,
+    StepCompleted,
+    ToolCallStarted,
+    ToolCallFinished,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

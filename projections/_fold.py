@@ -271,7 +271,15 @@ _OPENERS: dict[type, Callable[[Transaction, Envelope], None]] = {
 def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
     data = envelope.data
     if isinstance(
-        data, (ev.MessageInjected, ev.PromptStarted, ev.PromptCompleted, ev.DoomLoopDetected)
+        data,
+        (
+            ev.MessageInjected,
+            ev.PromptStarted,
+            ev.PromptCompleted,
+            ev.DoomLoopDetected,
+            ev.StepCompleted,
+            ev.ToolCallFinished,
+        ),
     ):
         return [(envelope.position, 0)]
     if isinstance(data, ev.MessagesInjected):
@@ -363,6 +371,10 @@ def message_of(data: ev.Event, index: int) -> ev.Message:
         return data.replacement[index]
     if isinstance(data, ev.DoomLoopDetected):
         return data.message
+    if isinstance(data, ev.StepCompleted):
+        return data.reply
+    if isinstance(data, ev.ToolCallFinished):
+        return data.result
     if isinstance(data, ev.ContextCompacted):
         return data.boundary if index == 0 else data.summary
     raise AssertionError(f"{type(data).__name__} carries no message")

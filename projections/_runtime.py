@@ -126,6 +126,9 @@ class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     close_reason: str | None = None
     params: dict[str, Any] = {}
     """The session's layer of runtime parameters when it was adopted (else its opening metadata's)."""
+    open_calls: list[dict[str, Any]] = []
+    """Tool calls of the prompt in flight still without a result: ``{"id", "name", "loop_id"}``
+    each. Recovery and cancellation answer each one before the prompt ends."""
 
 
 STATE_CODEC = StructCodec(RuntimeState, "runtime state")
@@ -345,7 +348,7 @@ def _finish(
                 loop,
                 status=outcome,
                 finished_at=envelope.recorded_at,
-                usage=usage or loop.usage,
+                usage=loop.usage + usage if usage is not None else loop.usage,
                 stop_reason=stop_reason,
                 error=error,
                 error_kind=kind,
@@ -364,6 +367,7 @@ def _finish(
             request_id=None,
             loop_position=0,
             usage=state.usage + usage if usage is not None else state.usage,
+            open_calls=[],
         ),
     )
 
@@ -435,7 +439,93 @@ def _adopted(tx: Transaction, envelope: Envelope) -> None:
     _add_open(tx, +1)
 
 
+def _call_ref(call: object) -> dict[str, Any] | None:
+    if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+        return None
+    name = call.get("name")
+    function = call.get("function")
+    if name is None and isinstance(function, dict):
+        name = function.get("name")
+    return {"id": call["id"], "name": name if isinstance(name, str) else None, "loop_id": None}
+
+
+def _step(tx: Transaction, envelope: Envelope) -> None:
+    """A model call of the tool loop: its usage joins the loop's, its calls are now open."""
+    data = envelope.data
+    assert isinstance(data, ev.StepCompleted)
+    state = _in_flight(tx, envelope, data.request_id)
+    if state is None:
+        return
+    usage = loop_usage(data.usage)
+    loop = _load_loop_at(tx, state.session_id, state.loop_position)
+    if loop is not None:
+        _put_loop(tx, msgspec.structs.replace(loop, usage=loop.usage + usage))
+    tx.kv_put(_USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
+    calls = [ref for ref in map(_call_ref, data.reply.tool_calls or ()) if ref is not None]
+    _put_state(
+        tx,
+        msgspec.structs.replace(
+            state, usage=state.usage + usage, open_calls=[*state.open_calls, *calls]
+        ),
+    )
+
+
+def _tool_started(tx: Transaction, envelope: Envelope) -> None:
+    """A tool call runs as a child loop of the prompt's loop."""
+    data = envelope.data
+    assert isinstance(data, ev.ToolCallStarted)
+    state = _in_flight(tx, envelope, data.request_id)
+    if state is None:
+        return
+    loop_id = data.loop_id or data.call_id
+    child = LoopRecord(
+        loop_id=loop_id,
+        session_id=envelope.stream,
+        request_id=data.request_id,
+        position=envelope.position,
+        started_at=envelope.recorded_at,
+        parent_loop_id=state.last_loop_id,
+        parallel_group=data.parallel_group,
+        config={"tool": data.name, "call_id": data.call_id, "arguments": data.arguments},
+    )
+    _put_loop(tx, child)
+    key = _loop_id_key(envelope.stream, loop_id)
+    if key is not None:
+        tx.kv_put(key, envelope.position.to_bytes(8, "big"))
+    calls = [
+        {**call, "loop_id": loop_id} if call["id"] == data.call_id else call
+        for call in state.open_calls
+    ]
+    _put_state(tx, msgspec.structs.replace(state, open_calls=calls))
+
+
+def _tool_finished(tx: Transaction, envelope: Envelope) -> None:
+    data = envelope.data
+    assert isinstance(data, ev.ToolCallFinished)
+    state = _in_flight(tx, envelope, data.request_id)
+    if state is None:
+        return
+    if data.loop_id is not None:
+        child = load_loop(tx, envelope.stream, data.loop_id)
+        if child is not None and child.status == RUNNING:
+            _put_loop(
+                tx,
+                msgspec.structs.replace(
+                    child,
+                    status=COMPLETED if data.error is None else FAILED,
+                    finished_at=envelope.recorded_at,
+                    error=data.error,
+                    error_kind=data.kind,
+                ),
+            )
+    calls = [call for call in state.open_calls if call["id"] != data.call_id]
+    _put_state(tx, msgspec.structs.replace(state, open_calls=calls))
+
+
 FOLLOWERS: dict[type, Callable[[Transaction, Envelope], None]] = {
+    ev.StepCompleted: _step,
+    ev.ToolCallStarted: _tool_started,
+    ev.ToolCallFinished: _tool_finished,
     ev.RuntimeAdopted: _adopted,
     ev.PromptStarted: _started,
     ev.PromptCompleted: _completed,

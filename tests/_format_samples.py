@@ -225,6 +225,41 @@ SAMPLES: list[tuple[str, ev.Event]] = [
         ),
     ),
     ("s-1", ev.SessionRewound(to_length=1, removed=1, reason="pop")),
+    # Added with the runtime's tool loop.
+    (
+        "s-1",
+        ev.StepCompleted(
+            request_id="r4",
+            step=1,
+            reply=ev.Message(
+                role="assistant",
+                content="",
+                tool_calls=[{"id": "c1", "name": "ls", "arguments": {"path": "."}}],
+            ),
+            stop_reason="tool_use",
+            usage=ev.Usage(input_tokens=4, output_tokens=1),
+        ),
+    ),
+    (
+        "s-1",
+        ev.ToolCallStarted(
+            request_id="r4",
+            call_id="c1",
+            name="ls",
+            arguments={"path": "."},
+            loop_id="l-c1",
+            parallel_group="g1",
+        ),
+    ),
+    (
+        "s-1",
+        ev.ToolCallFinished(
+            request_id="r4",
+            call_id="c1",
+            result=ev.Message(role="tool", content="a.txt", tool_call_id="c1"),
+            loop_id="l-c1",
+        ),
+    ),
 ]
 
 

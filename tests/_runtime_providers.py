@@ -4,7 +4,7 @@ every usage field, and one that records what it was called with."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sessions.runtime import Completion
@@ -85,3 +85,46 @@ def expected_usage(prompt: str) -> dict[str, int]:
         "cache_write_tokens": 5,
         "total_tokens": size + 5,
     }
+
+
+class ScriptedProvider:
+    """Answers with `script[i]` on its i-th call (a `Completion`, or a function of the messages
+    returning one); past the end, the last entry again. Records every call's messages and
+    tools."""
+
+    def __init__(
+        self,
+        script: Sequence[Completion | Callable[[list[dict[str, Any]]], Completion]],
+        name: str = "scripted",
+    ) -> None:
+        self.name = name
+        self.defaults: Mapping[str, Any] = {}
+        self.script = list(script)
+        self.seen: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        self.seen.append((messages, None if tools is None else [dict(t) for t in tools]))
+        entry = self.script[min(len(self.seen), len(self.script)) - 1]
+        return entry if isinstance(entry, Completion) else entry(messages)
+
+
+def calls(*pairs: tuple[str, dict[str, Any]], prefix: str = "c") -> Completion:
+    """A completion asking for the tool calls `(name, arguments)`, ids `prefix`1, 2, ..."""
+    return Completion(
+        text="",
+        stop_reason="tool_use",
+        tool_calls=[
+            {"id": f"{prefix}{i}", "name": name, "arguments": args}
+            for i, (name, args) in enumerate(pairs, 1)
+        ],
+        usage={"input_tokens": 10, "output_tokens": 2},
+    )
+
+
+FINAL_ANSWER = Completion(text="all done", usage={"input_tokens": 30, "output_tokens": 3})

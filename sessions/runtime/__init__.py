@@ -24,6 +24,7 @@ from sessions.runtime._http import (
     ProviderTimeoutError,
 )
 from sessions.runtime._openai import OpenAIProvider
+from sessions.runtime._prompting import Tool
 from sessions.runtime._providers import (
     Completion,
     ContextLengthError,
@@ -56,6 +57,7 @@ __all__ = [
     "SessionBusyError",
     "SessionFailedError",
     "SessionRecord",
+    "Tool",
     "Verdict",
     "passed",
     "reject",

@@ -6,6 +6,8 @@ what was expected and what came. Nothing here touches storage or awaits.
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +23,7 @@ from sessions.runtime import _limits
 from sessions.runtime._providers import Completion
 
 Hook = Callable[..., object]
+logger = logging.getLogger("sessionlog.runtime")
 
 
 def check_id(value: object, name: str, where: str) -> str:
@@ -103,3 +106,16 @@ def reply_of(completion: object, where: str) -> tuple[ev.Message, ev.Usage, str]
 def session_metadata(view: LogView, session_id: str) -> dict[str, Any]:
     state = pj.load_state(view, session_id)
     return {} if state is None else dict(to_builtins(state.metadata))
+
+
+async def call_hook(hook: Hook | None, name: str, *args: object) -> None:
+    """Run a user hook; like the engine's subscribers, its failure is logged and never changes
+    the outcome of the verb that fired it."""
+    if hook is None:
+        return
+    try:
+        result = hook(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:  # a hook's bug must not undo a committed verb
+        logger.exception("runtime hook %s failed", name)

@@ -173,14 +173,65 @@ def _spawning_loop(state: pj.SessionState) -> str | None:
     return loop_id if isinstance(loop_id, str) else None
 
 
+def _in_flight(tx: Transaction, session_id: str, request_id: str) -> rt.RuntimeState | None:
+    runtime = rt.load_runtime(tx, session_id)
+    if runtime is None or runtime.status != rt.BUSY or runtime.request_id != request_id:
+        return None
+    return runtime
+
+
+def answer_open_calls(runtime: rt.RuntimeState, kind: str, why: str) -> list[ev.Event]:
+    """A result for every tool call of the prompt in flight that has none yet, so the transcript
+    never holds a call without its result (the APIs refuse such a transcript)."""
+    assert runtime.request_id is not None
+    return [
+        ev.ToolCallFinished(
+            request_id=runtime.request_id,
+            call_id=call["id"],
+            loop_id=call.get("loop_id"),
+            result=ev.Message(
+                role="tool",
+                tool_call_id=call["id"],
+                name=call.get("name"),
+                content=f"error: the tool call did not finish ({why})",
+                synthetic=True,
+            ),
+            error=why,
+            kind=kind,
+        )
+        for call in runtime.open_calls
+    ]
+
+
+def _ending_kind(event: ev.Event) -> str:
+    if isinstance(event, ev.PromptFailed):
+        return event.kind or "failed"
+    return "cancelled"
+
+
 def finish_prompt(store: SessionStore, session_id: str, request_id: str, event: ev.Event) -> bool:
-    """Append the outcome of a prompt if it is still the one in flight; False if it is not (the
-    session was closed, or recovery already marked it failed)."""
+    """Append the outcome of a prompt if it is still the one in flight (after a result for each
+    tool call left open); False if it is not (the session was closed, or recovery already
+    marked it failed)."""
     with store.log.transaction(join=True) as tx:
-        runtime = rt.load_runtime(tx, session_id)
-        if runtime is None or runtime.status != rt.BUSY or runtime.request_id != request_id:
+        runtime = _in_flight(tx, session_id, request_id)
+        if runtime is None:
             return False
-        tx.append(session_id, [event], expected_version=tx.stream_version(session_id))
+        why = getattr(event, "reason", None) or getattr(event, "error", None) or "the loop ended"
+        events = [*answer_open_calls(runtime, _ending_kind(event), str(why)[:200]), event]
+        tx.append(session_id, events, expected_version=tx.stream_version(session_id))
+        return True
+
+
+def record_step(
+    store: SessionStore, session_id: str, request_id: str, events: list[ev.Event]
+) -> bool:
+    """Append events of the tool loop (a step and its calls started, or one call finished) if
+    the prompt is still in flight; False if it is not."""
+    with store.log.transaction(join=True) as tx:
+        if _in_flight(tx, session_id, request_id) is None:
+            return False
+        tx.append(session_id, events, expected_version=tx.stream_version(session_id))
         return True
 
 
@@ -199,7 +250,9 @@ def close_session(store: SessionStore, session_id: str, reason: str, verb: str) 
     with store.log.transaction(join=True) as tx:
         last = info(tx, session_id, verb)
         events: list[ev.Event] = []
-        if last["request_id"] is not None:
+        runtime = rt.load_runtime(tx, session_id)
+        if last["request_id"] is not None and runtime is not None:
+            events.extend(answer_open_calls(runtime, "cancelled", reason))
             events.append(ev.PromptCancelled(request_id=last["request_id"], reason=reason))
         events.append(
             ev.AgentSessionClosed(
@@ -219,12 +272,10 @@ def recover(store: SessionStore) -> list[str]:
             runtime = rt.load_runtime(tx, session_id)
             if runtime is None or runtime.request_id is None:
                 continue
-            failed = ev.PromptFailed(
-                request_id=runtime.request_id,
-                error="the process running this prompt stopped before the provider answered",
-                kind=INTERRUPTED,
-            )
-            tx.append(session_id, [failed], expected_version=tx.stream_version(session_id))
+            why = "the process running this prompt stopped before it finished"
+            failed = ev.PromptFailed(request_id=runtime.request_id, error=why, kind=INTERRUPTED)
+            events = [*answer_open_calls(runtime, INTERRUPTED, why), failed]
+            tx.append(session_id, events, expected_version=tx.stream_version(session_id))
             touched.append(session_id)
     return touched
 

@@ -37,6 +37,23 @@ writer_batch_jobs_max: Final = 256
 """Store jobs the writer thread commits together. One durable commit acknowledges all of them; the
 bound keeps one commit's latency, and what one failed commit takes down, small."""
 
+tools_max: Final = 128
+"""Tools offered with one prompt; the APIs accept about this many, and each tool's schema is
+sent with every model call of the loop."""
+
+max_steps_default: Final = 10
+"""Model calls in one prompt's tool loop unless the caller says otherwise, as seed 004 sets it."""
+
+max_steps_max: Final = 1_000
+"""Model calls one prompt may ask for. Each step's events stay in the log forever."""
+
+tool_result_chars_max: Final = 1_000_000
+"""One tool result's text, as sent to the model; longer results are cut (the context policy prunes
+large ones from later calls anyway)."""
+
+reap_interval_s_default: Final = 30.0
+"""How often the periodic reaper looks for sessions past their TTL or idle limit."""
+
 ttl_s_default: Final = 3_600.0
 """A session's lifetime before `reap` closes it as expired, as seed 002 sets it: one hour."""
 

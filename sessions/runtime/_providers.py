@@ -45,9 +45,11 @@ class Provider(Protocol):
     name: str
     defaults: Mapping[str, Any]
 
-    async def complete(
-        self, messages: list[dict[str, Any]], params: dict[str, Any]
-    ) -> Completion: ...
+    async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Completion:
+        """Answer `messages` with `params`. A provider that can call tools also takes a
+        keyword argument ``tools`` (a list of ``{name, description, parameters}``); the runtime
+        passes it only when a prompt offers tools."""
+        ...
 
 
 class ProviderRegistry:
@@ -127,7 +129,14 @@ class MockProvider:
         self._reply = reply
         self.calls = 0
 
-    async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Completion:
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        """The echo; `tools` are accepted and never called (the mock answers at once)."""
         self.calls += 1
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
         heard = " ".join(_words(last_user.get("content") if last_user else None))

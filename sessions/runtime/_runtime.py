@@ -9,7 +9,6 @@ events it wrote are durable. Ephemeral sessions live in an in-memory store besid
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,37 +21,45 @@ from eventlog import events as ev
 from eventlog.errors import (
     ConfigurationError,
     InputRejectedError,
-    PromptCancelledError,
-    ProviderError,
     SessionBusyError,
 )
 from projections import _runtime as rt
 from sessions._checks import check_dict, iso
 from sessions._ids import check_session_id
+from sessions._messages import to_message
 from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits
 from sessions.runtime._args import (
     Hook,
+    call_hook,
     check_hook,
     check_id,
     check_now,
     check_prompt,
     check_seconds,
     check_spawn_ref,
-    reply_of,
     session_metadata,
 )
 from sessions.runtime._lease import RuntimeLease
 from sessions.runtime._params import check_params, merge_params, wire_params
+from sessions.runtime._prompting import (
+    LoopOptions,
+    PromptLoop,
+    Tool,
+    ToolCallHook,
+    check_files,
+    check_max_steps,
+    check_tools,
+    takes_tools,
+)
 from sessions.runtime._providers import (
     Completion,
-    ContextLengthError,
     MockProvider,
     Provider,
     ProviderRegistry,
 )
 from sessions.runtime._recorder import SessionRecord, read_record, usage_dict
-from sessions.runtime._writer import Writer
+from sessions.runtime._writer import Writer, outcome
 
 T = TypeVar("T")
 logger = logging.getLogger("sessionlog.runtime")
@@ -74,40 +81,13 @@ class _Flight:
             self.task.cancel()
 
 
-async def _outcome(future: asyncio.Future[T]) -> tuple[T, bool]:
-    """A queued job's result, waited for through cancellation: once queued, the job commits or
-    fails regardless, and the caller must know which before it gives up. Returns the result and
-    whether the caller was cancelled meanwhile."""
-    interrupted = False
-    while True:
-        try:
-            return await asyncio.shield(future), interrupted
-        except asyncio.CancelledError:
-            interrupted = True
-        except Exception:
-            if interrupted:  # nothing was written; the cancellation is what the caller asked for
-                raise asyncio.CancelledError from None
-            raise
-
-
-async def _call_hook(hook: Hook | None, name: str, *args: object) -> None:
-    """Run a user hook; like the engine's subscribers, its failure is logged and never changes
-    the outcome of the verb that fired it."""
-    if hook is None:
-        return
-    try:
-        result = hook(*args)
-        if inspect.isawaitable(result):
-            await result
-    except Exception:  # a hook's bug must not undo a committed verb
-        logger.exception("runtime hook %s failed", name)
-
-
 class Runtime:
     """Drives sessions of a `SessionStore` through providers, from one asyncio event loop.
 
-    Use it as ``async with Runtime(store) as runtime:``. One per store: a second is refused with
-    `LeaseHeldError`; starting fails the prompts a stopped one left in flight (``interrupted``).
+    Use it as ``async with Runtime(store) as runtime:``; inside, a reaper closes expired and idle
+    sessions every `reap_interval_s` (None: only when `reap` is called). One per store: a second
+    is refused with `LeaseHeldError`; starting fails the prompts a stopped one left in flight
+    (``interrupted``).
     """
 
     def __init__(
@@ -125,6 +105,8 @@ class Runtime:
         after_task: Hook | None = None,
         ephemeral_store: SessionStore | None = None,
         maintain_context: bool = True,
+        doom_loop: str = "steer",
+        reap_interval_s: float | None = _limits.reap_interval_s_default,
     ) -> None:
         if not isinstance(store, SessionStore):
             raise InvalidArgumentError(f"Runtime: store must be a SessionStore, got {store!r:.80}")
@@ -161,6 +143,16 @@ class Runtime:
         # doom-loop warnings, summarization checkpoints, pruning; aggressive after a provider
         # said the context was too long (`ContextLengthError`).
         self.maintain_context = bool(maintain_context)
+        if doom_loop not in ("steer", "stop"):
+            raise ConfigurationError(f"Runtime: `doom_loop` must be steer or stop: {doom_loop!r}")
+        self.doom_loop = doom_loop
+        """What a doom-loop warning does to a tool loop: ``steer`` (the warning joins the
+        transcript and the model goes on) or ``stop`` (the loop ends, stop reason
+        ``doom_loop``)."""
+        self.reap_interval_s = (
+            None if reap_interval_s is None else check_seconds(reap_interval_s, "reap_interval_s")
+        )
+        self._reaper: asyncio.Task[None] | None = None
 
     # Lifecycle of the runtime itself
 
@@ -183,9 +175,33 @@ class Runtime:
             self.recovered.extend(await self._write(store, partial(_jobs.recover, store)))
         if self.recovered:
             logger.warning("marked %d interrupted prompts failed", len(self.recovered))
+        if self.reap_interval_s is not None:
+            self._reaper = asyncio.create_task(self._reap_forever(self.reap_interval_s))
+
+    async def _reap_forever(self, interval_s: float) -> None:
+        """The periodic reaper: every `interval_s`, close the sessions past their TTL (reason
+        ``expired``) or idle limit (``idle``), calling `on_session_close` for each. A failed
+        round is logged and the next one runs."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                closed = await self.reap()
+            except Exception:  # a store error must not end the reaper for good
+                logger.exception("the periodic reaper failed; trying again in %.1fs", interval_s)
+                continue
+            if closed:
+                logger.info("the reaper closed %d sessions", len(closed))
 
     async def stop(self) -> None:
-        """Cancel the prompts still running, finish queued writes, stop the writers."""
+        """Stop the reaper, cancel the prompts still running, finish queued writes, stop the
+        writers."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            try:
+                await self._reaper
+            except asyncio.CancelledError:
+                pass
+            self._reaper = None
         for flight in list(self._flights.values()):
             flight.cancel("shutdown")
         for flight in list(self._flights.values()):
@@ -193,7 +209,7 @@ class Runtime:
         for provider in self.providers.all():
             closer = getattr(provider, "aclose", None)
             if closer is not None:
-                await _call_hook(closer, f"`{provider.name}`.aclose")
+                await call_hook(closer, f"`{provider.name}`.aclose")
         for writer in self._writers.values():
             await asyncio.to_thread(writer.stop)
         self._writers.clear()
@@ -211,7 +227,7 @@ class Runtime:
         return self.ephemeral_store if session_id in self._ephemeral_ids else self.store
 
     async def _write(self, store: SessionStore, fn: Callable[[], T]) -> T:
-        value, interrupted = await _outcome(self._writer(store).submit(fn))
+        value, interrupted = await outcome(self._writer(store).submit(fn))
         if interrupted:
             raise asyncio.CancelledError
         return value
@@ -370,8 +386,8 @@ class Runtime:
         last = await self._write(store, partial(_jobs.close_session, store, sid, reason, "close"))
         self._ephemeral_ids.discard(sid)
         if self._after_task is not None:
-            await _call_hook(self._after_task, "after_task", await self.record(sid))
-        await _call_hook(self._on_close, "on_session_close", sid, reason)
+            await call_hook(self._after_task, "after_task", await self.record(sid))
+        await call_hook(self._on_close, "on_session_close", sid, reason)
         return {"closed": True, "session_id": sid, "reason": reason, "status": last["status"]}
 
     async def reap(self, now: datetime | None = None) -> list[dict[str, str]]:
@@ -436,15 +452,25 @@ class Runtime:
         loop_id: str | None = None,
         parent_loop_id: str | None = None,
         parallel_group: str | None = None,
+        tools: Iterable[Tool | Mapping[str, Any]] | None = None,
+        max_steps: int = _limits.max_steps_default,
+        on_tool_call: ToolCallHook | None = None,
+        files: Iterable[Any] | None = None,
     ) -> dict[str, Any]:
         """Send `prompt` to the session's provider and wait for the answer:
-        ``{text, stop_reason, request_id, loop_id, tool_calls, usage}``.
+        ``{text, stop_reason, request_id, loop_id, tool_calls, usage, steps}``.
 
-        Refused with `SessionBusyError` while another prompt runs (never queued). The prompt and
-        the answer are recorded as `prompt_started` / `prompt_completed`; a provider failure as
-        `prompt_failed` (`ProviderError`), a cancellation as `prompt_cancelled`
-        (`PromptCancelledError`, or `CancelledError` when the caller itself was cancelled).
-        A loop continues the session's previous loop unless `parent_loop_id` says otherwise.
+        With `tools`, the runtime runs the loop: the model's tool calls run (in parallel when it
+        asks for several), their results go back to it, until it answers without calling a tool
+        or `max_steps` model calls were made (stop reason ``max_steps``). A `Tool` without `fn`
+        is answered by `on_tool_call({id, name, arguments})`. `files` (paths, or ``{path, name,
+        mime_type}``; at most 10) are attached to the prompt and sent in each provider's form.
+
+        Refused with `SessionBusyError` while another prompt runs (never queued). A provider
+        failure is recorded as `prompt_failed` (`ProviderError`), a cancellation as
+        `prompt_cancelled` (`PromptCancelledError`, or `CancelledError` when the caller itself
+        was cancelled). A loop continues the session's previous loop unless `parent_loop_id`
+        says otherwise.
         """
         sid = check_session_id(session_id, where="prompt")
         text = check_prompt(prompt, "prompt")
@@ -459,10 +485,23 @@ class Runtime:
             if parallel_group is None
             else check_id(parallel_group, "parallel_group", "prompt"),
         )
+        options = LoopOptions(
+            tools=check_tools(tools, on_tool_call, "prompt"),
+            max_steps=check_max_steps(max_steps, "prompt"),
+            on_tool_call=on_tool_call,
+        )
+        message = ev.Message(role="user", content=text)
+        attached = check_files(files, "prompt")
+        if attached:
+            message = to_message(
+                {"role": "user", "content": text, "files": attached}, where="prompt"
+            )
         running = self._flights.get(sid)
         if running is not None:
             raise SessionBusyError(sid, running.request_id)
         store = self._store_of(sid)
+        if options.tools:
+            await self._check_tools_supported(store, sid)
         warnings, rejection = _filters.screen(self._filters, text)
         if rejection is not None:
             job = partial(_jobs.reject_input, store, sid, rid, *rejection)
@@ -470,110 +509,43 @@ class Runtime:
             raise InputRejectedError(sid, *rejection)
         flight = self._flights[sid] = _Flight(request_id=rid)
         try:
-            return await self._run(store, sid, flight, text, params, loop, warnings)
+            return await PromptLoop(self, store, sid, flight, options).run(
+                message, params, loop, warnings
+            )
         finally:
             if self._flights.get(sid) is flight:
                 del self._flights[sid]
             flight.done.set()
 
-    async def _run(
-        self,
-        store: SessionStore,
-        sid: str,
-        flight: _Flight,
-        text: str,
-        params: dict[str, Any],
-        loop: tuple[str, str | None, str | None],
-        warnings: list[dict[str, Any]],
-    ) -> dict[str, Any]:
-        rid = flight.request_id
-        defaults = partial(self._defaults, sid)
-        start = partial(
-            _jobs.start_prompt,
-            store,
-            sid,
-            rid,
-            ev.Message(role="user", content=text),
-            defaults,
-            params,
-            loop,
-            warnings,
-        )
-        started, interrupted = await _outcome(self._writer(store).submit(start))
-        if interrupted or flight.cancel_reason is not None:
-            reason = flight.cancel_reason or "the caller was cancelled"
-            await self._finish(store, sid, rid, ev.PromptCancelled(request_id=rid, reason=reason))
-            if interrupted:
-                raise asyncio.CancelledError
-            raise PromptCancelledError(
-                f"prompt: request `{rid}` of `{sid}` was cancelled ({reason})"
+    async def _check_tools_supported(self, store: SessionStore, sid: str) -> None:
+        found = await self._read(store, partial(rt.load_runtime, session_id=sid))
+        if found is None:
+            raise UnknownSessionError(sid, "prompt")
+        provider = self.providers.get(found.provider, "prompt")
+        if not takes_tools(provider):
+            raise ConfigurationError(
+                f"prompt: provider `{provider.name}` takes no tools (its `complete` has no "
+                "`tools` argument)"
             )
-        if started.first:
-            await _call_hook(
-                self._before_task, "before_task", {"session_id": sid, "request_id": rid}
-            )
-        provider = self.providers.get(started.provider, "prompt")
-        task = flight.task = asyncio.ensure_future(
-            provider.complete(started.messages, started.params)
-        )
-        try:
-            completion = await task
-        except asyncio.CancelledError:
-            task.cancel()  # when our caller was cancelled, the provider call must stop too
-            caller = asyncio.current_task()
-            reason = flight.cancel_reason or "the caller was cancelled"
-            await self._finish(store, sid, rid, ev.PromptCancelled(request_id=rid, reason=reason))
-            if caller is not None and caller.cancelling():
-                raise
-            raise PromptCancelledError(
-                f"prompt: request `{rid}` of `{sid}` was cancelled ({reason})"
-            ) from None
-        except Exception as exc:  # any provider failure is recorded, then raised as ProviderError
-            too_long = isinstance(exc, ContextLengthError)
-            kind = rt.CONTEXT_LENGTH if too_long else "provider"
-            await self._fail(store, sid, rid, f"{type(exc).__name__}: {exc}", kind)
-            if too_long:
-                await self._maintain(store, sid, context_error=True)
-            raise ProviderError(
-                f"prompt: provider `{started.provider}` failed on request `{rid}` of `{sid}`: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        try:
-            reply, usage, stop_reason = reply_of(
-                completion, f"prompt: provider `{started.provider}`"
-            )
-        except InvalidArgumentError as exc:
-            await self._fail(store, sid, rid, str(exc), "invalid_reply")
-            raise ProviderError(str(exc)) from exc
-        done = ev.PromptCompleted(request_id=rid, reply=reply, stop_reason=stop_reason, usage=usage)
-        if not await self._finish(store, sid, rid, done):
-            raise PromptCancelledError(
-                f"prompt: session `{sid}` was closed while request `{rid}` ran"
-            )
-        await self._maintain(store, sid)
-        return {
-            "session_id": sid,
-            "text": reply.content,
-            "stop_reason": stop_reason,
-            "request_id": rid,
-            "loop_id": started.loop_id,
-            "tool_calls": list(reply.tool_calls or []),
-            "usage": usage_dict(rt.loop_usage(usage)),
-        }
+
+    async def _call_before_task(self, info: dict[str, Any]) -> None:
+        await call_hook(self._before_task, "before_task", info)
 
     async def _maintain(
         self, store: SessionStore, sid: str, *, context_error: bool = False
-    ) -> None:
-        """Run the context policy after a turn, in a worker thread: it may call a summarizer
-        model, which must hold up neither the event loop nor the runtime's writer."""
-        if self.maintain_context:
-            await asyncio.to_thread(store.maintain_context, sid, context_error=context_error)
+    ) -> dict[str, Any] | None:
+        """Run the context policy after a turn (or a round of tool results), in a worker thread:
+        it may call a summarizer model, which must hold up neither the event loop nor the
+        runtime's writer. Returns what it did, None when `maintain_context` is off."""
+        if not self.maintain_context:
+            return None
+        return await asyncio.to_thread(store.maintain_context, sid, context_error=context_error)
 
     def _defaults(self, session_id: str, provider: str) -> Mapping[str, Any]:
         return self.providers.get(provider, f"prompt to `{session_id}`").defaults
 
     async def _finish(self, store: SessionStore, sid: str, rid: str, event: ev.Event) -> bool:
-        written, _ = await _outcome(
+        written, _ = await outcome(
             self._writer(store).submit(partial(_jobs.finish_prompt, store, sid, rid, event))
         )
         return written

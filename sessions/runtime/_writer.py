@@ -122,3 +122,19 @@ def _tell(job: _Job, value: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(_settle, job.future, value, error)
     except RuntimeError:  # the loop is closed: its waiters are gone with it
         logger.debug("a runtime job finished after its event loop closed")
+
+
+async def outcome(future: asyncio.Future[T]) -> tuple[T, bool]:
+    """A queued job's result, waited for through cancellation: once queued, the job commits or
+    fails regardless, and the caller must know which before it gives up. Returns the result and
+    whether the caller was cancelled meanwhile."""
+    interrupted = False
+    while True:
+        try:
+            return await asyncio.shield(future), interrupted
+        except asyncio.CancelledError:
+            interrupted = True
+        except Exception:
+            if interrupted:  # nothing was written; the cancellation is what the caller asked for
+                raise asyncio.CancelledError from None
+            raise
