@@ -2,7 +2,8 @@
 
 `python docs/generate.py` rewrites `events.md` (the event catalog, every payload field),
 `api.md` (every public verb with its signature and what it does, and the error tree) and
-`cli.md` (the `--help` of every command); `--check` only compares, and fails when a page is out
+`cli.md` (the `--help` of every command) and `openapi.json` (the HTTP service's OpenAPI document);
+`--check` only compares, and fails when a page is out
 of date (a test runs it). The words come from the docstrings, which are the one place to edit.
 """
 
@@ -195,10 +196,17 @@ def cli_page() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def openapi_page() -> str:
+    from service import _openapi  # the service's document, as `GET /v1/openapi.json` serves it
+
+    return _openapi.document_bytes().decode()
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "events.md": events_page,
     "api.md": api_page,
     "cli.md": cli_page,
+    "openapi.json": openapi_page,
 }
 
 

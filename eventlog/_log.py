@@ -186,6 +186,15 @@ class LogView:
             return []
         return _chain.check_run(prev, self._txn.values_after(after, limit), after + 1)
 
+    def appended_with(self, idempotency_key: str) -> tuple[str, int, int] | None:
+        """``(stream, first, last)`` positions of the append that carried `idempotency_key` in
+        its meta, or None when none did: how a caller finds the answer to a retried request."""
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise InvalidArgumentError(
+                f"appended_with: the key must be a non-empty str, got {idempotency_key!r}"
+            )
+        return self._txn.idempotent_positions(idempotency_key)
+
     def read_records(
         self, *, after: int = 0, limit: int = limits.read_page_events_default
     ) -> list[tuple[Envelope, bytes]]:
@@ -307,6 +316,14 @@ class Transaction(LogView):
         self._head: int = parent._head if parent else -1
         self._head_hash: bytes = parent._head_hash if parent else b""
         self._broken = False
+        self._stamp: dict[str, Any] | None = parent._stamp if parent else None
+
+    def stamp_next_append(self, meta: dict[str, Any] | None) -> None:
+        """Merge `meta` into the meta of the next append of this transaction, once: a layer above
+        the commands (a service) marks a request's first event with its idempotency key without
+        every command taking a `meta` argument. The next append spends it (one that carries its
+        own idempotency key keeps that key); None clears it."""
+        self._stamp = None if meta is None else dict(_check_meta(meta))
 
     def _load_head(self) -> None:
         txn = self._txn
@@ -347,6 +364,9 @@ class Transaction(LogView):
         key = check_stream(stream)
         _check_expected(expected_version)
         events = _check_events(events)
+        stamp = self._stamp
+        if stamp is not None and not (meta and "idempotency_key" in meta):
+            meta = {**(meta or {}), **stamp}
         meta = _check_meta(meta)
         at = _check_time(recorded_at)
         idempotency_key = _check_idempotency_key(meta)
@@ -381,6 +401,7 @@ class Transaction(LogView):
         self._head_hash = envelopes[-1].hash
         self._versions[key] = version + len(records)
         self._keep_pending(envelopes, size)
+        self._stamp = None
         projector = self._log._projector
         if projector is not None:
             try:
@@ -620,6 +641,7 @@ class Transaction(LogView):
         parent._bytes = self._bytes
         parent._head = self._head
         parent._head_hash = self._head_hash
+        parent._stamp = self._stamp
 
 
 class _ScratchTransaction(Transaction):

@@ -20,6 +20,7 @@ import replay
 from sessionlog._commands import (
     EXIT_BAD_INPUT,
     EXIT_CONFLICT,
+    EXIT_ERROR,
     EXIT_OK,
     Failure,
     emit_json,
@@ -168,4 +169,24 @@ def import_log(args: argparse.Namespace) -> int:
             f"imported {result.written:,} events ({result.already_present:,} already present); "
             f"head {result.head:,}, hash {result.head_hash}"
         )
+    return EXIT_OK
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the HTTP service until SIGTERM or Ctrl-C (the `service` extra brings its server)."""
+    try:
+        from service._serve import serve as run
+    except ImportError as exc:  # the extra is missing: say how to get it
+        raise Failure(
+            f"serve: the HTTP service needs the `service` extra ({exc.name} is missing): "
+            "pip install 'sessionlog-engine[service]'",
+            EXIT_ERROR,
+        ) from exc
+    run(
+        store_path(args),
+        host=args.host,
+        port=args.port,
+        api_keys_file=args.api_keys_file,
+        workers=args.workers,
+    )
     return EXIT_OK

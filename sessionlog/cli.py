@@ -337,6 +337,26 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
     )
     o.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
 
+    o = command(
+        "serve",
+        "the store as an HTTP service under /v1 (needs the `service` extra)",
+        _edges.serve,
+        "serve --api-keys-file keys.txt",
+        "--store postgresql://localhost/app serve --port 8700 --workers 4",
+    )
+    o.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
+    )
+    o.add_argument("--port", type=_positive, default=8700, help="the port (default 8700)")
+    o.add_argument(
+        "--api-keys-file",
+        metavar="FILE",
+        help="name=key lines: the administrators' keys (or set $SESSIONLOG_API_KEYS)",
+    )
+    o.add_argument(
+        "--workers", type=_positive, default=1, help="server processes over the one store"
+    )
+
     o = command("import", "a session bundle into this store", _edges.import_, "import b.json")
     o.positional("file", metavar="FILE", help="a bundle `export` wrote")
     o.add_argument(

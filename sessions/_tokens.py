@@ -83,6 +83,10 @@ class BearerSession:
         }
 
 
+_HANDLE_SHAPE = re.compile(r"[0-9a-f]{64}")
+"""What `token_handle` returns; anything else names no session."""
+
+
 def token_handle(token: str) -> str:
     """The one-way handle of a token (64 hex characters): blake3 in key-derivation mode with
     `HANDLE_CONTEXT`. Its cost depends on the token's length only, never on its content."""
@@ -380,6 +384,21 @@ class BearerSessions:
             return False
         assert isinstance(token, str)
         handle = token_handle(token)
+        with self._store.log.transaction(join=True) as tx:
+            record = pj.load_record(tx, handle)
+            if record is None or record.revoked_at is not None:
+                return False
+            self._append(tx, handle, ev.BearerSessionExpired(expired_at=at, reason="revoked"))
+        return True
+
+    def revoke(self, handle: str, now: str | datetime | None = None) -> bool:
+        """`expire` by the session's handle, for an administrator who holds the handle (from
+        `create`, a log or an audit) but never the token. Same answers as `expire`."""
+        verb = "tokens.revoke"
+        self._store._writable(verb)
+        at = _now(now, verb)
+        if not isinstance(handle, str) or not _HANDLE_SHAPE.fullmatch(handle):
+            return False
         with self._store.log.transaction(join=True) as tx:
             record = pj.load_record(tx, handle)
             if record is None or record.revoked_at is not None:

@@ -13,8 +13,9 @@ LAYERS = {
     "projections": {"eventlog"},
     "sessions": {"eventlog", "projections"},
     "replay": {"eventlog", "projections", "sessions"},
+    "service": {"eventlog", "sessions", "replay"},
     # The command line composes every layer; none may import it.
-    "sessionlog": {"eventlog", "projections", "sessions", "replay"},
+    "sessionlog": {"eventlog", "projections", "sessions", "replay", "service"},
 }
 OURS = set(LAYERS)
 BROAD = {"Exception", "BaseException"}

@@ -1,0 +1,90 @@
+"""Who may do what: static API keys are admins; a bearer session's principal sees and changes only
+the sessions it created and their forks, unless its attributes grant every session.
+
+A session a caller may not see answers exactly as an unknown one (404, same words), so ids never
+leak. The owner is recorded at creation in the session's metadata under `OWNER_KEY`; forks belong
+to the owner of their root. Must never trust a client to name its own principal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventlog import InvalidArgumentError, UnknownSessionError
+from service._problems import HTTPProblem
+from sessions import SessionStore
+from sessions.asgi import AUTH_METHOD, PRINCIPAL, SESSION
+
+OWNER_KEY = "sessionlog.owner"
+"""The metadata key naming the principal that created a session through the service."""
+
+GRANT_ATTRIBUTE = "sessions"
+GRANT_ALL = "all"
+"""A bearer session whose attributes hold ``{"sessions": "all"}`` sees every session."""
+
+_ANCESTORS_MAX = 64
+"""How far up a fork chain the owner is looked for; deeper chains are followed by their root."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: str
+    admin: bool
+    all_sessions: bool
+
+    @classmethod
+    def of(cls, scope: dict[str, Any]) -> Caller:
+        admin = scope.get(AUTH_METHOD) == "api_key"
+        record = scope.get(SESSION)
+        attributes = getattr(record, "attributes", None) or {}
+        grant = attributes.get(GRANT_ATTRIBUTE) == GRANT_ALL
+        return cls(str(scope.get(PRINCIPAL, "")), admin, admin or grant)
+
+    def require_admin(self, what: str) -> None:
+        if not self.admin:
+            raise HTTPProblem(403, "forbidden", f"{what} needs an API key (an administrator)")
+
+    def require_all(self, what: str) -> None:
+        if not self.all_sessions:
+            raise HTTPProblem(
+                403, "forbidden", f"{what} shows every session: an API key or a grant of all"
+            )
+
+
+def owner_of(store: SessionStore, session_id: str) -> str | None:
+    """The principal that created `session_id` or the root of its fork family; None if unknown."""
+    current: str | None = session_id
+    for _ in range(_ANCESTORS_MAX):
+        if current is None:
+            return None
+        summary = store.summary(current)
+        if summary is None:
+            return None
+        owner = (summary.get("metadata") or {}).get(OWNER_KEY)
+        if isinstance(owner, str):
+            return owner
+        current = summary.get("parent_id")
+    return None
+
+
+def may_see(store: SessionStore, caller: Caller, session_id: str) -> bool:
+    return caller.all_sessions or owner_of(store, session_id) == caller.principal
+
+
+def check_visible(store: SessionStore, caller: Caller, session_id: str, verb: str) -> None:
+    """Raise the engine's own `UnknownSessionError` for a session the caller may not see."""
+    if not may_see(store, caller, session_id):
+        raise UnknownSessionError(session_id, verb)
+
+
+def owned_metadata(caller: Caller, metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The metadata a new session is created with: the caller becomes its owner. Only an admin
+    may name another owner (to create a session on a principal's behalf)."""
+    given = dict(metadata or {})
+    if OWNER_KEY in given and not caller.admin:
+        raise InvalidArgumentError(f"metadata: `{OWNER_KEY}` is set by the service, not the caller")
+    if caller.admin:
+        return given or None
+    given[OWNER_KEY] = caller.principal
+    return given

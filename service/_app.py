@@ -1,0 +1,189 @@
+"""The application: Starlette routes behind `sessions.asgi.BearerAuth`, errors as problem+json,
+and the parts (writer, hub) started and stopped with the app.
+
+`create_app(store, api_keys=...)` returns a plain ASGI app for any server. `/v1/health` and
+`/v1/openapi.json` answer without credentials; everything else needs an API key or a live bearer
+session. The app never closes the store it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from eventlog import SessionLogError
+from service import _openapi, _problems, _routes, _routes_log
+from service._hub import Hub
+from service._problems import HTTPProblem
+from service._request import Service
+from service._serve import draining_on_signals
+from service._writer import Writer
+from sessions import SessionStore
+from sessions.asgi import BearerAuth, Message, Receive, Scope, Send
+
+PROTOCOL_HEADER = "harn-agents-protocol-version"
+PROTOCOL_VERSION = "agents-protocol-2026-04-25"
+"""The Agents Protocol version this service speaks; a request naming another gets 426."""
+
+PUBLIC_PATHS = frozenset(("/v1/health", "/v1/openapi.json"))
+
+
+def create_app(
+    store: SessionStore,
+    *,
+    api_keys: Mapping[str, str] | None = None,
+    follow: bool = False,
+    poll_interval_s: float = 0.02,
+) -> Gate:
+    """The service over `store`. `api_keys` maps each static key to its (admin) principal name.
+    `follow=True` makes streams see commits of other processes sharing the store (several
+    workers); otherwise they hear this process's commits directly."""
+    hub = Hub(store, follow=follow, poll_interval_s=poll_interval_s)
+    parts = Service(store=store, writer=Writer(store), hub=hub)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        hub.start()
+        loop = asyncio.get_running_loop()
+        try:
+            with draining_on_signals(lambda: loop.call_soon_threadsafe(hub.drain)):
+                yield
+        finally:
+            hub.drain()
+            hub.stop()
+            parts.writer.close()
+
+    app = Starlette(
+        routes=[
+            *_routes.ROUTES,
+            *_routes_log.ROUTES,
+            Route("/v1/openapi.json", openapi, methods=["GET"]),
+        ],
+        exception_handlers={
+            SessionLogError: _problem,
+            HTTPProblem: _problem,
+            HTTPException: _http_exception,
+            Exception: _problem,
+        },
+        lifespan=lifespan,
+    )
+    app.state.service = parts
+    return Gate(app, BearerAuth(app, store, api_keys=api_keys), parts)
+
+
+async def openapi(request: Request) -> Response:
+    return Response(_openapi.document_bytes(), media_type="application/json")
+
+
+async def _problem(request: Request, exc: Exception) -> Response:
+    status, answer = _problems.problem_of(exc, request.url.path)
+    return Response(_problems.encode(answer), status_code=status, media_type=_problems.MEDIA_TYPE)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "malformed-request")
+    detail = (
+        f"no route {request.method} {request.url.path}"
+        if exc.status_code in (404, 405)
+        else str(exc.detail)
+    )
+    answer = _problems.body(exc.status_code, kind, detail, request.url.path)
+    return Response(
+        _problems.encode(answer),
+        status_code=exc.status_code,
+        media_type=_problems.MEDIA_TYPE,
+        headers=exc.headers,
+    )
+
+
+class Gate:
+    """The outermost ASGI layer: public paths pass, the protocol version is checked, the rest goes
+    through `BearerAuth`, whose 401 is rewritten as problem+json."""
+
+    def __init__(self, app: Starlette, guarded: BearerAuth, parts: Service) -> None:
+        self.app = app
+        self.guarded = guarded
+        self.service = parts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        version = _header(scope, PROTOCOL_HEADER.encode())
+        if version is not None and version != PROTOCOL_VERSION:
+            await _send_problem(
+                send,
+                426,
+                "unsupported-protocol-version",
+                f"this server speaks {PROTOCOL_VERSION}, the request asked for {version}",
+                scope.get("path", ""),
+            )
+            return
+        if scope.get("path") in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        await self.guarded(scope, receive, _problem_401(send, scope.get("path", "")))
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
+def _problem_401(send: Send, path: str) -> Send:
+    """`send`, with BearerAuth's 401 body replaced by a problem+json one (its headers kept)."""
+    state: dict[str, Any] = {"unauthorized": False}
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 401:
+            state["unauthorized"] = True
+            body = _problems.encode(
+                _problems.body(
+                    401, "unauthorized", "a valid API key or bearer token is needed", path
+                )
+            )
+            state["body"] = body
+            headers = [
+                (k, v)
+                for k, v in message["headers"]
+                if k.lower() not in (b"content-type", b"content-length")
+            ]
+            headers += [
+                (b"content-type", _problems.MEDIA_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            await send({**message, "headers": headers})
+            return
+        if state["unauthorized"] and message["type"] == "http.response.body":
+            await send({"type": "http.response.body", "body": state["body"]})
+            return
+        await send(message)
+
+    return wrapped
+
+
+async def _send_problem(send: Send, status: int, kind: str, detail: str, path: str) -> None:
+    body = _problems.encode(_problems.body(status, kind, detail, path))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", _problems.MEDIA_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,48 @@
+"""Every bound the HTTP service enforces, in one place, each with the reason it exists.
+
+The engine's own bounds (event bytes, transcript length, page sizes of the log) live in
+`eventlog.limits`; these are the service's: how much a request may carry and how much a page or a
+stream may hold in this process's memory.
+"""
+
+from typing import Final
+
+from eventlog import limits
+
+body_bytes_max: Final = 2 * limits.event_bytes_max
+"""A request body of an ordinary call. A batch of messages is stored as events of at most
+`event_bytes_max`; twice that leaves room for JSON's overhead over msgpack."""
+
+upload_bytes_max: Final = 64 * 1024 * 1024
+"""The body of `sessions:seed` and `sessions:import`: a whole transcript or bundle, written in one
+transaction well inside `transaction_bytes_max`."""
+
+messages_per_request_max: Final = 10_000
+"""Messages in one inject request; a bigger batch is several requests (each still all or none)."""
+
+page_messages_default: Final = 100
+page_messages_max: Final = 1_000
+"""Messages in one page of `GET .../messages`: a page is one read transaction and one response."""
+
+page_events_default: Final = 100
+page_events_max: Final = 1_000
+"""Events in one page of `GET .../events`."""
+
+snapshot_messages_max: Final = 10_000
+"""Messages a snapshot (`GET /v1/sessions/{id}`) inlines; a longer transcript is read by pages."""
+
+stream_buffer_events_max: Final = 1_024
+"""Events waiting for one slow SSE consumer. Past it the stream is ended with its cursor, and the
+client resumes from the log: a slow reader never grows the server's memory without bound."""
+
+streams_per_process_max: Final = 10_000
+"""Open event streams in one server process; each costs a task, a socket and a small buffer."""
+
+heartbeat_interval_s: Final = 15.0
+"""A comment line on an idle stream this often, so proxies and clients see the connection live."""
+
+write_batch_commands_max: Final = 256
+"""Commands committed together by the writer (one durable commit for many requests)."""
+
+idempotency_key_chars_max: Final = 200
+"""An `Idempotency-Key` header: a request id or a UUID, never a document."""

@@ -1,0 +1,161 @@
+"""What every handler needs: the service's parts, the caller, a bounded JSON body, JSON answers,
+reads off the event loop, and writes through the writer with `Idempotency-Key` honoured.
+
+A retried write (same caller, method, path and key) writes nothing and answers as the first did;
+the same key with another body is a 409. The key is recorded in the first event the write appends,
+in the same commit, so the promise holds across restarts and between worker processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventlog import convert
+from service import _limits
+from service._access import Caller
+from service._hub import Hub
+from service._problems import HTTPProblem
+from service._writer import Writer
+from sessions import SessionStore
+
+T = TypeVar("T")
+Answer = tuple[int, Any]
+Found = tuple[str, int, int]
+
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass
+class Service:
+    """The parts one app shares: the store, its writer and its stream hub."""
+
+    store: SessionStore
+    writer: Writer
+    hub: Hub
+
+
+def service(request: Request) -> Service:
+    found: Service = request.app.state.service
+    return found
+
+
+def caller(request: Request) -> Caller:
+    return Caller.of(dict(request.scope))
+
+
+def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    if status == 204:
+        return Response(status_code=204, headers=headers)
+    return Response(
+        _encoder.encode(data), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+async def body_bytes(request: Request, limit: int = _limits.body_bytes_max) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` (never read whole first)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPProblem(
+            413, "payload-too-large", f"the body has {declared} bytes; at most {limit} are read"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPProblem(
+                413, "payload-too-large", f"the body passed {limit} bytes, the most read here"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(
+    request: Request, type_: type[T], *, limit: int = _limits.body_bytes_max
+) -> tuple[T, bytes]:
+    """The body decoded into `type_`, and its bytes (which an idempotency key fingerprints)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    raw = await body_bytes(request, limit)
+    if not raw and media == "":
+        raw, media = b"{}", "application/json"  # a POST without a body takes the defaults
+    if media != "application/json":
+        raise HTTPProblem(
+            415, "unsupported-media-type", f"expected application/json, got {media or 'nothing'}"
+        )
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise HTTPProblem(400, "malformed-request", f"the body is not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise HTTPProblem(
+            400, "malformed-request", f"the body must be a JSON object, got {type(parsed).__name__}"
+        )
+    return convert(parsed, type_, what="request body"), raw
+
+
+async def read(fn: Callable[..., T], *args: Any) -> T:
+    """Run a read of the store in a worker thread: the loop never waits on storage."""
+    return await run_in_threadpool(fn, *args)
+
+
+async def write(
+    request: Request,
+    act: Callable[[], Answer],
+    *,
+    again: Callable[[Found], Answer],
+    raw: bytes = b"",
+    solo: bool = False,
+) -> Response:
+    """Run `act` on the writer; with an `Idempotency-Key`, a retry answers `again(found)` instead,
+    where `found` is ``(stream, first, last)`` of the first attempt's events."""
+    svc = service(request)
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        status, data = await svc.writer.submit(act, solo=solo)
+        return respond(data, status)
+    scoped, fingerprint = _scoped_key(request, key, raw)
+    store = svc.store
+
+    def run() -> tuple[Found | None, Answer | None]:
+        with store.log.transaction(join=True) as tx:
+            found = tx.appended_with(scoped)
+            if found is None:
+                return None, act()
+            first = tx.event_at(found[1])
+            if first is None or first.meta.get("request_sha256") != fingerprint:
+                raise HTTPProblem(
+                    409,
+                    "idempotency-key-reused",
+                    "this Idempotency-Key was used for a request with another body",
+                )
+            return found, None
+
+    stamp = {"idempotency_key": scoped, "request_sha256": fingerprint}
+    found, answer = await svc.writer.submit(run, stamp=stamp, solo=solo)
+    if found is None:
+        assert answer is not None
+        return respond(answer[1], answer[0])
+    status, data = await read(again, found)
+    return respond(data, status, {"idempotent-replayed": "true"})
+
+
+def _scoped_key(request: Request, key: str, raw: bytes) -> tuple[str, str]:
+    if not key or len(key) > _limits.idempotency_key_chars_max or not key.isprintable():
+        raise HTTPProblem(
+            400,
+            "malformed-request",
+            f"Idempotency-Key must be 1 to {_limits.idempotency_key_chars_max} printable "
+            f"characters, got {len(key)}",
+        )
+    who = caller(request).principal
+    scope = f"{who}\n{request.method}\n{request.url.path}\n{key}".encode()
+    return "http:" + hashlib.sha256(scope).hexdigest(), hashlib.sha256(raw).hexdigest()[:32]

@@ -1,0 +1,482 @@
+"""The session routes: create, list, read, rename, close, delete, fork, messages, trim, compact,
+reset, scratchpad and live clients. Each handler checks who may see the session, then calls one
+verb of the store (reads in a worker thread, writes through the writer) and shapes the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from eventlog import InvalidArgumentError, LimitExceededError, UnknownSessionError
+from service import _limits
+from service import _schemas as sc
+from service._access import Caller, check_visible, may_see, owned_metadata
+from service._request import Answer, Found, caller, read, read_json, respond, service, write
+from sessions import SessionStore
+
+_SCAN_PAGES_MAX = 20
+"""Pages of the engine's session list one filtered `GET /v1/sessions` reads before answering with
+what it found and a cursor: a rare filter never makes one request scan the whole store."""
+
+
+def session_resource(summary: dict[str, Any]) -> dict[str, Any]:
+    """The engine's summary as the API shows a session (with the Agents Protocol's fields)."""
+    out = dict(summary)
+    out.pop("transcript", None)
+    out["id"] = summary["session_id"]
+    out["object"] = "session"
+    out["state"] = "ACTIVE" if summary.get("status") == "active" else "CLOSED"
+    out["updated_at"] = summary.get("last_activity_at")
+    return out
+
+
+def _resource(store: SessionStore, session_id: str) -> dict[str, Any]:
+    summary = store.summary(session_id)
+    if summary is None:
+        raise UnknownSessionError(session_id, "read")
+    return session_resource(summary)
+
+
+def _sid(request: Request) -> str:
+    value: str = request.path_params["session_id"]
+    return value
+
+
+def _int_query(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"query `{name}`: expected an integer, got {text!r}") from None
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"query `{name}`: expected {low} to {high}, got {value}")
+    return value
+
+
+async def _visible(request: Request, verb: str) -> tuple[SessionStore, Caller, str]:
+    store, who, sid = service(request).store, caller(request), _sid(request)
+    if not who.all_sessions:
+        await read(check_visible, store, who, sid, verb)
+    return store, who, sid
+
+
+# Sessions
+
+
+async def list_sessions(request: Request) -> Response:
+    store, who = service(request).store, caller(request)
+    limit = _int_query(request, "limit", 50, 1, 200)
+    assert limit is not None
+    query = request.query_params
+    status = query.get("status") or None
+    parent, key, value = query.get("parent"), query.get("metadata_key"), query.get("metadata_value")
+    cursor = query.get("cursor") or None
+
+    def scan() -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+        after = cursor
+        for _ in range(_SCAN_PAGES_MAX):
+            page = store.list_sessions(cursor=after, limit=limit, status=status)
+            for item in page["sessions"]:
+                after = item["session_id"]
+                if _wanted(store, who, item, parent, key, value):
+                    found.append(session_resource(item))
+                if len(found) == limit:
+                    more = item is not page["sessions"][-1] or page["next_cursor"] is not None
+                    return {"object": "list", "data": found, "next_cursor": after if more else None}
+            if page["next_cursor"] is None:
+                return {"object": "list", "data": found, "next_cursor": None}
+        return {"object": "list", "data": found, "next_cursor": after}
+
+    return respond(await read(scan))
+
+
+def _wanted(
+    store: SessionStore,
+    who: Caller,
+    item: dict[str, Any],
+    parent: str | None,
+    key: str | None,
+    value: str | None,
+) -> bool:
+    if parent is not None and item.get("parent_id") != parent:
+        return False
+    if not who.all_sessions and not may_see(store, who, item["session_id"]):
+        return False
+    if key is None:
+        return True
+    summary = store.summary(item["session_id"]) or {}
+    metadata = summary.get("metadata") or {}
+    return key in metadata and (value is None or str(metadata[key]) == value)
+
+
+async def create_session(request: Request) -> Response:
+    body, raw = await read_json(request, sc.CreateSession)
+    store, who = service(request).store, caller(request)
+    options = {
+        name: getattr(body, name)
+        for name in body.__struct_fields__
+        if name != "id" and getattr(body, name) is not None
+    }
+    options["metadata"] = owned_metadata(who, body.metadata)
+    if options["metadata"] is None:
+        del options["metadata"]
+
+    def act() -> Answer:
+        sid = store.open_session(body.id, **options)
+        return 201, _resource(store, sid)
+
+    def again(found: Found) -> Answer:
+        return 201, _resource(store, found[0])
+
+    return await write(request, act, again=again, raw=raw)
+
+
+async def get_session(request: Request) -> Response:
+    store, _, sid = await _visible(request, "snapshot")
+    as_of = _int_query(request, "as_of", None, 0, 2**62)
+
+    def snap() -> dict[str, Any]:
+        source = store if as_of is None else store.as_of(as_of)
+        summary = source.summary(sid)
+        if summary is None:
+            raise UnknownSessionError(sid, "snapshot")
+        if summary["length"] > _limits.snapshot_messages_max:
+            raise LimitExceededError(
+                f"snapshot of `{sid}`: transcript length (read it by pages from .../messages)",
+                "snapshot_messages_max",
+                _limits.snapshot_messages_max,
+                summary["length"],
+            )
+        snapshot = source.snapshot(sid) or {}
+        answer = session_resource(snapshot)
+        answer["transcript"] = snapshot.get("transcript", [])
+        return answer
+
+    return respond(await read(snap))
+
+
+async def patch_session(request: Request) -> Response:
+    store, _, sid = await _visible(request, "rename")
+    body, raw = await read_json(request, sc.PatchSession)
+
+    def act() -> Answer:
+        store.rename(sid, body.title)
+        return 200, _resource(store, sid)
+
+    return await write(request, act, again=lambda _: (200, _resource(store, sid)), raw=raw)
+
+
+async def close_session(request: Request) -> Response:
+    store, _, sid = await _visible(request, "close_session")
+    body, raw = await read_json(request, sc.CloseSession)
+    status: Any = body.status if body.status is not None else body.reason
+
+    def act() -> Answer:
+        store.close_session(sid, status)
+        return 200, _resource(store, sid)
+
+    return await write(request, act, again=lambda _: (200, _resource(store, sid)), raw=raw)
+
+
+async def delete_session(request: Request) -> Response:
+    store, _, sid = await _visible(request, "delete")
+    reason = request.query_params.get("reason")
+
+    def act() -> Answer:
+        store.delete(sid, reason=reason)
+        return 204, None
+
+    return await write(request, act, again=lambda _: (204, None))
+
+
+async def fork_session(request: Request) -> Response:
+    store, _, sid = await _visible(request, "fork")
+    body, raw = await read_json(request, sc.ForkSession)
+    if body.keep_first is not None and body.at_event_id is not None:
+        raise InvalidArgumentError("fork: give `keep_first` or `at_event_id`, not both")
+    keep = body.keep_first
+    if body.at_event_id is not None:
+        keep = await read(_length_at, store, sid, body.at_event_id)
+
+    def act() -> Answer:
+        child = (
+            store.fork(sid, body.child_id)
+            if keep is None
+            else store.fork_at(sid, keep, body.child_id)
+        )
+        return 201, _resource(store, child)
+
+    return await write(request, act, again=lambda f: (201, _resource(store, f[0])), raw=raw)
+
+
+def _length_at(store: SessionStore, session_id: str, position: int) -> int:
+    """The transcript's length right after the log position `position`."""
+    if isinstance(position, bool) or position < 1:
+        raise InvalidArgumentError(
+            f"fork: `at_event_id` must be a log position >= 1, got {position}"
+        )
+    past = store.as_of(position)
+    if past.summary(session_id) is None:
+        raise InvalidArgumentError(
+            f"fork: session `{session_id}` did not exist at event {position}"
+        )
+    return past.length(session_id)
+
+
+async def ancestry(request: Request) -> Response:
+    store, _, sid = await _visible(request, "ancestry")
+    found = await read(store.ancestry, sid)
+    if found is None:
+        raise UnknownSessionError(sid, "ancestry")
+    return respond({"session_id": sid, **found})
+
+
+# Messages
+
+
+async def list_messages(request: Request) -> Response:
+    store, _, sid = await _visible(request, "messages")
+    after = _int_query(request, "after", 0, 0, 2**62) or 0
+    limit = _int_query(
+        request, "limit", _limits.page_messages_default, 1, _limits.page_messages_max
+    )
+
+    def page() -> dict[str, Any]:
+        data = store.messages(sid, after=after, limit=limit)
+        length = store.length(sid)
+        end = after + len(data)
+        return {
+            "object": "list",
+            "data": data,
+            "after": after,
+            "next_after": end if end < length else None,
+            "length": length,
+        }
+
+    return respond(await read(page))
+
+
+async def inject(request: Request) -> Response:
+    store, _, sid = await _visible(request, "inject")
+    body, raw = await read_json(request, sc.InjectMessages)
+    if (body.message is None) == (body.messages is None):
+        raise InvalidArgumentError("inject: give exactly one of `message` or `messages`")
+    if body.messages is not None and len(body.messages) > _limits.messages_per_request_max:
+        raise LimitExceededError(
+            "inject: messages",
+            "messages_per_request_max",
+            _limits.messages_per_request_max,
+            len(body.messages),
+        )
+
+    def act() -> Answer:
+        with store.log.transaction(join=True) as tx:
+            before = tx.head
+            if body.message is not None:
+                store.inject(sid, body.message)
+                count = 1
+            else:
+                assert body.messages is not None
+                count = store.inject_many(sid, body.messages)
+            after = tx.head
+            length = store.length(sid)
+        first, last = (before + 1, after) if after > before else (None, None)
+        return 201, _injected(sid, count, length, first, last)
+
+    def again(found: Found) -> Answer:
+        with store.log.view() as view:
+            events = view.events_at(range(found[1], found[2] + 1))
+        count = sum(len(getattr(e.data, "messages", ())) or 1 for e in events)
+        return 201, _injected(sid, count, store.length(sid), found[1], found[2])
+
+    return await write(request, act, again=again, raw=raw)
+
+
+def _injected(sid: str, count: int, length: int, first: int | None, last: int | None) -> Any:
+    return {
+        "session_id": sid,
+        "appended": count,
+        "length": length,
+        "first_event_id": first,
+        "last_event_id": last,
+    }
+
+
+async def trim(request: Request) -> Response:
+    store, _, sid = await _visible(request, "trim")
+    body, raw = await read_json(request, sc.TrimSession)
+
+    def act() -> Answer:
+        return 200, {"session_id": sid, "kept": store.trim(sid, body.keep_last)}
+
+    def again(found: Found) -> Answer:
+        with store.log.view() as view:
+            event = view.event_at(found[1])
+        return 200, {"session_id": sid, "kept": getattr(event and event.data, "kept_count", 0)}
+
+    return await write(request, act, again=again, raw=raw)
+
+
+async def compact(request: Request) -> Response:
+    store, _, sid = await _visible(request, "compact")
+    options, raw = await read_json(request, dict[str, Any])
+
+    def act() -> Answer:
+        return 200, {"session_id": sid, "kept": store.compact(sid, **options)}
+
+    return await write(
+        request, act, again=lambda _: (200, {"session_id": sid, "kept": store.length(sid)}), raw=raw
+    )
+
+
+async def reset(request: Request) -> Response:
+    store, _, sid = await _visible(request, "reset")
+
+    def act() -> Answer:
+        store.reset(sid)
+        return 200, _resource(store, sid)
+
+    return await write(request, act, again=lambda _: (200, _resource(store, sid)))
+
+
+# Scratchpad
+
+
+def _scratchpad(store: SessionStore, sid: str) -> dict[str, Any]:
+    summary = store.summary(sid)
+    if summary is None:
+        raise UnknownSessionError(sid, "scratchpad")
+    return {
+        "session_id": sid,
+        "scratchpad": summary["scratchpad"],
+        "version": summary["scratchpad_version"],
+    }
+
+
+async def get_scratchpad(request: Request) -> Response:
+    store, _, sid = await _visible(request, "scratchpad")
+    return respond(await read(_scratchpad, store, sid))
+
+
+async def put_scratchpad(request: Request) -> Response:
+    store, _, sid = await _visible(request, "set_scratchpad")
+    body, raw = await read_json(request, sc.PutScratchpad)
+    opts = {
+        name: value
+        for name in ("source", "reason", "metadata")
+        if (value := getattr(body, name)) is not None
+    }
+
+    def act() -> Answer:
+        if body.scratchpad is None:
+            store.clear_scratchpad(sid, opts)
+        else:
+            store.set_scratchpad(sid, body.scratchpad, opts)
+        return 200, _scratchpad(store, sid)
+
+    return await write(request, act, again=lambda _: (200, _scratchpad(store, sid)), raw=raw)
+
+
+# Live clients
+
+
+def _clients(store: SessionStore, sid: str) -> dict[str, Any]:
+    summary = store.summary(sid)
+    if summary is None:
+        raise UnknownSessionError(sid, "live_clients")
+    return {
+        "session_id": sid,
+        "clients": summary["live_clients"],
+        "controller_id": summary["live_controller_id"],
+    }
+
+
+async def get_clients(request: Request) -> Response:
+    store, _, sid = await _visible(request, "live_clients")
+    return respond(await read(_clients, store, sid))
+
+
+async def client_action(request: Request) -> Response:
+    action = request.url.path.rsplit("/", 1)[-1]
+    store, _, sid = await _visible(request, action)
+    client_id: str = request.path_params["client_id"]
+    verb = {
+        "attach": store.attach,
+        "heartbeat": store.heartbeat,
+        "detach": store.detach,
+        "takeover": store.takeover,
+    }[action]
+    options, raw = await read_json(request, dict[str, Any])
+
+    def act() -> Answer:
+        verb(sid, client_id, options)
+        return 200, _clients(store, sid)
+
+    return await write(request, act, again=lambda _: (200, _clients(store, sid)), raw=raw)
+
+
+async def client_prompt(request: Request) -> Response:
+    store, _, sid = await _visible(request, "client_inject_prompt")
+    client_id: str = request.path_params["client_id"]
+    body, raw = await read_json(request, sc.ClientPrompt)
+
+    def act() -> Answer:
+        with store.log.transaction(join=True) as tx:
+            before = tx.head
+            store.client_inject_prompt(sid, client_id, body.content, body.options)
+            after = tx.head
+        return 201, _injected(sid, 1, store.length(sid), before + 1, after)
+
+    def again(found: Found) -> Answer:
+        return 201, _injected(sid, 1, store.length(sid), found[1], found[2])
+
+    return await write(request, act, again=again, raw=raw)
+
+
+async def client_permission(request: Request) -> Response:
+    store, _, sid = await _visible(request, "route_permission")
+    client_id: str = request.path_params["client_id"]
+    body, raw = await read_json(request, sc.ClientPermission)
+
+    def act() -> Answer:
+        routed = store.route_permission(sid, client_id, body.request, body.options)
+        return 200, {"session_id": sid, **routed}
+
+    return await write(
+        request, act, again=lambda _: (200, {"session_id": sid, "ok": True}), raw=raw
+    )
+
+
+_S = "/v1/sessions/{session_id}"
+
+ROUTES = [
+    Route("/v1/sessions", list_sessions, methods=["GET"]),
+    Route("/v1/sessions", create_session, methods=["POST"]),
+    Route(_S, get_session, methods=["GET"]),
+    Route(_S, patch_session, methods=["PATCH"]),
+    Route(_S, delete_session, methods=["DELETE"]),
+    Route(_S + "/close", close_session, methods=["POST"]),
+    Route(_S + "/fork", fork_session, methods=["POST"]),
+    Route(_S + "/ancestry", ancestry, methods=["GET"]),
+    Route(_S + "/messages", list_messages, methods=["GET"]),
+    Route(_S + "/messages", inject, methods=["POST"]),
+    Route(_S + "/trim", trim, methods=["POST"]),
+    Route(_S + "/compact", compact, methods=["POST"]),
+    Route(_S + "/reset", reset, methods=["POST"]),
+    Route(_S + "/scratchpad", get_scratchpad, methods=["GET"]),
+    Route(_S + "/scratchpad", put_scratchpad, methods=["PUT"]),
+    Route(_S + "/clients", get_clients, methods=["GET"]),
+    Route(_S + "/clients/{client_id}/prompt", client_prompt, methods=["POST"]),
+    Route(_S + "/clients/{client_id}/permission", client_permission, methods=["POST"]),
+    *(
+        Route(_S + "/clients/{client_id}/" + action, client_action, methods=["POST"])
+        for action in ("attach", "heartbeat", "detach", "takeover")
+    ),
+]
