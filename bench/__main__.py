@@ -3,7 +3,8 @@
 
 Runs seven suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
 event log), `engine` (bench/engine_bench.py, the session engine), `replay`
-(bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file), and `tokens`
+(bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file, and exporting it as
+a bundle), and `tokens`
 (bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
 (bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
 `context` (bench/context_bench.py, the context view of a 10,000-message session), and

@@ -13,6 +13,12 @@ the file.
   it is not timed), target >= 40 MB/s. Baseline for both rows: reading the same file line by line
   and decoding every line with `msgspec.json.Decoder`, the floor for any reader of this format;
   the ratio is what our rules and the engine cost on top of it.
+- ``bundle_export``: `export_bundle` in `sanitized` mode of one session seeded from that transcript
+  (`--quick`: the 5 MB one), target >= 20 MB of transcript per second. Baseline: `export_bundle` of
+  the same session in `local` mode (reading, shaping, copying; no redaction), so the ratio is what
+  finding and replacing secrets costs. MB here is 10^6 bytes of the transcript file. Notes: the
+  replay_only rate, and the manifest's entry count (the generated text holds no secret, so every
+  entry would be a false positive: it must stay 0).
 - ``log_export`` / ``log_import`` (information): `export_log` of a store of 100,000 injected
   messages (`--quick`: 10,000) to JSON lines, vs reading every event with `log.read`; and
   `import_log` of that file into an empty durable store, vs py-lmdb putting the same record bytes.
@@ -48,7 +54,7 @@ import msgspec
 
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import _text
-from replay import export_log, import_log, seed_from_jsonl
+from replay import export_bundle, export_log, import_log, seed_from_jsonl
 from replay._transcript import read_transcript
 from sessions import SessionStore
 
@@ -285,7 +291,7 @@ def _phases(ctx: Context, path: Path) -> dict[str, Any]:
 
 _RSS_SCRIPT = """
 import sys
-from replay import export_log, import_log, seed_from_jsonl
+from replay import export_bundle, export_log, import_log, seed_from_jsonl
 from sessions import SessionStore
 
 def high_water():
@@ -453,7 +459,73 @@ def log_io(ctx: Context) -> list[Result]:
     return [out, back]
 
 
-BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {"seed": seed, "log_io": log_io}
+# Bundle export
+
+
+def _seeded(ctx: Context) -> tuple[Path, str, dict[str, int]]:
+    """A store holding one session seeded from the generated transcript, built once per run."""
+    if "seeded" not in ctx.cache:
+        path, facts = _transcript(ctx)
+        target = ctx.tmp / "bundle-source"
+        with SessionStore.open(target) as store:
+            result = seed_from_jsonl(store, path)
+            if not result.ok or result.session_id is None:
+                raise RuntimeError(f"seeding failed: {result.error}")
+        ctx.cache["seeded"] = (target, result.session_id, facts)
+    return ctx.cache["seeded"]  # type: ignore[no-any-return]
+
+
+def _export_round(source: Path, sid: str, mode: str, megabytes: float) -> Callable[[], Sample]:
+    def run() -> Sample:
+        with SessionStore.open(source) as store:
+            store.snapshot(sid)  # the transcript decoded once: both sides start from the cache
+            with Stopwatch() as watch:
+                bundle = export_bundle(store, sid, mode)
+        assert bundle["redaction"]["mode"] == mode
+        return watch.sample(megabytes)
+
+    return run
+
+
+def bundle_export(ctx: Context) -> list[Result]:
+    source, sid, facts = _seeded(ctx)
+    megabytes = facts["bytes"] / MB
+    result = compare(
+        name="bundle_export",
+        description="export_bundle, sanitized, of one session seeded from the transcript",
+        unit="MB/s",
+        baseline=_export_round(source, sid, "local", megabytes),
+        subject=_export_round(source, sid, "sanitized", megabytes),
+        baseline_description="export_bundle of the same session in local mode (no redaction)",
+        rounds=ctx.sizes.rounds,
+        target=Target("absolute", 20.0),
+        budget_s=ctx.sizes.budget_s,
+        progress=ctx.progress,
+    )
+    replay_only = _export_round(source, sid, "replay_only", megabytes)()
+    with SessionStore.open(source) as store:
+        entries = len(export_bundle(store, sid, "sanitized")["redaction"]["entries"])
+        messages = store.snapshot(sid)["length"]  # type: ignore[index]
+    result.notes.update(
+        {
+            "transcript": facts,
+            "messages": messages,
+            "replay_only_mb_per_s": replay_only.rate,
+            "sanitized_entries": entries,
+        }
+    )
+    ctx.note(
+        f"  {messages:,} messages; replay_only {replay_only.rate:.1f} MB/s (one round); "
+        f"sanitized manifest entries on clean text: {entries}"
+    )
+    return [result]
+
+
+BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
+    "seed": seed,
+    "bundle_export": bundle_export,
+    "log_io": log_io,
+}
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from importlib import metadata as pkg_metadata
 from typing import Any
 
+import msgspec
+
 from eventlog import Envelope, to_builtins
 from replay._redact import MODES, manifest, redact
 from replay._validate import BUNDLE_TYPE, SCHEMA_ID, SCHEMA_VERSION
@@ -49,6 +51,13 @@ def _canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _digest(bundle: dict[str, Any]) -> str:
+    """The content digest naming a bundle (its `bundle_id` blanked): sorted keys, compact JSON."""
+    return hashlib.sha256(
+        msgspec.json.encode({**bundle, "bundle_id": ""}, order="sorted")
+    ).hexdigest()
+
+
 # Export
 
 
@@ -78,8 +87,7 @@ def export_bundle(
             f"export_bundle: session `{session_id}` holds data JSON cannot carry: {exc}"
         ) from exc
     bundle = {**body, "redaction": manifest(mode, redaction_entries)}
-    digest = hashlib.sha256(_canonical({**bundle, "bundle_id": ""})).hexdigest()
-    bundle["bundle_id"] = f"bundle_{digest[:32]}"
+    bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
     return {key: bundle[key] for key in sorted(bundle)}
 
 

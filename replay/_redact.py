@@ -1,61 +1,37 @@
 """Redaction of session bundles: the `sanitized` and `replay_only` modes and their manifest.
 
-Owns what counts as sensitive (field names, secret-shaped strings, local paths) and the JSONPath of
-every change. Pure functions over plain JSON data: no store, no clock, and the input is never
-mutated. Every change it makes is reported as one manifest entry; nothing is dropped silently.
+Owns where redaction looks and the JSONPath of every change: every value and every dict key, a
+list of strings also as one text (a private key whose lines are list items), fields whose name is a
+credential's or a local path's; `replay._secrets` says what is a secret. Pure functions over plain
+JSON data: no store, no clock, and the input is never mutated. Every change it makes is reported as
+one manifest entry; nothing is dropped silently.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-import re
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+
+import msgspec
+
+from replay._secrets import credential_name, forget, placeholder_for, scan, scrub
 
 REDACTED = "[redacted]"
 WITHHELD = "[withheld]"
 MODES = ("local", "sanitized", "replay_only")
 POLICY_LOCAL = "none"
-POLICY_SANITIZED = "sessionlog.redact:v1(sensitive_fields+secret_patterns+local_paths)"
+POLICY_SANITIZED = (
+    "sessionlog.redact:v2(credential_names+secret_detectors+keys+split_and_encoded+local_paths)"
+)
 
 SENSITIVE_FIELD = "sensitive_field"
 SECRET_PATTERN = "secret_pattern_or_url"
 PROMPT_PAYLOAD = "prompt_or_tool_payload"
 
-# Field names whose value is a credential, whatever it looks like (compared lower-cased).
-_CREDENTIAL_FIELDS = frozenset(
-    (
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "cookies",
-        "set-cookie",
-        "api_key",
-        "apikey",
-        "api-key",
-        "x-api-key",
-        "x-auth-token",
-        "token",
-        "access_token",
-        "refresh_token",
-        "id_token",
-        "bearer",
-        "bearer_token",
-        "client_secret",
-        "secret",
-        "secrets",
-        "password",
-        "passwd",
-        "passphrase",
-        "private_key",
-        "session_token",
-        "credential",
-        "credentials",
-    )
-)
-_CREDENTIAL_SUFFIXES = ("_token", "_secret", "_password", "_apikey", "_api_key", "_private_key")
 # Field names whose value is a path on the exporting machine: sharing them tells strangers the
 # layout (and often the user name) of someone's disk, and they mean nothing anywhere else.
 _LOCAL_PATH_FIELDS = frozenset(
@@ -86,7 +62,7 @@ _PATH_CONTAINERS = frozenset(("additional_roots", "roots", "files"))
 # Keys whose values are prompt text or tool payloads; `replay_only` withholds them. The first
 # eighteen are the bundle v1 list; the last four are where this engine's own events carry prompt or
 # tool payloads (permission requests, scratchpads, tool-call inputs and outputs).
-PAYLOAD_KEYS = frozenset(
+_PROMPT_KEYS = frozenset(
     (
         "args",
         "arguments",
@@ -112,58 +88,25 @@ PAYLOAD_KEYS = frozenset(
         "output",
     )
 )
-
-
-@dataclass(frozen=True)
-class _Pattern:
-    name: str
-    regex: re.Pattern[str]
-
-
-# Earlier patterns win where two would match the same text (an Anthropic key is also `sk-...`).
-# A value that is already a placeholder (`[redacted]`, `<redacted:...>`) never matches, so
-# sanitizing is idempotent and a sanitized bundle passes the secret scan.
-PATTERNS: tuple[_Pattern, ...] = tuple(
-    _Pattern(name, re.compile(source))
-    for name, source in (
-        (
-            "private_key_block",
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----)?",
-        ),
-        ("anthropic_api_key", r"\bsk-ant-[A-Za-z0-9_-]{16,}"),
-        ("openai_api_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-        ("stripe_secret_key", r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
-        ("aws_access_key_id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-        ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
-        ("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-        ("jwt", r"\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}"),
-        ("bearer_token", r"\b[Bb]earer\s+(?![\[<])[A-Za-z0-9._~+/=-]{12,}"),
-        (
-            "password_assignment",
-            r"(?i)\b(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?token)"
-            r"\s*[:=]\s*['\"]?(?![\[<'\"])[^\s'\",;&]{3,}",
-        ),
-        ("home_directory", r"(?:/home/|/Users/)[A-Za-z0-9._-]+|\b[A-Za-z]:\\Users\\[^\\\s]+"),
-    )
-)
-_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
-_URL_SECRET_PARAMS = frozenset(
+# What a model produced for itself (reasoning, thinking and their signatures): replay_only
+# withholds these too, whatever container holds them.
+MODEL_PRIVATE_KEYS = frozenset(
     (
-        "api_key",
-        "apikey",
-        "key",
-        "access_token",
-        "refresh_token",
-        "id_token",
-        "token",
-        "client_secret",
-        "password",
-        "secret",
-        "auth",
-        "sig",
+        "reasoning",
+        "reasoning_content",
+        "reasoning_details",
+        "reasoning_text",
+        "thinking",
+        "redacted_thinking",
+        "private_reasoning",
         "signature",
+        "encrypted_content",
+        "thought",
+        "thoughts",
+        "chain_of_thought",
     )
 )
+PAYLOAD_KEYS = _PROMPT_KEYS | MODEL_PRIVATE_KEYS
 
 
 @dataclass(frozen=True)
@@ -184,60 +127,33 @@ class RedactionEntry:
         }
 
 
+@lru_cache(maxsize=16_384)
 def field_is_sensitive(key: str, container: str | None = None) -> bool:
     """Whether the value under `key` is a credential or a local path, whatever it holds.
     `container` is the key of the list holding the object, if any (`files`, `roots`, ...)."""
     lower = key.lower()
-    if lower in _CREDENTIAL_FIELDS or lower in _LOCAL_PATH_FIELDS:
+    if lower in _LOCAL_PATH_FIELDS:
         return True
     if lower == "path" and container in _PATH_CONTAINERS:
         return True
-    return lower.endswith(_CREDENTIAL_SUFFIXES)
+    return credential_name(key)
 
 
-def _placeholder(name: str, matched: str) -> str:
-    return f"<redacted:{name}:{len(matched.encode())}>"
-
-
-def _url_leaks(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # a malformed URL cannot be checked, so it is treated as a leak
-        return True
-    if password or (parts.username and "@" in parts.netloc):
-        return True
-    return any(key.lower() in _URL_SECRET_PARAMS for key, _ in parse_qsl(parts.query))
+def _keeps_value(value: Any) -> bool:
+    """Values a sensitive field keeps: nothing to hide in null, true/false or a placeholder."""
+    return value is None or isinstance(value, bool) or value in (REDACTED, WITHHELD)
 
 
 def scrub_string(text: str) -> tuple[str, list[str]]:
-    """`text` with every secret-shaped part replaced by a named placeholder, and the placeholders
-    used (empty when nothing matched)."""
-    used: list[str] = []
-
-    def url(match: re.Match[str]) -> str:
-        if not _url_leaks(match.group(0)):
-            return match.group(0)
-        used.append(_placeholder("url_with_credentials", match.group(0)))
-        return used[-1]
-
-    out = _URL.sub(url, text)
-    for pattern in PATTERNS:
-
-        def named(match: re.Match[str], name: str = pattern.name) -> str:
-            used.append(_placeholder(name, match.group(0)))
-            return used[-1]
-
-        out = pattern.regex.sub(named, out)
-    return out, used
+    """`text` with every secret replaced by a named placeholder, and the placeholders used
+    (empty when nothing matched)."""
+    return scrub(text)
 
 
 def secret_kinds(text: str) -> list[str]:
-    """The names of the secret patterns sanitizing would replace in `text`, each once, in the
-    order they are applied (empty for a clean string)."""
-    _, used = scrub_string(text)
-    names = [placeholder.split(":")[1] for placeholder in used]
-    return list(dict.fromkeys(names))
+    """The kinds of secret sanitizing would replace in `text`, each once, in order of
+    appearance (empty for a clean string)."""
+    return list(dict.fromkeys(hit.kind for hit in scan(text)))
 
 
 def child_path(parent: str, key: str) -> str:
@@ -247,56 +163,171 @@ def child_path(parent: str, key: str) -> str:
     return f"{parent}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-Visit = Callable[[str, Any, str, "str | None", list[RedactionEntry]], "tuple[bool, Any]"]
+def _split_secrets(items: list[str]) -> dict[int, str]:
+    """For a list of strings, the items that hold part of a secret only visible when the items
+    are read as one text (a private key one line per item, a token cut in two): index -> kind."""
+    if len(items) < 2:
+        return {}
+    marked: dict[int, str] = {}
+    for separator in ("\n", ""):
+        text = separator.join(items)
+        bounds: list[tuple[int, int]] = []
+        at = 0
+        for item in items:
+            bounds.append((at, at + len(item)))
+            at += len(item) + len(separator)
+        for hit in scan(text):
+            touched = [i for i, (lo, hi) in enumerate(bounds) if lo < hit.end and hit.start < hi]
+            if len(touched) > 1:
+                marked.update((i, hit.kind) for i in touched if i not in marked)
+    return marked
 
 
-def _walk(
-    value: Any, path: str, visit: Visit, entries: list[RedactionEntry], container: str | None
-) -> Any:
-    """A copy of `value` where `visit(key, child, child_path, container, entries)` may replace a
-    dict member (it returns (True, new)); strings are offered with key ''."""
+# Where a value sits, built lazily: (parent, segment) with segment a key's JSONPath step
+# (".name" or '["odd name"]'), an int list index, or "$" at the root; rendered only when an
+# entry needs it.
+_Where = tuple[Any, Any]
+_ROOT: _Where = (None, "$")
+
+
+@lru_cache(maxsize=16_384)
+def _step(key: str) -> str:
+    return child_path("", key)
+
+
+def _render(where: _Where) -> str:
+    parts: list[str] = []
+    node: _Where | None = where
+    while node is not None:
+        node, step = node
+        parts.append(f"[{step}]" if isinstance(step, int) else step)
+    return "".join(reversed(parts))
+
+
+class _Sanitizer:
+    """One sanitizing walk: a redacted copy of a JSON value and the entries it made."""
+
+    def __init__(self) -> None:
+        self.entries: list[RedactionEntry] = []
+        self.keys: dict[tuple[Any, str | None], tuple[str, str, str, bool]] = {}
+
+    def note(self, where: _Where, cls: str, action: str, replacement: str) -> None:
+        self.entries.append(RedactionEntry(_render(where), cls, action, replacement))
+
+    def value(self, value: Any, where: _Where, container: str | None) -> Any:
+        if isinstance(value, str):
+            return value if len(value) < 6 else self.text(value, where)
+        if isinstance(value, dict):
+            return self.mapping(value, where, container)
+        if isinstance(value, list | tuple):
+            return self.sequence(list(value), where, container)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, bytes | bytearray | memoryview):
+            return self.blob(bytes(value), where)
+        return self.value(plain_copy(value), where, container)
+
+    def text(self, value: str, where: _Where) -> str:
+        if not scan(value):
+            return value
+        scrubbed, used = scrub(value)
+        if used:
+            # The manifest names the placeholders only, never the text around them, so a
+            # replay_only bundle cannot leak withheld prompt text through its manifest.
+            self.note(where, SECRET_PATTERN, "replaced", ", ".join(used))
+        return scrubbed
+
+    def blob(self, value: bytes, where: _Where) -> str:
+        """Bytes travel as base64 (as JSON carries them); their decoded text is scanned first."""
+        try:
+            decoded = value.decode("utf-8")
+        except UnicodeDecodeError:
+            decoded = ""
+        hits = scan(decoded) if decoded else ()
+        if hits:
+            placeholder = placeholder_for(hits[0].kind, decoded)
+            self.note(where, SECRET_PATTERN, "replaced", placeholder)
+            return placeholder
+        return self.text(base64.b64encode(value).decode("ascii"), where)
+
+    def mapping(
+        self, value: dict[Any, Any], where: _Where, container: str | None
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        keys = self.keys
+        for key, child in value.items():
+            seen = keys.get((key, container))
+            if seen is None:
+                seen = keys[(key, container)] = _key_facts(key, container)
+            name, new_key, used, sensitive = seen
+            if used:
+                new_key = _free_key(new_key, out, value)
+                self.note((where, _step(new_key)), SECRET_PATTERN, "key_replaced", used)
+            if sensitive and not _keeps_value(child):
+                self.note((where, _step(new_key)), SENSITIVE_FIELD, "replaced", REDACTED)
+                out[new_key] = REDACTED
+            elif isinstance(child, str):
+                out[new_key] = (
+                    child if len(child) < 6 else self.text(child, (where, _step(new_key)))
+                )
+            else:
+                out[new_key] = self.value(child, (where, _step(new_key)), name)
+        return out
+
+    def sequence(self, value: list[Any], where: _Where, container: str | None) -> list[Any]:
+        split: dict[int, str] = {}
+        if len(value) > 1 and isinstance(value[0], str) and all(isinstance(i, str) for i in value):
+            split = _split_secrets(value)
+        out: list[Any] = []
+        for i, item in enumerate(value):
+            if i in split:
+                placeholder = placeholder_for(split[i], item)
+                self.note((where, i), SECRET_PATTERN, "replaced", placeholder)
+                out.append(placeholder)
+            else:
+                out.append(self.value(item, (where, i), container))
+        return out
+
+
+def _key_facts(key: Any, container: str | None) -> tuple[str, str, str, bool]:
+    """(name, key as exported, placeholders used in it, whether its value is sensitive)."""
+    name = key if isinstance(key, str) else str(key)
+    new_key, used = scrub(name)
+    return name, new_key, ", ".join(used), field_is_sensitive(name, container)
+
+
+def _free_key(key: str, taken: dict[str, Any], source: dict[Any, Any]) -> str:
+    """`key`, or `key#2`, `key#3`... if a member of the output or the input already has it."""
+    candidate, n = key, 1
+    while candidate in taken or candidate in source:
+        n += 1
+        candidate = f"{key}#{n}"
+    return candidate
+
+
+def _withhold(value: Any, path: str, entries: list[RedactionEntry]) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, child in value.items():
             where = child_path(path, key)
-            replaced, new = visit(key, child, where, container, entries)
-            out[key] = new if replaced else _walk(child, where, visit, entries, key)
+            if key in PAYLOAD_KEYS and child is not None:
+                entries.append(RedactionEntry(where, PROMPT_PAYLOAD, "withheld", WITHHELD))
+                out[key] = WITHHELD
+            else:
+                out[key] = _withhold(child, where, entries)
         return out
     if isinstance(value, list):
-        return [
-            _walk(item, f"{path}[{i}]", visit, entries, container) for i, item in enumerate(value)
-        ]
-    if isinstance(value, str):
-        replaced, new = visit("", value, path, container, entries)
-        return new if replaced else value
+        return [_withhold(item, f"{path}[{i}]", entries) for i, item in enumerate(value)]
     return value
 
 
-def _sanitize_visit(
-    key: str, value: Any, path: str, container: str | None, entries: list[RedactionEntry]
-) -> tuple[bool, Any]:
-    if key and field_is_sensitive(key, container):
-        if value is None or value == REDACTED:
-            return True, value
-        entries.append(RedactionEntry(path, SENSITIVE_FIELD, "replaced", REDACTED))
-        return True, REDACTED
-    if not key and isinstance(value, str):
-        scrubbed, used = scrub_string(value)
-        if used:
-            # The manifest names the placeholders only, never the text around them, so a
-            # replay_only bundle cannot leak withheld prompt text through its manifest.
-            entries.append(RedactionEntry(path, SECRET_PATTERN, "replaced", ", ".join(used)))
-            return True, scrubbed
-    return False, None
-
-
-def _withhold_visit(
-    key: str, value: Any, path: str, container: str | None, entries: list[RedactionEntry]
-) -> tuple[bool, Any]:
-    if key in PAYLOAD_KEYS and value is not None:
-        entries.append(RedactionEntry(path, PROMPT_PAYLOAD, "withheld", WITHHELD))
-        return True, WITHHELD
-    return False, None
+def plain_copy(body: Any) -> Any:
+    """A deep copy of `body` as JSON would carry it (tuples become lists, bytes base64).
+    Raises `ValueError` for what JSON cannot carry."""
+    try:
+        return msgspec.json.decode(msgspec.json.encode(body))
+    except msgspec.MsgspecError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def redact(body: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[RedactionEntry]]:
@@ -304,13 +335,17 @@ def redact(body: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[Redact
     manifest entries, sorted by path. `local` returns an unchanged copy and no entries."""
     if mode not in MODES:
         raise ValueError(f"redaction mode must be one of {', '.join(MODES)}, got {mode!r}")
-    entries: list[RedactionEntry] = []
-    out: dict[str, Any] = json.loads(json.dumps(body))
     if mode == "local":
-        return out, entries
-    out = _walk(out, "$", _sanitize_visit, entries, None)
+        return plain_copy(body), []
+    sanitizer = _Sanitizer()
+    forget()
+    try:
+        out: dict[str, Any] = sanitizer.value(body, _ROOT, None)
+    finally:
+        forget()
+    entries = sanitizer.entries
     if mode == "replay_only":
-        out = _walk(out, "$", _withhold_visit, entries, None)
+        out = _withhold(out, "$", entries)
     entries.sort(key=lambda entry: entry.path)
     return out, entries
 
@@ -326,18 +361,40 @@ def manifest(mode: str, entries: list[RedactionEntry]) -> dict[str, Any]:
     }
 
 
-def find_secrets(value: Any, path: str = "$") -> list[tuple[str, list[str]]]:
-    """Every string under `value` that still looks like a secret: (JSONPath, pattern names)."""
-    found: list[tuple[str, list[str]]] = []
-    stack: list[tuple[str, Any]] = [(path, value)]
+def members(value: Any, path: str) -> Iterator[tuple[str, Any, str | None, Any]]:
+    """Every (path, value, key, container key) under `value`, depth first, without recursion."""
+    stack: list[tuple[str, Any, str | None, Any]] = [(path, value, None, None)]
     while stack:
-        where, item = stack.pop()
+        where, item, key, container = stack.pop()
+        yield where, item, key, container
         if isinstance(item, dict):
-            stack.extend((child_path(where, k), v) for k, v in reversed(list(item.items())))
+            stack.extend(
+                (child_path(where, str(k)), v, str(k), key) for k, v in reversed(list(item.items()))
+            )
         elif isinstance(item, list):
-            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
-        elif isinstance(item, str):
-            kinds = secret_kinds(item)
-            if kinds:
-                found.append((where, kinds))
+            stack.extend(
+                (f"{where}[{i}]", v, None, key) for i, v in reversed(list(enumerate(item)))
+            )
+
+
+def find_secrets(value: Any, path: str = "$") -> list[tuple[str, list[str]]]:
+    """Everything under `value` sanitizing would still change: (JSONPath, kinds). Kinds are the
+    secret kinds of a string, `secret_in_key` for a dict key, `credential_field` for a
+    credential's field that still has a value, `split_secret` for a list item."""
+    found: list[tuple[str, list[str]]] = []
+    forget()
+    for where, item, key, _container in members(value, path):
+        kinds: list[str] = []
+        if key is not None:
+            kinds += [f"secret_in_key:{kind}" for kind in secret_kinds(key)]
+            if credential_name(key) and not _keeps_value(item):
+                kinds.append("credential_field")
+        if isinstance(item, str):
+            kinds += secret_kinds(item)
+        elif isinstance(item, list) and all(isinstance(i, str) for i in item):
+            split = _split_secrets(item)
+            found.extend((f"{where}[{i}]", [f"split_{kind}"]) for i, kind in sorted(split.items()))
+        if kinds:
+            found.append((where, kinds))
+    forget()
     return found

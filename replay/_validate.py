@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replay._redact import MODES, child_path, find_secrets
+from replay._redact import MODES, PAYLOAD_KEYS, WITHHELD, child_path, find_secrets, members
 from sessions import InvalidArgumentError
 
 BUNDLE_TYPE = "harn_session_bundle"
@@ -192,7 +192,21 @@ def validate_bundle(bundle: object, *, allow_secrets: bool = False) -> list[Bund
     if not allow_secrets:
         for path, kinds in find_secrets(dict(bundle)):
             issues.append(BundleIssue(path, "secret", f"looks like a secret ({', '.join(kinds)})"))
+        issues += _check_withheld(bundle)
     return issues
+
+
+def _check_withheld(bundle: Mapping[str, Any]) -> list[BundleIssue]:
+    """A replay_only bundle carries no prompt, tool payload or model-private field."""
+    redaction = bundle.get("redaction")
+    if not isinstance(redaction, Mapping) or redaction.get("mode") != "replay_only":
+        return []
+    body = {key: value for key, value in bundle.items() if key != "redaction"}
+    return [
+        BundleIssue(path, "withheld", f"replay_only bundle carries `{key}`, which it withholds")
+        for path, value, key, _ in members(body, "$")
+        if key in PAYLOAD_KEYS and value is not None and value != WITHHELD
+    ]
 
 
 def check_bundle(bundle: object, *, allow_secrets: bool = False, where: str = "bundle") -> None:

@@ -1,0 +1,583 @@
+"""What counts as a secret in a bundle: credential-looking names, and secret-shaped text.
+
+Two questions, both pure functions of a string: is this field or variable NAME a credential's
+(`credential_name`, decided by a rule on the name's parts, not by a list of names), and where in
+this TEXT are secrets (`scan`). Token shapes come from the `detect-secrets` library's detectors;
+the rules here cover what it has no detector for: key=value assignments judged by the name rule,
+private key blocks that span lines, `user:pass@host` with or without a scheme, `Authorization`
+headers, this engine's own bearer tokens, modern provider keys, and base64 or hex text that decodes
+to any of these.
+
+Speed: a string reaches the detectors only if a cheap gate says it could hold a secret (a digit or
+a sign like `:@=_+/-`, an upper-case run, or one long word); prose passes the gate in one pass of a
+character-class search. Results are kept per distinct string, and per distinct long word.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+_CACHE_MAX = 200_000  # distinct strings remembered per process; cleared whole when full
+_DECODE_DEPTH = 2  # base64 inside hex inside text, no deeper
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One secret in a text: `text[start:end]` is secret of the named kind."""
+
+    start: int
+    end: int
+    kind: str
+
+
+# Names
+
+# A name part that is one of these words names a credential (`api_key`, `X-Auth-Token`, `pass`).
+_NAME_WORDS = frozenset(
+    (
+        "token",
+        "key",
+        "keys",
+        "auth",
+        "authorization",
+        "authentication",
+        "pass",
+        "pwd",
+        "pw",
+        "creds",
+        "cred",
+        "jwt",
+        "otp",
+        "totp",
+        "mfa",
+        "dsn",
+        "sessid",
+        "sessionid",
+        "phpsessid",
+        "jsessionid",
+        "bearer",
+        "signing",
+        "privkey",
+    )
+)
+# A name part that contains one of these names a credential (`PGPASSWORD`, `clientsecret`).
+_NAME_STEMS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "passcode",
+    "secret",
+    "credential",
+    "cookie",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "secretkey",
+    "authtoken",
+    "accesstoken",
+    "refreshtoken",
+    "idtoken",
+    "sessiontoken",
+    "bearertoken",
+    "csrftoken",
+    "xsrftoken",
+    "pgpass",
+)
+# ...unless another part says the value is about the credential, not the credential itself
+# (`max_token`, `key_path`, `public_key`, `token_type`, `sort_key`, `cookie_name`).
+_NAME_QUALIFIERS = frozenset(
+    (
+        "count",
+        "limit",
+        "max",
+        "min",
+        "length",
+        "len",
+        "size",
+        "type",
+        "kind",
+        "format",
+        "name",
+        "names",
+        "url",
+        "uri",
+        "endpoint",
+        "path",
+        "file",
+        "env",
+        "var",
+        "hint",
+        "policy",
+        "prefix",
+        "expiry",
+        "expires",
+        "expiration",
+        "ttl",
+        "timeout",
+        "usage",
+        "estimated",
+        "public",
+        "primary",
+        "foreign",
+        "sort",
+        "partition",
+        "cache",
+        "idempotency",
+        "dedup",
+        "dedupe",
+        "lookup",
+        "row",
+        "hot",
+        "shortcut",
+        "group",
+        "routing",
+        "shard",
+        "index",
+        "unique",
+        "composite",
+        "order",
+        "join",
+        "required",
+        "enabled",
+        "method",
+        "scheme",
+        "mode",
+        "provider",
+        "header",
+    )
+)
+_NAME_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+@lru_cache(maxsize=65_536)
+def credential_name(name: str) -> bool:
+    """Whether a field, variable or header called `name` holds a credential, whatever its
+    value looks like. Case and separators do not matter: `AWS_SECRET_ACCESS_KEY`,
+    `X-Goog-Api-Key`, `databasePassword` and `PGPASSWORD` all do; `input_tokens`,
+    `public_key`, `session_id` and `keyboard` do not."""
+    if len(name) > 128:
+        return False
+    if "<redacted:" in name:
+        name = _PLACEHOLDER.sub(" ", name)  # a key already redacted names nothing
+    parts = [p.lower() for p in _NAME_SPLIT.split(name) if p]
+    if not parts or any(p in _NAME_QUALIFIERS for p in parts):
+        return False
+    return any(p in _NAME_WORDS or any(s in p for s in _NAME_STEMS) for p in parts)
+
+
+# Text rules of our own, each (kind, regex); the whole match is the secret.
+
+_PEM = (
+    r"-{4,5} ?BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}[\s\S]*?"
+    r"(?:-{4,5} ?END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|\Z)"
+)
+# (kind, a lower-case word the text must hold, regex); the whole match is the secret.
+_TEXT_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
+    (kind, guard, re.compile(source))
+    for kind, guard, source in (
+        ("private_key_block", "private key", _PEM),
+        (
+            "putty_private_key",
+            "putty-user-key-file",
+            r"PuTTY-User-Key-File-\d+:[\s\S]*?(?:Private-MAC: ?[0-9a-fA-F]+|\Z)",
+        ),
+        (
+            "authorization_header",
+            "authori",
+            r"(?i)\b(?:proxy-)?authori[sz]ation[\"']?\s*[:=]\s*[\"']?(?![\[<\"'])[^\r\n\"']{4,}",
+        ),
+        ("basic_auth", "basic", r"\b[Bb]asic\s+(?![\[<])[A-Za-z0-9+/]{4,}={0,2}"),
+        ("bearer_token", "bearer", r"\b[Bb]earer\s+(?![\[<])[A-Za-z0-9._~+/=-]{12,}"),
+        (
+            "home_directory",
+            "users",
+            r"/Users/[A-Za-z0-9._-]+|\b[A-Za-z]:\\Users\\[^\\\s]+",
+        ),
+        ("home_directory", "/home/", r"/home/[A-Za-z0-9._-]+"),
+    )
+)
+# `name = value`, `name: value`, `"name": "value"`, `name => value`: found from the separator,
+# the name read backwards from it (on the reversed text), and the name decides.
+_SEPARATOR = re.compile(r"[:=]")
+_NAME_BEFORE = re.compile(r"[ \t]*(?:[\"']\\?)?([\w.-]{1,80})(?![\w.-])")  # reversed: `\"` too
+_VALUE_AFTER = re.compile(
+    r"[=>]?[ \t]*(\\?\"[^\"\r\n]{1,512}?\\?\"|'[^'\r\n]{1,512}'|(?![\[<])[^\s\"',;&]{3,512})"
+)
+# `--password value` on a command line.
+_FLAG = re.compile(
+    r"(?<![A-Za-z0-9])--?([A-Za-z][\w-]{1,80})[ \t]+"
+    r"(\"[^\"\r\n]{1,512}\"|'[^'\r\n]{1,512}'|(?![\[<-])[^\s\"',;&]{3,512})"
+)
+# `user:password@host`, with or without a scheme: found from the `@`, read backwards.
+_AT = re.compile(r"@")
+_USERINFO_BEFORE = re.compile(r"([^\s:@/\"'<>\[\]]{1,256}):([A-Za-z0-9._%+-]{0,64})(?![\w.%+-])")
+_HOST_AFTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
+_URL_SECRET_PARAMS = frozenset(
+    ("sig", "signature", "x-amz-signature", "x-goog-signature", "code", "auth")
+)
+# Long words: where token-shaped secrets live.
+_WORD = re.compile(r"[^\s\"'`<>()\[\]{},;|\\]{16,}")
+_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]+:\d+>|\[redacted\]|\[withheld\]")
+
+# Token shapes detect-secrets has no detector for (checked on a long word, first match wins).
+_OWN_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(source))
+    for kind, source in (
+        ("anthropic_api_key", r"\bsk-ant-[A-Za-z0-9_-]{16,}"),
+        ("openai_api_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+        ("stripe_key", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+        ("aws_access_key_id", r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[0-9A-Z]{16}\b"),
+        ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+        ("slack_token", r"\bxox[abeoprs]-[A-Za-z0-9-]{10,}"),
+        ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
+        ("google_oauth_token", r"\bya29\.[0-9A-Za-z_-]{20,}"),
+        ("npm_token", r"\bnpm_[A-Za-z0-9]{36}"),
+        ("pypi_token", r"\bpypi-[A-Za-z0-9_-]{50,}"),
+        ("azure_client_secret", r"[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"),
+        ("jwt", r"\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}"),
+    )
+)
+# Every token shape above (ours and detect-secrets') holds one of these; a word holding none is
+# not run through the detectors one by one.
+_ANCHORS = re.compile(
+    r"AKIA|ASIA|ABIA|ACCA|A3T|AKC|AP[0-9A-F]|AccountKey|://|gh[pousr]_|github_pat_|gl[a-z]{2,6}-"
+    r"|GR1348941|eyJ|-us\d|_authToken|npm_|T3BlbkFJ|sk-|pypi-|SG\.|xox|hooks\.slack|sq0|[rs]k_"
+    r"|\d{8}:|A[CP][a-z0-9]{32}|SK[a-z0-9]{32}|AIza|ya29\.|Q~|cloudant|softlayer|ibm|cos"
+    r"|[MNO][A-Za-z\d_-]{23,25}\.",
+    re.IGNORECASE,
+)
+# Dates, times, numbers, versions and UUIDs: never a secret, and common in every event.
+_PLAIN_WORD = re.compile(
+    r"[\d\s:.,TZ+/_-]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+_B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}")
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+_OWN_BEARER = re.compile(r"[A-Za-z0-9_-]{43}")
+_WORD_EDGE = "\"'`.,:;!?)]}>"
+
+# The gate: deleting the letters and punctuation of prose from a text's UTF-8 leaves its capitals
+# and everything else (digits, signs like `:@=_+/-`, other scripts). Text where that is only a few
+# capitals cannot hold any of the shapes above; an all-capitals run is looked for only when enough
+# capitals are left.
+_PROSE_BYTES = bytes(range(ord("a"), ord("z") + 1)) + b" \t\r\n.,;!?'\"()"
+_GATE_CAPS = re.compile(r"[A-Z]{4}[A-Z0-9]{12}")
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+@lru_cache(maxsize=1)
+def _detectors() -> tuple[tuple[str, Callable[[str], Iterator[str]]], ...]:
+    """detect-secrets' token detectors, as (kind, analyze_string)."""
+    from detect_secrets.plugins.artifactory import ArtifactoryDetector
+    from detect_secrets.plugins.aws import AWSKeyDetector
+    from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+    from detect_secrets.plugins.basic_auth import BasicAuthDetector
+    from detect_secrets.plugins.cloudant import CloudantDetector
+    from detect_secrets.plugins.discord import DiscordBotTokenDetector
+    from detect_secrets.plugins.github_token import GitHubTokenDetector
+    from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+    from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
+    from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+    from detect_secrets.plugins.mailchimp import MailchimpDetector
+    from detect_secrets.plugins.npm import NpmDetector
+    from detect_secrets.plugins.openai import OpenAIDetector
+    from detect_secrets.plugins.pypi_token import PypiTokenDetector
+    from detect_secrets.plugins.sendgrid import SendGridDetector
+    from detect_secrets.plugins.slack import SlackDetector
+    from detect_secrets.plugins.softlayer import SoftlayerDetector
+    from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+    from detect_secrets.plugins.stripe import StripeDetector
+    from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+    from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+    classes: tuple[Any, ...] = (
+        AWSKeyDetector,
+        ArtifactoryDetector,
+        AzureStorageKeyDetector,
+        BasicAuthDetector,
+        CloudantDetector,
+        DiscordBotTokenDetector,
+        GitHubTokenDetector,
+        GitLabTokenDetector,
+        IbmCloudIamDetector,
+        IbmCosHmacDetector,
+        JwtTokenDetector,
+        MailchimpDetector,
+        NpmDetector,
+        OpenAIDetector,
+        PypiTokenDetector,
+        SendGridDetector,
+        SlackDetector,
+        SoftlayerDetector,
+        SquareOAuthDetector,
+        StripeDetector,
+        TelegramBotTokenDetector,
+        TwilioKeyDetector,
+    )
+    return tuple((_slug(cls.secret_type), cls().analyze_string) for cls in classes)
+
+
+# Scanning
+
+_scanned: dict[str, tuple[Hit, ...]] = {}
+_words: dict[str, str | None] = {}
+
+
+def forget() -> None:
+    """Drop what `scan` remembers: each walk over a bundle starts afresh, so nothing of one
+    bundle stays in memory after it (and a measurement never runs on a warm cache)."""
+    _scanned.clear()
+    _words.clear()
+
+
+def scan(text: str) -> tuple[Hit, ...]:
+    """Every secret in `text`, as non-overlapping hits in order (empty for clean text).
+    Placeholders left by an earlier redaction are never secrets, so scanning is idempotent."""
+    if len(text) < 6:
+        return ()
+    found = _scanned.get(text)
+    if found is None:
+        found = _scan(text, 0)
+        if len(_scanned) >= _CACHE_MAX:
+            _scanned.clear()
+        _scanned[text] = found
+    return found
+
+
+def _could_hold(text: str) -> bool:
+    if len(text) < 6:
+        return False
+    left = text.encode("utf-8", "surrogatepass").translate(None, _PROSE_BYTES)
+    if not left:
+        return False
+    if not left.isalpha():
+        return True  # a digit, a sign, another script: look closer
+    return (len(left) >= 16 and _GATE_CAPS.search(text) is not None) or (
+        len(text) >= 16 and " " not in text
+    )
+
+
+def _scan(text: str, depth: int) -> tuple[Hit, ...]:
+    if not _could_hold(text):
+        return ()
+    if "redacted" in text or "[withheld]" in text:
+        text = _PLACEHOLDER.sub(lambda m: " " * len(m.group(0)), text)
+    low = text.lower()
+    hits: list[Hit] = []
+    for kind, guard, regex in _TEXT_RULES:
+        if guard in low:
+            hits.extend(Hit(m.start(), m.end(), kind) for m in regex.finditer(text))
+    if ":" in text or "=" in text:
+        hits.extend(_assignments(text))
+    if "-" in text:
+        hits.extend(_flags(text))
+    if "@" in text:
+        hits.extend(_userinfo(text))
+    if "://" in text:
+        hits.extend(
+            Hit(m.start(), m.end(), "url_with_credentials")
+            for m in _URL.finditer(text)
+            if _url_leaks(m.group(0))
+        )
+    for start, end in _long_words(text):
+        found = _word_kind(text[start:end], depth)
+        if found is not None:
+            hits.append(Hit(start, end, found))
+    return _merge(hits)
+
+
+def _long_words(text: str) -> Iterator[tuple[int, int]]:
+    """The spans of the words of 16 characters or more (quotes, brackets and trailing
+    punctuation are not part of a word)."""
+    cursor = 0
+    for chunk in text.split():
+        if len(chunk) < 16:
+            continue
+        at = text.find(chunk, cursor)
+        cursor = at + len(chunk)
+        for match in _WORD.finditer(chunk):
+            start, end = match.span()
+            while end > start and chunk[end - 1] in _WORD_EDGE:
+                end -= 1
+            if end - start >= 16:
+                yield at + start, at + end
+
+
+def _merge(hits: list[Hit]) -> tuple[Hit, ...]:
+    """Overlapping hits become one, named by the one that starts first (the longer on a tie)."""
+    hits.sort(key=lambda h: (h.start, -h.end))
+    out: list[Hit] = []
+    for hit in hits:
+        if out and hit.start < out[-1].end:
+            last = out[-1]
+            out[-1] = Hit(last.start, max(last.end, hit.end), last.kind)
+        else:
+            out.append(hit)
+    return tuple(out)
+
+
+def _value_hit(text: str, name_start: int, after: int) -> Hit | None:
+    match = _VALUE_AFTER.match(text, after)
+    if match is None:
+        return None
+    value = match.group(1).strip("\\\"'").strip()
+    if not value or value.startswith(("[", "<")):
+        return None
+    return Hit(name_start, match.end(), "credential_assignment")
+
+
+def _assignments(text: str) -> Iterator[Hit]:
+    backwards = text[::-1]
+    size = len(text)
+    for separator in _SEPARATOR.finditer(text):
+        at = separator.start()
+        name = _NAME_BEFORE.match(backwards, size - at)
+        if name is None or not credential_name(name.group(1)[::-1].strip(".-")):
+            continue
+        hit = _value_hit(text, size - name.end(), at + 1)
+        if hit is not None:
+            yield hit
+
+
+def _flags(text: str) -> Iterator[Hit]:
+    for match in _FLAG.finditer(text):
+        if credential_name(match.group(1)):
+            value = match.group(2).strip("\"'").strip()
+            if value and not value.startswith(("[", "<")):
+                yield Hit(match.start(), match.end(), "credential_assignment")
+
+
+def _userinfo(text: str) -> Iterator[Hit]:
+    backwards = text[::-1]
+    size = len(text)
+    for at_sign in _AT.finditer(text):
+        at = at_sign.start()
+        before = _USERINFO_BEFORE.match(backwards, size - at)
+        host = _HOST_AFTER.match(text, at + 1)
+        if before is None or host is None:
+            continue
+        password, user = before.group(1)[::-1], before.group(2)[::-1]
+        if password.isdigit() and (not user or user.isdigit()):
+            continue  # `12:30@home` is a time, not a password
+        yield Hit(size - before.end(), host.end(), "user_password_at_host")
+
+
+def _url_leaks(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # a malformed URL cannot be checked, so it is treated as a leak
+        return True
+    if password or (parts.username and "@" in parts.netloc):
+        return True
+    return any(
+        credential_name(key) or key.lower() in _URL_SECRET_PARAMS
+        for key, _ in parse_qsl(parts.query)
+    )
+
+
+def _word_kind(word: str, depth: int) -> str | None:
+    """The kind of secret a long word is, or None."""
+    if depth == 0:
+        cached = _words.get(word, "")
+        if cached != "":
+            return cached
+    kind = _classify_word(word, depth)
+    if depth == 0:
+        if len(_words) >= _CACHE_MAX:
+            _words.clear()
+        _words[word] = kind
+    return kind
+
+
+def _classify_word(word: str, depth: int) -> str | None:
+    if _PLAIN_WORD.fullmatch(word):
+        return None
+    if _HEX.fullmatch(word) is None and _ANCHORS.search(word):
+        for kind, regex in _OWN_TOKENS:
+            if regex.search(word):
+                return kind
+        for kind, analyze in _detectors():
+            if next(analyze(word), None) is not None:
+                return kind
+    if _OWN_BEARER.fullmatch(word) and _random_looking(word):
+        return "sessionlog_bearer_token"
+    if depth < _DECODE_DEPTH:
+        decoded = _decode(word)
+        if decoded is not None:
+            inner = _scan(decoded, depth + 1)
+            if inner:
+                return f"encoded_{inner[0].kind}"
+    return None
+
+
+def _random_looking(word: str) -> bool:
+    """A generated token (`secrets.token_urlsafe(32)`): mixed case with digits or `-_`, and not
+    a word-built identifier (those rarely have three upper-case letters in a row)."""
+    from sessions._tokens import entropy_problem
+
+    upper = sum(c.isupper() for c in word)
+    lower = sum(c.islower() for c in word)
+    others = len(word) - upper - lower
+    if upper < 3 or lower < 3 or others < 1:
+        return False
+    return entropy_problem(word) is None
+
+
+def _decode(word: str) -> str | None:
+    """The text a base64 or hex word encodes, if it is mostly printable text."""
+    raw: bytes | None = None
+    if len(word) % 2 == 0 and _HEX.fullmatch(word):
+        raw = bytes.fromhex(word)
+    elif _B64.fullmatch(word):
+        padded = word + "=" * (-len(word) % 4)
+        try:
+            if "-" in word or "_" in word:
+                raw = base64.urlsafe_b64decode(padded)
+            else:
+                raw = base64.b64decode(padded, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(c.isprintable() or c in "\r\n\t" for c in text)
+    return text if text and printable >= 0.9 * len(text) else None
+
+
+def scrub(text: str) -> tuple[str, list[str]]:
+    """`text` with every secret replaced by a named placeholder, and the placeholders used
+    (empty when there was nothing to replace)."""
+    hits = scan(text)
+    if not hits:
+        return text, []
+    parts: list[str] = []
+    used: list[str] = []
+    last = 0
+    for hit in hits:
+        placeholder = placeholder_for(hit.kind, text[hit.start : hit.end])
+        parts.append(text[last : hit.start])
+        parts.append(placeholder)
+        used.append(placeholder)
+        last = hit.end
+    parts.append(text[last:])
+    return "".join(parts), used
+
+
+def placeholder_for(kind: str, secret: str) -> str:
+    """What stands in for `secret` of `kind`: its kind and length in UTF-8 bytes, nothing else."""
+    return f"<redacted:{kind}:{len(secret.encode())}>"
