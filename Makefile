@@ -4,7 +4,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PACKAGES := eventlog projections sessions replay service sessionlog
+PACKAGES := eventlog projections sessions replay service sessionlog integrations
 
 # The first interpreter on PATH that is new enough.
 PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \

@@ -1,0 +1,179 @@
+"""A `Session` for the OpenAI Agents SDK on sessionlog: `SessionlogSession(session_id, store=...)`.
+
+Pass it where the SDK takes a session (`Runner.run(agent, input, session=...)`). Each item the SDK
+adds is stored verbatim as one transcript item, so `get_items` gives back exactly what was added.
+`add_items` is one atomic commit carrying an idempotency key, retried under the same key when the
+outcome of a commit is unknown, so a batch is stored whole or not at all and never twice.
+`fork(at_item=...)` returns a new session sharing the history's prefix without copying it.
+
+Every method accepts the SDK's optional `wrapper` (the run's context); give `route` to pick the
+stored session from it, e.g. one per tenant: ``route=lambda w, sid: f"{w.context.tenant}/{sid}"``.
+Needs ``pip install 'sessionlog-engine[openai-agents]'``; the SDK is imported only when a session
+is made.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from eventlog import OutcomeUnknownError
+from integrations import require
+from sessions import InvalidArgumentError, SessionStore, UnknownSessionError
+from sessions.aio import AsyncSessionStore
+
+if TYPE_CHECKING:
+    from agents import RunContextWrapper, TResponseInputItem
+    from agents.memory import SessionSettings
+
+Route = Callable[["RunContextWrapper[Any] | None", str], str]
+
+_ATTEMPTS = 3
+_faces: weakref.WeakKeyDictionary[SessionStore, AsyncSessionStore] = weakref.WeakKeyDictionary()
+
+
+def async_store(
+    store: SessionStore | AsyncSessionStore | str | os.PathLike[str],
+) -> AsyncSessionStore:
+    """The one asyncio face of `store` (made once per store, so every session on it shares one
+    worker thread); a path opens a store there."""
+    if isinstance(store, AsyncSessionStore):
+        return store
+    if isinstance(store, (str, os.PathLike)):
+        store = SessionStore.open(store)
+    if not isinstance(store, SessionStore):
+        raise InvalidArgumentError(
+            f"`store` must be a SessionStore, an AsyncSessionStore or a path, "
+            f"got {type(store).__name__}"
+        )
+    face = _faces.get(store)
+    if face is None:
+        face = _faces[store] = AsyncSessionStore(store)
+    return face
+
+
+class SessionlogSession:
+    """The SDK's `Session` protocol (`get_items`, `add_items`, `pop_item`, `clear_session`,
+    `session_settings`) on a sessionlog store."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        store: SessionStore | AsyncSessionStore | str | os.PathLike[str],
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        route: Route | None = None,
+    ) -> None:
+        require("agents", "openai-agents")
+        from agents.memory import SessionSettings
+        from agents.memory.session_settings import coerce_session_settings
+
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidArgumentError(
+                f"SessionlogSession: `session_id` must be a non-empty str, got {session_id!r}"
+            )
+        self.session_id = session_id
+        self.session_settings: SessionSettings | None = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
+        self.store = async_store(store)
+        self.route = route
+        self._opened: set[str] = set()
+
+    def _sid(self, wrapper: RunContextWrapper[Any] | None) -> str:
+        return self.session_id if self.route is None else self.route(wrapper, self.session_id)
+
+    async def _ensure(self, sid: str) -> None:
+        if sid not in self._opened:
+            await self.store.open_session(sid)
+            self._opened.add(sid)
+
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[TResponseInputItem]:
+        """The history, oldest first; with `limit` (or the settings' limit) its last `limit`
+        items, read without the ones before."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        sid = self._sid(wrapper)
+        try:
+            entries = await self.store.messages(sid, last=limit)
+        except UnknownSessionError:
+            return []
+        return [_item_of(entry) for entry in entries]
+
+    async def add_items(
+        self,
+        items: list[TResponseInputItem],
+        *,
+        wrapper: RunContextWrapper[Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Append `items` in one atomic commit. A commit whose outcome is unknown (the process
+        cannot tell whether it reached the disk) is retried under the same idempotency key, so
+        it is applied once. Give `idempotency_key` to make your own retries safe as well."""
+        if not items:
+            return
+        sid = self._sid(wrapper)
+        key = idempotency_key or uuid.uuid4().hex
+        entries = [{"item": item} for item in items]
+        for attempt in range(_ATTEMPTS):
+            try:
+                await self._ensure(sid)
+                await self.store.inject_many(sid, entries, idempotency_key=key)
+                return
+            except UnknownSessionError:  # deleted meanwhile: open it again and retry
+                self._opened.discard(sid)
+                if attempt == _ATTEMPTS - 1:
+                    raise
+            except OutcomeUnknownError:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+
+    async def pop_item(
+        self, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> TResponseInputItem | None:
+        """Take the newest item off the history and return it (None when it is empty). The
+        store's log keeps it: `store.as_of(position)` still shows it."""
+        try:
+            entry = await self.store.pop(self._sid(wrapper))
+        except UnknownSessionError:
+            return None
+        return None if entry is None else _item_of(entry)
+
+    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
+        """Empty the history (the session id stays; the log keeps what was there)."""
+        try:
+            await self.store.reset(self._sid(wrapper))
+        except UnknownSessionError:
+            return
+
+    async def fork(
+        self,
+        *,
+        at_item: int | None = None,
+        session_id: str | None = None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> SessionlogSession:
+        """A new session whose history is this one's (its first `at_item` items), shared, not
+        copied: O(1) in the history's length. Later changes to either never reach the other."""
+        source = self._sid(wrapper)
+        await self._ensure(source)
+        if at_item is None:
+            child = await self.store.fork(source, session_id)
+        else:
+            child = await self.store.fork_at(source, at_item, session_id)
+        forked = SessionlogSession(child, store=self.store, session_settings=self.session_settings)
+        forked._opened.add(child)
+        return forked
+
+
+def _item_of(entry: dict[str, Any]) -> Any:
+    """The SDK item an entry holds; a chat message written by other code is given as it is
+    (a role and content dict is an input item too)."""
+    return entry.get("item", entry)

@@ -1,0 +1,234 @@
+"""`integrations.openai_agents.SessionlogSession` through the OpenAI Agents SDK's own `Runner`,
+with the SDK's scripted model, compared item for item with the SDK's `SQLiteSession`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    RunContextWrapper,
+    Runner,
+    SQLiteSession,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.memory import Session, SessionSettings
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from eventlog import OutcomeUnknownError
+from integrations.openai_agents import SessionlogSession, async_store
+from sessions import InvalidArgumentError, SessionStore
+
+set_tracing_disabled(True)  # no tracing exporter: the tests talk to no service
+WORKER = Path(__file__).with_name("_openai_agents_worker.py")
+
+
+def script() -> list[Any]:
+    """Two user turns: the first calls a tool twice (two model steps), the second answers."""
+    return [
+        [function_call("weather", {"city": "Oslo"}, call_id="call-1")],
+        [function_call("weather", {"city": "Bergen"}, call_id="call-2")],
+        [assistant_message("Sunny in both.", item_id="m-1")],
+        [assistant_message("You asked about Oslo and Bergen.", item_id="m-2")],
+    ]
+
+
+@function_tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+async def converse(session: Session) -> tuple[list[Any], ScriptedModel]:
+    model = ScriptedModel(script())
+    agent = Agent(name="forecaster", model=model, tools=[weather])
+    first = await Runner.run(agent, "Weather in Oslo and Bergen?", session=session)
+    assert first.final_output == "Sunny in both."
+    second = await Runner.run(agent, "What did I ask?", session=session)
+    assert second.final_output == "You asked about Oslo and Bergen."
+    model.assert_complete()
+    return await session.get_items(), model
+
+
+def test_the_runner_stores_the_same_items_as_the_sdks_sqlite_session(tmp_path: Path) -> None:
+    ours = SessionlogSession("chat", store=tmp_path / "store")
+    theirs = SQLiteSession("chat", tmp_path / "sqlite.db")
+    our_items, our_model = asyncio.run(converse(ours))
+    their_items, their_model = asyncio.run(converse(theirs))
+    assert our_items == their_items
+    kinds = [item.get("type", item.get("role")) for item in our_items]
+    assert kinds.count("function_call") == 2 and kinds.count("function_call_output") == 2
+    # The second turn's model call saw the whole first turn, read back from the store.
+    assert our_model.calls[-1].input == their_model.calls[-1].input
+    assert len(our_model.calls[-1].input) == len(our_items) - 1
+    ours.store.store.close()
+    with SessionStore.open(tmp_path / "store") as reopened:  # durable: reopened, it is all there
+        assert [e["item"] for e in reopened.messages("chat")] == their_items
+
+
+def test_limit_pop_clear_and_settings(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        assert await session.get_items() == [] and await session.pop_item() is None
+        items = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+        await session.add_items(items)  # type: ignore[arg-type]
+        assert await session.get_items(2) == items[3:]
+        assert await session.get_items(0) == []
+        limited = SessionlogSession(
+            "s", store=session.store, session_settings=SessionSettings(limit=3)
+        )
+        assert await limited.get_items() == items[2:]
+        assert await limited.get_items(1) == items[4:]
+        assert await session.pop_item() == items[4]
+        assert await session.get_items() == items[:4]
+        await session.clear_session()
+        assert await session.get_items() == []
+        await session.add_items([{"role": "user", "content": "again"}])
+        assert await session.get_items() == [{"role": "user", "content": "again"}]
+
+    asyncio.run(main())
+
+
+def test_add_items_is_atomic_and_a_retried_key_is_applied_once(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        await session.add_items([{"role": "user", "content": "a"}])
+        bad = [{"role": "user", "content": "b"}, {"type": "x", "value": (1, 2)}]
+        with pytest.raises(InvalidArgumentError, match=r"messages\[1\]"):
+            await session.add_items(bad)  # type: ignore[list-item]
+        assert len(await session.get_items()) == 1
+        turn = [{"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+        await session.add_items(turn, idempotency_key="turn-2")  # type: ignore[arg-type]
+        await session.add_items(turn, idempotency_key="turn-2")  # type: ignore[arg-type]
+        assert len(await session.get_items()) == 3
+
+    asyncio.run(main())
+
+
+def test_a_commit_of_unknown_outcome_is_retried_without_duplicating(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        real = session.store.inject_many
+        failures: list[str] = []
+
+        async def committed_then_lost(*args: Any, **kwargs: Any) -> int:
+            written = await real(*args, **kwargs)  # the commit reaches the disk ...
+            if not failures:
+                failures.append("lost")  # ... but its acknowledgement is lost once
+                raise OutcomeUnknownError("commit outcome unknown")
+            return written
+
+        session.store.inject_many = committed_then_lost  # type: ignore[method-assign]
+        try:
+            await session.add_items([{"role": "user", "content": "once"}])
+        finally:
+            del session.store.inject_many
+        assert failures == ["lost"]
+        assert await session.get_items() == [{"role": "user", "content": "once"}]
+
+    asyncio.run(main())
+
+
+def test_fork_shares_the_prefix_and_diverges(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        items = [{"role": "user", "content": str(i)} for i in range(4)]
+        await session.add_items(items)  # type: ignore[arg-type]
+        child = await session.fork(at_item=2, session_id="s-branch")
+        assert child.session_id == "s-branch"
+        assert await child.get_items() == items[:2]
+        await child.add_items([{"role": "user", "content": "branch"}])
+        await session.add_items([{"role": "user", "content": "main"}])
+        assert [i["content"] for i in await child.get_items()] == ["0", "1", "branch"]
+        assert [i["content"] for i in await session.get_items()] == ["0", "1", "2", "3", "main"]
+        whole = await session.fork()
+        assert len(await whole.get_items()) == 5
+        model = ScriptedModel([[assistant_message("from the fork")]])
+        result = await Runner.run(Agent(name="a", model=model), "go on", session=child)
+        assert result.final_output == "from the fork"
+        assert model.calls[0].input[:3] == [*items[:2], {"role": "user", "content": "branch"}]
+
+    asyncio.run(main())
+
+
+def test_the_wrapper_routes_each_tenant_to_its_own_history(tmp_path: Path) -> None:
+    def route(wrapper: RunContextWrapper[Any] | None, sid: str) -> str:
+        assert wrapper is not None
+        return f"{wrapper.context['tenant']}.{sid}"
+
+    async def main() -> None:
+        session = SessionlogSession("chat", store=tmp_path / "store", route=route)
+        for tenant in ("acme", "globex"):
+            model = ScriptedModel([[assistant_message(f"hello {tenant}")]])
+            agent = Agent(name="a", model=model)
+            await Runner.run(agent, f"I am {tenant}", session=session, context={"tenant": tenant})
+        store = session.store.store
+        assert store.messages("acme.chat")[0]["item"]["content"] == "I am acme"
+        assert store.messages("globex.chat")[0]["item"]["content"] == "I am globex"
+        assert not store.exists("chat")
+
+    asyncio.run(main())
+
+
+def test_sessions_on_one_store_share_one_worker(tmp_path: Path) -> None:
+    store = SessionStore.open(tmp_path / "store")
+    one = SessionlogSession("a", store=store)
+    two = SessionlogSession("b", store=store)
+    assert one.store is two.store is async_store(store)
+    with pytest.raises(InvalidArgumentError, match="session_id"):
+        SessionlogSession("", store=store)
+    with pytest.raises(InvalidArgumentError, match="store"):
+        SessionlogSession("a", store=42)  # type: ignore[arg-type]
+    store.close()
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_tool_call_resumes_with_no_orphan_call(tmp_path: Path) -> None:
+    marker = tmp_path / "in-tool"
+    child = subprocess.Popen(
+        [sys.executable, str(WORKER), str(tmp_path / "store"), str(marker)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None, "the worker died before reaching its tool"
+            assert time.monotonic() < deadline, "the worker never reached its tool"
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    async def resume() -> list[Any]:
+        session = SessionlogSession("conversation", store=tmp_path / "store")
+        stored = await session.get_items()
+        assert stored == [{"role": "user", "content": "Weather in Oslo?"}]
+        model = ScriptedModel(
+            [
+                [function_call("weather", {"city": "Oslo"}, call_id="call-9")],
+                [assistant_message("Sunny in Oslo.")],
+            ]
+        )
+        agent = Agent(name="forecaster", model=model, tools=[weather])
+        result = await Runner.run(agent, "Still there?", session=session)
+        assert result.final_output == "Sunny in Oslo."
+        items = await session.get_items()
+        session.store.store.close()
+        return items
+
+    items = asyncio.run(resume())
+    calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+    outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+    assert calls == outputs == {"call-9"}  # every call has its output: no orphan
+    with SessionStore.open(tmp_path / "store") as store:
+        assert store.verify(projections=True).ok
