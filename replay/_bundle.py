@@ -70,29 +70,61 @@ def export_bundle(
 ) -> dict[str, Any]:
     """The session bundle v1 of a session (open or closed), redacted for `mode` (`local`,
     `sanitized`, `replay_only`). Raises `UnknownSessionError` for an unknown or deleted id.
-    `progress(done, messages)`, if given, follows the export."""
+
+    `progress(done, total)`, if given, is called as the work goes: once per page of events read,
+    then once per thousand messages or events redacted. A step is one event read, one message
+    redacted or one event redacted, so `total` is twice the events plus the messages."""
     if mode not in MODES:
         raise InvalidArgumentError(
             f"export_bundle: `mode` must be one of {', '.join(MODES)}, got {mode!r}"
         )
-    snapshot, ancestry, envelopes = _read_session(store, session_id)
-    if progress is not None:
-        progress(0, snapshot["length"])
+    steps = _Steps(progress)
+    snapshot, ancestry, envelopes = _read_session(store, session_id, steps)
     try:
-        body, redaction_entries = redact(_body(snapshot, ancestry, envelopes), mode)
-        if progress is not None:
-            progress(snapshot["length"], snapshot["length"])
+        body, redaction_entries = redact(
+            _body(snapshot, ancestry, envelopes), mode, pulse=steps.advance
+        )
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(
             f"export_bundle: session `{session_id}` holds data JSON cannot carry: {exc}"
         ) from exc
+    steps.finish()
     bundle = {**body, "redaction": manifest(mode, redaction_entries)}
     bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
     return {key: bundle[key] for key in sorted(bundle)}
 
 
+class _Steps:
+    """The progress of one export, as `progress(done, total)` calls that never go backwards."""
+
+    def __init__(self, hook: Callable[[int, int], object] | None) -> None:
+        self.hook = hook
+        self.done = 0
+        self.total = 0
+
+    def start(self, events: int, messages: int) -> None:
+        self.total = max(self.total, 2 * events + messages)
+        self._emit()
+
+    def read(self, events: int) -> None:
+        self.done = max(self.done, min(events, self.total))
+        self._emit()
+
+    def advance(self, steps: int) -> None:
+        self.done = min(self.done + steps, self.total)
+        self._emit()
+
+    def finish(self) -> None:
+        self.done = self.total
+        self._emit()
+
+    def _emit(self) -> None:
+        if self.hook is not None:
+            self.hook(self.done, self.total)
+
+
 def _read_session(
-    store: SessionStore, session_id: str
+    store: SessionStore, session_id: str, steps: _Steps
 ) -> tuple[dict[str, Any], dict[str, Any], list[Envelope]]:
     """The snapshot, ancestry and stream of a session, read so that they agree: if a writer
     appends to the stream meanwhile, read again."""
@@ -106,10 +138,12 @@ def _read_session(
         ancestry = store.ancestry(session_id)
         if snapshot is None or ancestry is None:
             raise UnknownSessionError(session_id, "export_bundle")
+        steps.start(store.log.stream_version(session_id), len(snapshot["transcript"]))
         envelopes: list[Envelope] = []
         while True:
             page = store.log.read_stream(session_id, after=len(envelopes), limit=_PAGE_EVENTS)
             envelopes.extend(page)
+            steps.read(len(envelopes))
             if len(page) < _PAGE_EVENTS:
                 break
         version = store.log.stream_version(session_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -204,11 +204,17 @@ def _render(where: _Where) -> str:
     return "".join(reversed(parts))
 
 
+# The lists whose items the walk reports as it goes (`redact`'s `pulse`), and how often.
+_PULSED = frozenset(("messages", "events"))
+_PULSE_EVERY = 1_000
+
+
 class _Sanitizer:
     """One sanitizing walk: a redacted copy of a JSON value and the entries it made."""
 
-    def __init__(self) -> None:
+    def __init__(self, pulse: Callable[[int], object] | None = None) -> None:
         self.entries: list[RedactionEntry] = []
+        self.pulse = pulse
         self.keys: dict[tuple[Any, str | None], tuple[str, str, str, bool]] = {}
 
     def note(self, where: _Where, cls: str, action: str, replacement: str) -> None:
@@ -279,13 +285,18 @@ class _Sanitizer:
         if len(value) > 1 and isinstance(value[0], str) and all(isinstance(i, str) for i in value):
             split = _split_secrets(value)
         out: list[Any] = []
+        pulse = self.pulse if container in _PULSED else None
         for i, item in enumerate(value):
+            if pulse is not None and i % _PULSE_EVERY == 0 and i:
+                pulse(_PULSE_EVERY)
             if i in split:
                 placeholder = placeholder_for(split[i], item)
                 self.note((where, i), SECRET_PATTERN, "replaced", placeholder)
                 out.append(placeholder)
             else:
                 out.append(self.value(item, (where, i), container))
+        if pulse is not None and value:
+            pulse((len(value) - 1) % _PULSE_EVERY + 1)
         return out
 
 
@@ -330,14 +341,18 @@ def plain_copy(body: Any) -> Any:
         raise ValueError(str(exc)) from exc
 
 
-def redact(body: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[RedactionEntry]]:
+def redact(
+    body: dict[str, Any], mode: str, *, pulse: Callable[[int], object] | None = None
+) -> tuple[dict[str, Any], list[RedactionEntry]]:
     """A redacted copy of the bundle `body` (everything but its `redaction` section) and the
-    manifest entries, sorted by path. `local` returns an unchanged copy and no entries."""
+    manifest entries, sorted by path. `local` returns an unchanged copy and no entries.
+    `pulse(n)`, if given, hears of every thousand items of a `messages` or `events` list
+    redacted (and of the rest at the end of each list)."""
     if mode not in MODES:
         raise ValueError(f"redaction mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "local":
         return plain_copy(body), []
-    sanitizer = _Sanitizer()
+    sanitizer = _Sanitizer(pulse)
     forget()
     try:
         out: dict[str, Any] = sanitizer.value(body, _ROOT, None)

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 import replay
 from sessionlog._commands import (
     EXIT_BAD_INPUT,
@@ -98,13 +100,16 @@ def _seed(args: argparse.Namespace, path: Path) -> int:
 def export(args: argparse.Namespace) -> int:
     with opened(args) as store, Progress("export") as progress:
         bundle = replay.export_bundle(store, args.session_id, mode=args.mode, progress=progress)
-    text = json.dumps(bundle, indent=2, ensure_ascii=False)
+    # msgspec writes the same text as json.dumps(indent=2, ensure_ascii=False), many times faster
+    data = msgspec.json.format(msgspec.json.encode(bundle), indent=2) + b"\n"
     if args.output:
         with output_file(args.output) as file:
-            file.write((text + "\n").encode())
+            file.write(data)
         print(f"exported {args.mode} bundle {bundle['bundle_id']} to {args.output}")
     else:
-        print(text)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
     return EXIT_OK
 
 

@@ -469,3 +469,40 @@ def test_progress_shows_on_a_terminal_only(family: Path) -> None:
     assert drawn.endswith(b"\x1b[2K")  # wiped at the end: the next output starts on a clean line
     piped = run("verify", store=family)
     assert piped.stderr == ""
+
+
+def test_export_draws_its_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with SessionStore.open(store) as sessions:
+        sid = sessions.open_session("big")
+        sessions.inject_many(
+            sid, [{"role": "user", "content": f"line {i} of the log"} for i in range(2_500)]
+        )
+        steps = 2 * sessions.log.stream_version(sid) + 2_500
+    main, secondary = pty.openpty()
+    try:
+        done = subprocess.run(
+            [str(SCRIPT), "--store", str(store), "export", sid, "-o", str(tmp_path / "b.json")],
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        os.close(secondary)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal closed: everything written was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(main)
+    assert done.returncode == 0 and done.stdout.startswith("exported sanitized bundle")
+    assert b"export " in drawn and b"100%" in drawn and f"{steps}/{steps}".encode() in drawn
+    assert drawn.endswith(b"\x1b[2K")
+    piped = run("export", sid, "-o", tmp_path / "c.json", store=store)
+    assert piped.returncode == 0 and piped.stderr == ""

@@ -583,3 +583,26 @@ def test_generated_sessions_export_in_every_mode_and_round_trip(
             head = target.log.head
             import_bundle(target, bundles["local"])
             assert target.log.head == head
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_export_reports_progress_as_it_goes(mode: str) -> None:
+    store = SessionStore.memory()
+    try:
+        sid = store.open_session("big")
+        for i in range(2_500):  # one event each: pages of events to read
+            store.inject(sid, {"role": "user", "content": f"note {i}"})
+        events = store.log.stream_version(sid)
+        calls: list[tuple[int, int]] = []
+        export_bundle(store, sid, mode, progress=lambda done, total: calls.append((done, total)))
+    finally:
+        store.close()
+    total = 2 * events + 2_500
+    assert {t for _, t in calls} == {total}
+    dones = [d for d, _ in calls]
+    assert dones == sorted(dones) and dones[-1] == total
+    # every page of events read, then (when redacting) every thousand items walked
+    assert [d for d in dones if 0 < d <= events] == [1_000, 2_000, events]
+    if mode != "local":
+        walked = [d for d in dones if events < d < total]
+        assert len(walked) >= 5, calls
