@@ -69,6 +69,7 @@ TITLES = {
     "capacity": "The store is full",
     "limit-exceeded": "A limit was exceeded",
     "invalid-bundle": "The bundle was refused",
+    "invalid-transcript": "The transcript cannot be seeded",
     "invalid-argument": "Invalid argument",
     "integrity": "The store failed an integrity check",
     "unavailable": "The service is stopping",

@@ -239,13 +239,16 @@ async def seed(request: Request) -> Response:
             with open(path, "wb") as out:
                 out.write(raw)
             result = replay.seed_from_jsonl(store, path, **options)
+            if not result.ok:  # the body is the file: name it as the caller knows it
+                error = str(result.error).replace(path, "request body")
+                raise HTTPProblem(422, "invalid-transcript", error)
         answer = {
             "ok": result.ok,
             "session_id": result.session_id,
             "messages_loaded": result.messages_loaded,
-            "error": result.error,
+            "error": None,
         }
-        return (201 if result.ok else 422), answer
+        return 201, answer
 
     def again(found: Found) -> Answer:
         return 201, {
@@ -270,10 +273,16 @@ def _seed_options(request: Request) -> dict[str, Any]:
         if option == "truncate_to_last":
             options[option] = _int_query(request, name, None, 0, 2**31)
         elif option == "drop_tool_calls":
-            options[option] = value.lower() in ("1", "true", "yes")
+            options[option] = _flag(name, value)
         else:
             options[option] = value
     return options
+
+
+def _flag(name: str, value: str) -> bool:
+    if value.lower() not in ("true", "false", "1", "0"):
+        raise InvalidArgumentError(f"query `{name}`: expected true or false, got {value!r}")
+    return value.lower() in ("true", "1")
 
 
 # Verify, health
@@ -282,7 +291,7 @@ def _seed_options(request: Request) -> dict[str, Any]:
 async def verify(request: Request) -> Response:
     caller(request).require_admin("verify")
     store = service(request).store
-    projections = request.query_params.get("projections", "").lower() in ("1", "true", "yes")
+    projections = _flag("projections", request.query_params.get("projections", "false"))
     if "text/event-stream" not in request.headers.get("accept", ""):
         report = await read(lambda: store.verify(projections=projections))
         return respond(_report(report))
