@@ -7,9 +7,11 @@ bytes. It only reads the store. Redaction is `replay._redact`'s; import is `repl
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata as pkg_metadata
 from typing import Any
@@ -79,19 +81,34 @@ def export_bundle(
             f"export_bundle: `mode` must be one of {', '.join(MODES)}, got {mode!r}"
         )
     steps = _Steps(progress)
-    snapshot, ancestry, envelopes = _read_session(store, session_id, steps)
-    try:
-        body, redaction_entries = redact(
-            _body(snapshot, ancestry, envelopes), mode, pulse=steps.advance
-        )
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(
-            f"export_bundle: session `{session_id}` holds data JSON cannot carry: {exc}"
-        ) from exc
+    with _collector_paused():
+        snapshot, ancestry, envelopes = _read_session(store, session_id, steps)
+        try:
+            body, redaction_entries = redact(
+                _body(snapshot, ancestry, envelopes), mode, pulse=steps.advance
+            )
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"export_bundle: session `{session_id}` holds data JSON cannot carry: {exc}"
+            ) from exc
     steps.finish()
     bundle = {**body, "redaction": manifest(mode, redaction_entries)}
     bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
     return {key: bundle[key] for key in sorted(bundle)}
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Build the bundle without the cyclic garbage collector: it would walk the growing copy
+    again and again (a fifth of the time of a large export) and find nothing to free, since
+    nothing built here holds a cycle. It is restored as it was, whatever happens."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Steps:

@@ -183,9 +183,8 @@ def _split_secrets(items: list[str]) -> dict[int, str]:
     return marked
 
 
-# Where a value sits, built lazily: (parent, segment) with segment a key's JSONPath step
-# (".name" or '["odd name"]'), an int list index, or "$" at the root; rendered only when an
-# entry needs it.
+# Where a value sits, built lazily: (parent, step) with step a dict key, an int list index, or
+# "$" at the root; rendered as a JSONPath only when an entry needs it.
 _Where = tuple[Any, Any]
 _ROOT: _Where = (None, "$")
 
@@ -200,7 +199,10 @@ def _render(where: _Where) -> str:
     node: _Where | None = where
     while node is not None:
         node, step = node
-        parts.append(f"[{step}]" if isinstance(step, int) else step)
+        if isinstance(step, int):
+            parts.append(f"[{step}]")
+        else:
+            parts.append(step if node is None else _step(step))
     return "".join(reversed(parts))
 
 
@@ -215,7 +217,7 @@ class _Sanitizer:
     def __init__(self, pulse: Callable[[int], object] | None = None) -> None:
         self.entries: list[RedactionEntry] = []
         self.pulse = pulse
-        self.keys: dict[tuple[Any, str | None], tuple[str, str, str, bool]] = {}
+        self.keys: dict[str | None, dict[Any, Any]] = {}
 
     def note(self, where: _Where, cls: str, action: str, replacement: str) -> None:
         self.entries.append(RedactionEntry(_render(where), cls, action, replacement))
@@ -259,25 +261,36 @@ class _Sanitizer:
     def mapping(
         self, value: dict[Any, Any], where: _Where, container: str | None
     ) -> dict[str, Any]:
+        facts = self.keys.get(container)
+        if facts is None:
+            facts = self.keys[container] = {}
         out: dict[str, Any] = {}
-        keys = self.keys
         for key, child in value.items():
-            seen = keys.get((key, container))
+            seen = facts.get(key)
             if seen is None:
-                seen = keys[(key, container)] = _key_facts(key, container)
+                seen = facts[key] = _key_facts(key, container)
+            if seen is _PLAIN_KEY:  # the common case, kept short: a key to keep as it is
+                kind = type(child)
+                if kind is str:
+                    out[key] = child if len(child) < 6 else self.text(child, (where, key))
+                elif kind is dict:
+                    out[key] = self.mapping(child, (where, key), key)
+                elif kind is list:
+                    out[key] = self.sequence(child, (where, key), key)
+                elif child is None or kind is int or kind is float or kind is bool:
+                    out[key] = child
+                else:
+                    out[key] = self.value(child, (where, key), key)
+                continue
             name, new_key, used, sensitive = seen
             if used:
                 new_key = _free_key(new_key, out, value)
-                self.note((where, _step(new_key)), SECRET_PATTERN, "key_replaced", used)
+                self.note((where, new_key), SECRET_PATTERN, "key_replaced", used)
             if sensitive and not _keeps_value(child):
-                self.note((where, _step(new_key)), SENSITIVE_FIELD, "replaced", REDACTED)
+                self.note((where, new_key), SENSITIVE_FIELD, "replaced", REDACTED)
                 out[new_key] = REDACTED
-            elif isinstance(child, str):
-                out[new_key] = (
-                    child if len(child) < 6 else self.text(child, (where, _step(new_key)))
-                )
             else:
-                out[new_key] = self.value(child, (where, _step(new_key)), name)
+                out[new_key] = self.value(child, (where, new_key), name)
         return out
 
     def sequence(self, value: list[Any], where: _Where, container: str | None) -> list[Any]:
@@ -300,11 +313,18 @@ class _Sanitizer:
         return out
 
 
+_PLAIN_KEY = ("", "", "", False)
+
+
 def _key_facts(key: Any, container: str | None) -> tuple[str, str, str, bool]:
-    """(name, key as exported, placeholders used in it, whether its value is sensitive)."""
+    """(name, key as exported, placeholders used in it, whether its value is sensitive), or
+    `_PLAIN_KEY` for a str key kept as it is whose value is not sensitive."""
     name = key if isinstance(key, str) else str(key)
     new_key, used = scrub(name)
-    return name, new_key, ", ".join(used), field_is_sensitive(name, container)
+    sensitive = field_is_sensitive(name, container)
+    if isinstance(key, str) and not used and not sensitive:
+        return _PLAIN_KEY
+    return name, new_key, ", ".join(used), sensitive
 
 
 def _free_key(key: str, taken: dict[str, Any], source: dict[Any, Any]) -> str:
