@@ -5,6 +5,7 @@ Imports none of the other sessionlog packages.
 
 from eventlog import events, limits
 from eventlog._chain import RecordChecker
+from eventlog._checks import ANY, NO_STREAM, ExpectedVersion
 from eventlog._codec import (
     GENESIS_HASH,
     Envelope,
@@ -14,17 +15,11 @@ from eventlog._codec import (
     to_builtins,
 )
 from eventlog._lease import Lease
-from eventlog._log import (
-    ANY,
-    NO_STREAM,
-    EventLog,
-    ExpectedVersion,
-    LogView,
-    Projector,
-    Subscription,
-    Transaction,
-    VerifyReport,
-)
+from eventlog._log import EventLog
+from eventlog._subscribe import Subscription
+from eventlog._transaction import Projector, Transaction
+from eventlog._verify import VerifyReport
+from eventlog._view import LogView
 from eventlog.errors import (
     CapacityError,
     ConcurrencyError,

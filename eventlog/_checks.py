@@ -1,0 +1,147 @@
+"""Checks of what callers hand the log: stream names, versions, pages, keys, events, meta.
+
+Each raises `InvalidArgumentError` or `LimitExceededError` saying what is wrong and where, before
+anything reaches storage.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from eventlog import _codec, limits
+from eventlog._storage import stream_key
+from eventlog.errors import InvalidArgumentError, LimitExceededError
+from eventlog.events import Event
+
+
+class ExpectedVersion(enum.Enum):
+    NO_STREAM = "no_stream"
+    ANY = "any"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NO_STREAM = ExpectedVersion.NO_STREAM
+"""`expected_version` for an append that must create its stream."""
+ANY = ExpectedVersion.ANY
+"""`expected_version` for an append that does not care about the stream's version."""
+
+
+def check_stream(stream: object) -> bytes:
+    """Validate a stream name; returns its index prefix."""
+    if not isinstance(stream, str):
+        raise InvalidArgumentError(f"stream name must be a str, got {type(stream).__name__}")
+    if not stream:
+        raise InvalidArgumentError("stream name must not be empty")
+    if "\x00" in stream:
+        raise InvalidArgumentError(f"stream name {stream!r} contains a NUL character")
+    try:
+        key = stream_key(stream)
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"stream name {stream!r} is not valid UTF-8: {exc}") from exc
+    if len(key) - 1 > limits.stream_name_bytes_max:
+        raise LimitExceededError(
+            "stream name", "stream_name_bytes_max", limits.stream_name_bytes_max, len(key) - 1
+        )
+    return key
+
+
+def check_expected(expected: object) -> None:
+    if isinstance(expected, ExpectedVersion):
+        return
+    if isinstance(expected, bool) or not isinstance(expected, int):
+        raise InvalidArgumentError(
+            f"expected_version must be an int, NO_STREAM or ANY, got {type(expected).__name__}"
+        )
+    if expected < 0:
+        raise InvalidArgumentError(f"expected_version must be >= 0, got {expected}")
+
+
+def check_page(after: object, limit: object, what: str) -> tuple[int, int]:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidArgumentError(f"{what}: `after` must be an int >= 0, got {after!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgumentError(f"{what}: `limit` must be an int >= 1, got {limit!r}")
+    if limit > limits.read_page_events_max:
+        raise LimitExceededError(
+            f"{what} page", "read_page_events_max", limits.read_page_events_max, limit
+        )
+    return after, limit
+
+
+def check_key(key: object) -> bytes:
+    if not isinstance(key, bytes):
+        raise InvalidArgumentError(f"projection key must be bytes, got {type(key).__name__}")
+    if not key or len(key) > limits.kv_key_bytes_max:
+        raise InvalidArgumentError(
+            f"projection key must be 1 to {limits.kv_key_bytes_max} bytes, got {len(key)}"
+        )
+    return key
+
+
+def check_events(events: object) -> Sequence[Event]:
+    if not isinstance(events, (list, tuple)):
+        raise InvalidArgumentError(
+            f"events must be a list or tuple of events, got {type(events).__name__}"
+        )
+    if not events:
+        raise InvalidArgumentError("append needs at least one event")
+    if len(events) > limits.events_per_append_max:
+        raise LimitExceededError(
+            "events in one append",
+            "events_per_append_max",
+            limits.events_per_append_max,
+            len(events),
+        )
+    for index, event in enumerate(events):
+        if not isinstance(event, Event):
+            raise InvalidArgumentError(
+                f"event {index} must be an eventlog.events.Event, got {type(event).__name__}"
+            )
+    return events
+
+
+def check_meta(meta: object) -> dict[str, Any]:
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise InvalidArgumentError("meta must be a dict with str keys")
+    try:
+        size = _codec.encode_meta(meta)
+    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"meta cannot be stored: {exc}") from exc
+    if size > limits.meta_bytes_max:
+        raise LimitExceededError("meta", "meta_bytes_max", limits.meta_bytes_max, size)
+    return meta
+
+
+def check_idempotency_key(meta: dict[str, Any]) -> str | None:
+    key = meta.get("idempotency_key")
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(
+            f'meta["idempotency_key"] must be a non-empty str, got {type(key).__name__} {key!r}'
+        )
+    if len(key) > limits.idempotency_key_chars_max:
+        raise LimitExceededError(
+            'meta["idempotency_key"]',
+            "idempotency_key_chars_max",
+            limits.idempotency_key_chars_max,
+            len(key),
+        )
+    return key
+
+
+def check_time(at: object) -> datetime:
+    if at is None:
+        return datetime.now(UTC)
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidArgumentError(f"recorded_at must be a timezone-aware datetime, got {at!r}")
+    return at

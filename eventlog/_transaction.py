@@ -1,0 +1,410 @@
+"""Transactions: validated, atomic appends with the hash chain, and projection state beside them.
+
+A `Transaction` decides positions and versions, enforces the limits and runs the projector over
+what it appended, inside one storage transaction; it never lets a partially validated append reach
+storage, and a failed write marks it so it cannot commit. The log (`eventlog/_log.py`) begins,
+commits and aborts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from eventlog import _chain, _codec, limits
+from eventlog._chain import RecordChecker
+from eventlog._checks import (
+    NO_STREAM,
+    ExpectedVersion,
+    check_events,
+    check_expected,
+    check_idempotency_key,
+    check_key,
+    check_meta,
+    check_stream,
+    check_time,
+)
+from eventlog._codec import Envelope
+from eventlog._storage import StorageTxn, stream_key
+from eventlog._view import LogView
+from eventlog.errors import ConcurrencyError, InvalidArgumentError, LimitExceededError
+from eventlog.events import Event
+
+Projector = Callable[["Transaction", list[Envelope]], None]
+
+
+class _EndedTxn:
+    """Stands in for the storage transaction of a `Transaction` whose `with` block has ended."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise InvalidArgumentError(
+            "this transaction has ended; start another with `log.transaction()`"
+        )
+
+
+ENDED = cast(StorageTxn, _EndedTxn())
+
+
+class Transaction(LogView):
+    """One atomic, durable commit: appends to any streams, plus projection state.
+
+    Obtained from `EventLog.transaction()`. Nothing is visible to other readers until the outermost
+    transaction commits; an exception leaving the `with` block writes nothing.
+    """
+
+    def __init__(
+        self, txn: StorageTxn, parent: Transaction | None, projector: Projector | None
+    ) -> None:
+        super().__init__(txn)
+        self._parent = parent
+        self._projector = projector
+        self.pending: list[Envelope] = list(parent.pending) if parent else []
+        """The events to deliver after the commit, while they are few (see `_keep_pending`)."""
+        self.pending_count: int = parent.pending_count if parent else 0
+        self._pending_bytes: int = parent._pending_bytes if parent else 0
+        self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
+        self._versions: dict[bytes, int] = dict(parent._versions) if parent else {}
+        self.cache: dict[bytes, Any] = dict(parent.cache) if parent else {}
+        self._deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] = (
+            dict(parent._deferred) if parent else {}
+        )
+        """Decoded values a projection keeps for the life of this transaction (see `kv_put`)."""
+        self._bytes: int = parent._bytes if parent else 0
+        self._head: int = parent._head if parent else -1
+        self._head_hash: bytes = parent._head_hash if parent else b""
+        self._broken = False
+        self._stamp: dict[str, Any] | None = parent._stamp if parent else None
+
+    def stamp_next_append(self, meta: dict[str, Any] | None) -> None:
+        """Merge `meta` into the meta of the next append of this transaction, once: a layer above
+        the commands (a service) marks a request's first event with its idempotency key without
+        every command taking a `meta` argument. The next append spends it (one that carries its
+        own idempotency key keeps that key); None clears it."""
+        self._stamp = None if meta is None else dict(check_meta(meta))
+
+    def _load_head(self) -> None:
+        txn = self._txn
+        self._head = txn.last_position()
+        self._head_hash = _chain.hash_at(txn, self._head) or _codec.GENESIS_HASH
+
+    def _keep_pending(self, envelopes: list[Envelope], size: int) -> None:
+        """Remember what to deliver after the commit: the envelopes themselves while their records
+        total at most `pending_record_bytes_max`, and past that only their count (delivery then
+        reads them back from the log), so a huge transaction never holds every decoded event."""
+        self.pending_count += len(envelopes)
+        self._pending_bytes += size
+        if self._pending_bytes <= limits.pending_record_bytes_max:
+            self.pending.extend(envelopes)
+        else:
+            self.pending.clear()
+
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        """Run `hook` once the outermost transaction has committed durably (never on abort)."""
+        self._hooks.append(hook)
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | ExpectedVersion,
+        meta: dict[str, Any] | None = None,
+        recorded_at: datetime | None = None,
+        checked: bool = False,
+    ) -> list[int]:
+        """Append `events` to `stream` atomically; returns their positions.
+
+        `checked=True` is the caller's word that every field of every event already holds exactly
+        its declared type and nothing mutable is shared with anyone: the check that each record
+        decodes back is skipped (see `_codec.encode_records`). Leave it False for anything else.
+        """
+        key = check_stream(stream)
+        check_expected(expected_version)
+        events = check_events(events)
+        stamp = self._stamp
+        if stamp is not None and not (meta and "idempotency_key" in meta):
+            meta = {**(meta or {}), **stamp}
+        meta = check_meta(meta)
+        at = check_time(recorded_at)
+        idempotency_key = check_idempotency_key(meta)
+        if idempotency_key is not None:
+            done = self._appended_before(stream, idempotency_key)
+            if done is not None:
+                return done
+        txn = self._txn
+        if self._head < 0:
+            self._load_head()
+        version = self._versions.get(key)
+        if version is None:
+            version = txn.stream_version(key)
+        if expected_version is NO_STREAM and version != 0:
+            raise ConcurrencyError(stream, expected_version, version)
+        if isinstance(expected_version, int) and expected_version != version:
+            raise ConcurrencyError(stream, expected_version, version)
+        records, envelopes = self._encode(stream, events, version, meta, at, checked)
+        size = sum(map(len, records))
+        self._reserve(size)
+        try:
+            txn.put_records(self._head + 1, records, key, version + 1)
+            if idempotency_key is not None:
+                txn.remember_idempotency_key(
+                    idempotency_key, stream, self._head + 1, self._head + len(records)
+                )
+        except BaseException:
+            self._broken = True  # part of the call may be in the transaction: it must not commit
+            raise
+        first = self._head + 1
+        self._head += len(records)
+        self._head_hash = envelopes[-1].hash
+        self._versions[key] = version + len(records)
+        self._keep_pending(envelopes, size)
+        self._stamp = None
+        projector = self._projector
+        if projector is not None:
+            try:
+                projector(self, envelopes)
+            except BaseException:
+                self._broken = True  # the events are in, their projection is not: never commit
+                raise
+        return list(range(first, self._head + 1))
+
+    def _appended_before(self, stream: str, idempotency_key: str) -> list[int] | None:
+        """The positions of an earlier append that carried this key; None when there was none."""
+        found = self._txn.idempotent_positions(idempotency_key)
+        if found is None:
+            return None
+        earlier_stream, first, last = found
+        if earlier_stream != stream:
+            raise InvalidArgumentError(
+                f"idempotency key {idempotency_key!r} was used for stream `{earlier_stream}`, "
+                f"not `{stream}`"
+            )
+        return list(range(first, last + 1))
+
+    def _encode(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        version: int,
+        meta: dict[str, Any],
+        at: datetime,
+        checked: bool,
+    ) -> tuple[list[bytearray], list[Envelope]]:
+        try:
+            return _codec.encode_records(
+                self._head_hash,
+                self._head + 1,
+                stream,
+                version + 1,
+                at,
+                meta,
+                events,
+                limits.event_bytes_max,
+                checked=checked,
+            )
+        except _codec.EncodeFailure as failure:
+            event = events[failure.index]
+            what = f"event {failure.index} ({type(event).__name__}) for stream `{stream}`"
+            if failure.cause is None:
+                raise LimitExceededError(
+                    what, "event_bytes_max", limits.event_bytes_max, failure.size
+                ) from None
+            raise InvalidArgumentError(f"{what} cannot be stored: {failure.cause}") from (
+                failure.cause
+            )
+
+    def import_records(self, records: Sequence[bytes]) -> list[Envelope]:
+        """Append records taken byte for byte from another log (an export), after the head.
+
+        Each must be the next record here: the next position, chained to the hash before it, the
+        next version of its stream. All are checked before any is written; a bad one raises
+        `IntegrityError` naming its position. The projector then folds them, as for `append`.
+        """
+        if not isinstance(records, (list, tuple)):
+            raise InvalidArgumentError(
+                f"records must be a list or tuple of bytes, got {type(records).__name__}"
+            )
+        if self._head < 0:
+            self._load_head()
+        txn = self._txn
+
+        def version_of(stream: str) -> int:
+            known = self._versions.get(stream_key(stream))
+            return txn.stream_version(stream_key(stream)) if known is None else known
+
+        checker = RecordChecker(self._head, self._head_hash, version_of)
+        envelopes = [checker.check(record) for record in records]
+        if not envelopes:
+            return []
+        size = sum(map(len, records))
+        self._reserve(size)
+        try:
+            start = 0
+            for end in range(1, len(envelopes) + 1):  # one storage call per run of one stream
+                if end == len(envelopes) or envelopes[end].stream != envelopes[start].stream:
+                    first = envelopes[start]
+                    key = stream_key(first.stream)
+                    txn.put_records(first.position, records[start:end], key, first.version)
+                    start = end
+        except BaseException:
+            self._broken = True  # part of the run may be in the transaction: it must not commit
+            raise
+        self._head, self._head_hash = checker.head, checker.head_hash
+        for stream, version in checker.versions.items():
+            self._versions[stream_key(stream)] = version
+        self._keep_pending(envelopes, size)
+        projector = self._projector
+        if projector is not None:
+            try:
+                projector(self, envelopes)
+            except BaseException:
+                self._broken = True  # the events are in, their projection is not: never commit
+                raise
+        return envelopes
+
+    def _reserve(self, size: int) -> None:
+        """Count `size` more bytes against `transaction_bytes_max`, or refuse them."""
+        if self._bytes + size > limits.transaction_bytes_max:
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes + size,
+            )
+        self._bytes += size
+
+    def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
+        check_key(key)
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(
+                f"projection value must be bytes, got {type(value).__name__}"
+            )
+        if len(value) > limits.kv_value_bytes_max:
+            raise LimitExceededError(
+                "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
+            )
+        self._reserve(len(key) + len(value))
+        self.cache.pop(key, None)
+        self._deferred.pop(key, None)
+        try:
+            self._txn.kv_put(key, value)
+        except BaseException:
+            self._broken = True
+            raise
+
+    def kv_put_many(self, items: Sequence[tuple[bytes, bytes | bytearray | memoryview]]) -> None:
+        """`kv_put` of each (key, value) pair, handed to storage in one call."""
+        cache, deferred = self.cache, self._deferred
+        key_max, value_max = limits.kv_key_bytes_max, limits.kv_value_bytes_max
+        size = 0
+        for key, value in items:
+            if type(key) is not bytes or not 0 < len(key) <= key_max:
+                check_key(key)  # raises, naming what is wrong
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise InvalidArgumentError(
+                    f"projection value must be bytes, got {type(value).__name__}"
+                )
+            length = len(value)
+            if length > value_max:
+                raise LimitExceededError(
+                    "projection value", "kv_value_bytes_max", value_max, length
+                )
+            size += len(key) + length
+        self._reserve(size)
+        if cache or deferred:
+            for key, _ in items:
+                cache.pop(key, None)
+                deferred.pop(key, None)
+        try:
+            self._txn.kv_put_many(items)
+        except BaseException:
+            self._broken = True
+            raise
+
+    def kv_delete(self, key: bytes) -> bool:
+        self.cache.pop(key, None)
+        deferred = self._deferred.pop(key, None) is not None
+        return self._txn.kv_delete(check_key(key)) or deferred
+
+    def kv_clear(self) -> None:
+        """Delete every projection key in one storage call (for `rebuild`)."""
+        self.cache.clear()
+        self._deferred.clear()
+        try:
+            self._txn.kv_clear()
+        except BaseException:
+            self._broken = True
+            raise
+
+    def kv_defer(self, key: bytes, value: Any, encode: Callable[[Any], bytes]) -> None:
+        """Set `key` to `encode(value)`, written once when the transaction commits.
+
+        For projection state rewritten by every event: `value` stays decoded in `cache`, reads of
+        the key in this transaction see it, and a scan writes pending values before it runs.
+        """
+        if type(key) is not bytes or not 0 < len(key) <= limits.kv_key_bytes_max:
+            check_key(key)  # raises, naming what is wrong
+        self.cache[key] = value
+        self._deferred[key] = (value, encode)
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        pending = self._deferred.get(key)
+        if pending is not None:
+            return pending[1](pending[0])
+        return super().kv_get(key)
+
+    def kv_scan(
+        self,
+        prefix: bytes = b"",
+        *,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[bytes, bytes]]:
+        self._flush_deferred()
+        return super().kv_scan(prefix, start=start, stop=stop, reverse=reverse, limit=limit)
+
+    def _flush_deferred(self) -> None:
+        pending, self._deferred = self._deferred, {}
+        for key, (value, encode) in pending.items():
+            cached = self.cache.get(key)
+            self.kv_put(key, encode(value))
+            if cached is not None:
+                self.cache[key] = cached
+
+    @property
+    def head(self) -> int:
+        if self._head < 0:
+            self._load_head()
+        return self._head
+
+    def stream_version(self, stream: str) -> int:
+        key = check_stream(stream)
+        version = self._versions.get(key)
+        return self._txn.stream_version(key) if version is None else version
+
+    def _merge_into_parent(self) -> None:
+        parent = self._parent
+        if parent is None:
+            raise AssertionError("only a nested transaction merges into a parent")
+        parent.pending = self.pending
+        parent.pending_count = self.pending_count
+        parent._pending_bytes = self._pending_bytes
+        parent._hooks = self._hooks
+        parent._versions = self._versions
+        parent.cache = self.cache
+        parent._deferred = self._deferred
+        parent._bytes = self._bytes
+        parent._head = self._head
+        parent._head_hash = self._head_hash
+        parent._stamp = self._stamp
+
+
+class ScratchTransaction(Transaction):
+    """A `Transaction` over a `ScratchTxn`: a rebuild writes far more than one commit may, and
+    nothing it writes is ever committed, so the per-commit byte bound does not apply."""
+
+    def _reserve(self, size: int) -> None:
+        pass

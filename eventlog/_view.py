@@ -1,0 +1,142 @@
+"""A consistent read of the log and of projection state, inside one storage transaction.
+
+Every record a view hands out has been checked against the chain (`eventlog/_chain.py`); a view
+never writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from eventlog import _chain, limits
+from eventlog._checks import check_key, check_page, check_stream
+from eventlog._codec import Envelope
+from eventlog._storage import StorageTxn
+from eventlog.errors import IntegrityError, InvalidArgumentError
+
+
+class LogView:
+    """A consistent read of the log and of projection state, inside one storage transaction."""
+
+    def __init__(self, txn: StorageTxn) -> None:
+        self._txn = txn
+
+    @property
+    def head(self) -> int:
+        return self._txn.last_position()
+
+    def stream_version(self, stream: str) -> int:
+        return self._txn.stream_version(check_stream(stream))
+
+    def read(
+        self, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[Envelope]:
+        after, limit = check_page(after, limit, "read")
+        prev = _chain.hash_at(self._txn, after)
+        if prev is None:
+            return []
+        return _chain.check_run(prev, self._txn.values_after(after, limit), after + 1)
+
+    def appended_with(self, idempotency_key: str) -> tuple[str, int, int] | None:
+        """``(stream, first, last)`` positions of the append that carried `idempotency_key` in
+        its meta, or None when none did: how a caller finds the answer to a retried request."""
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise InvalidArgumentError(
+                f"appended_with: the key must be a non-empty str, got {idempotency_key!r}"
+            )
+        return self._txn.idempotent_positions(idempotency_key)
+
+    def read_records(
+        self, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[tuple[Envelope, bytes]]:
+        """Like `read`, with each event's stored bytes beside it: what an export must carry to
+        reproduce the hash chain elsewhere."""
+        after, limit = check_page(after, limit, "read_records")
+        prev = _chain.hash_at(self._txn, after)
+        if prev is None:
+            return []
+        raw = [bytes(value) for value in self._txn.values_after(after, limit)]
+        return list(zip(_chain.check_run(prev, raw, after + 1), raw, strict=True))
+
+    def events_at(self, positions: Iterable[int]) -> list[Envelope]:
+        """The events at `positions`, each hash-checked against its predecessor; raises
+        `IntegrityError` if one is missing. Cheapest when runs of positions are consecutive."""
+        wanted = list(positions)
+        return _chain.check_at(wanted, self._txn.records_around(wanted))
+
+    def event_at(self, position: int) -> Envelope | None:
+        """The event at `position`, hash-checked against its predecessor; None past the head."""
+        record = self._txn.record(position) if position >= 1 else None
+        if record is None:
+            return None
+        return _chain.check_one(self._hash_before(position), record, position)
+
+    def _hash_before(self, position: int) -> bytes:
+        """The hash the record at `position` must chain to; `IntegrityError` when the record
+        before it is missing."""
+        prev = _chain.hash_at(self._txn, position - 1)
+        if prev is None:
+            raise IntegrityError(f"position {position - 1} is missing from the log", position)
+        return prev
+
+    def read_stream(
+        self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[Envelope]:
+        key = check_stream(stream)
+        after, limit = check_page(after, limit, "read_stream")
+        txn = self._txn
+        out: list[Envelope] = []
+        for version, position in enumerate(txn.stream_positions(key, after, limit), after + 1):
+            record = txn.record(position)
+            if record is None:
+                raise IntegrityError(
+                    f"stream `{stream}` version {version} points at missing position {position}",
+                    position,
+                )
+            envelope = _chain.check_one(self._hash_before(position), record, position)
+            if envelope.stream != stream or envelope.version != version:
+                raise IntegrityError(
+                    f"stream index says `{stream}` v{version} is at position {position}, which "
+                    f"holds `{envelope.stream}` v{envelope.version}",
+                    position,
+                )
+            out.append(envelope)
+        return out
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        return self._txn.kv_get(check_key(key))
+
+    def kv_scan(
+        self,
+        prefix: bytes = b"",
+        *,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[bytes, bytes]]:
+        """Keys in ``[start, stop)`` within `prefix`, in key order (or reversed)."""
+        for name, bound in (("prefix", prefix), ("start", start), ("stop", stop)):
+            if not isinstance(bound, bytes) and (bound is not None or name == "prefix"):
+                raise InvalidArgumentError(
+                    f"kv_scan: `{name}` must be bytes, got {type(bound).__name__}"
+                )
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidArgumentError(
+                f"kv_scan: `limit` must be an int >= 0 or None, got {limit!r}"
+            )
+        lo = prefix if start is None or start < prefix else start
+        hi = _prefix_end(prefix) if prefix else None
+        if stop is not None and (hi is None or stop < hi):
+            hi = stop
+        return self._txn.kv_scan(lo, hi, reverse, limit)
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The first key after every key that starts with `prefix`."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
