@@ -8,7 +8,9 @@ a bundle), and `tokens`
 (bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
 (bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
 `context` (bench/context_bench.py, the context view of a 10,000-message session), and
-`postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB). `--only` takes
+`postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB), and
+`integrations` (bench/integrations_bench.py, the framework backends against each framework's own
+durable store). `--only` takes
 benchmark names of any suite and runs only the suites they belong to. Each suite prints one table
 of medians when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
 `var/bench/<suite>.quick.json`, so a smoke run never replaces real figures).
@@ -37,6 +39,7 @@ from typing import Any
 from bench import (
     context_bench,
     engine_bench,
+    integrations_bench,
     log_bench,
     pg_bench,
     replay_bench,
@@ -96,6 +99,13 @@ def _run_context(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[st
     return context_bench.run(ctx, names)
 
 
+def _run_integrations(
+    tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
+) -> list[Result]:
+    ctx = integrations_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
+    return integrations_bench.run(ctx, names)
+
+
 def _run_postgres(
     tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
 ) -> list[Result]:
@@ -142,6 +152,13 @@ SUITES = (
         context_bench.FULL,
         context_bench.QUICK,
         _run_context,
+    ),
+    Suite(
+        "integrations",
+        list(integrations_bench.BENCHMARKS),
+        integrations_bench.FULL,
+        integrations_bench.QUICK,
+        _run_integrations,
     ),
     Suite(
         "postgres",

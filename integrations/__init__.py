@@ -6,14 +6,6 @@
 Importing this package imports no framework; each module imports its framework when it is used.
 """
 
-from __future__ import annotations
+from integrations._common import async_store, require
 
-
-def require(module: str, extra: str) -> None:
-    """Raise a clear `ImportError` when the framework behind `extra` is not installed."""
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise ImportError(
-            f"this integration needs `{module}`: pip install 'sessionlog-engine[{extra}]'"
-        )
+__all__ = ["async_store", "require"]

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import os
 import uuid
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eventlog import OutcomeUnknownError
-from integrations import require
+from integrations._common import async_store, require
 from sessions import InvalidArgumentError, SessionStore, UnknownSessionError
 from sessions.aio import AsyncSessionStore
 
@@ -32,27 +31,6 @@ if TYPE_CHECKING:
 Route = Callable[["RunContextWrapper[Any] | None", str], str]
 
 _ATTEMPTS = 3
-_faces: weakref.WeakKeyDictionary[SessionStore, AsyncSessionStore] = weakref.WeakKeyDictionary()
-
-
-def async_store(
-    store: SessionStore | AsyncSessionStore | str | os.PathLike[str],
-) -> AsyncSessionStore:
-    """The one asyncio face of `store` (made once per store, so every session on it shares one
-    worker thread); a path opens a store there."""
-    if isinstance(store, AsyncSessionStore):
-        return store
-    if isinstance(store, (str, os.PathLike)):
-        store = SessionStore.open(store)
-    if not isinstance(store, SessionStore):
-        raise InvalidArgumentError(
-            f"`store` must be a SessionStore, an AsyncSessionStore or a path, "
-            f"got {type(store).__name__}"
-        )
-    face = _faces.get(store)
-    if face is None:
-        face = _faces[store] = AsyncSessionStore(store)
-    return face
 
 
 class SessionlogSession:

@@ -1,0 +1,308 @@
+"""Framework integration benchmarks (`python -m bench --suite integrations`), each against that
+framework's own default durable store in the same run, on the same items.
+
+OpenAI Agents SDK: `SessionlogSession` vs the SDK's `SQLiteSession` on a file.
+- ``oa_append``: durable `add_items` of one turn (4 items: a user message, a function call, its
+  output, the answer), items per second.
+- ``oa_last20``: `get_items(20)` of a 10,000-item session.
+- ``oa_fork``: branching a 2,000-item session: our `fork()` (O(1)) vs copying the items into a
+  new `SQLiteSession`, the only way to branch there. Target: 50 times faster.
+- ``oa_bytes``: bytes on disk after 2,000 items, shown as items per MB (higher is better).
+
+Targets: ahead of the framework's store on every row (ratio >= 1), the fork at least 50 times.
+The framework is imported when its rows run, so the suite needs its extra installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench._timing import Result, Sample, Stopwatch, Target, compare
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int
+    turns: int  # turns appended per round of the append rows
+    big: int  # items of the session the last-20 rows read
+    fork_items: int  # items of the forked session, and of the on-disk size rows
+    calls: int  # reads or forks per round
+    budget_s: float
+
+
+FULL = Sizes(rounds=9, turns=40, big=10_000, fork_items=2_000, calls=50, budget_s=90)
+QUICK = Sizes(rounds=3, turns=10, big=1_000, fork_items=400, calls=10, budget_s=20)
+
+AHEAD = Target("ratio", 1.0)
+FORK_TARGET = Target("ratio", 50.0)
+
+
+@dataclass
+class Context:
+    tmp: Path
+    sizes: Sizes
+    progress: bool = True
+
+    def note(self, text: str) -> None:
+        if self.progress:
+            print(text, flush=True)
+
+
+def turn_items(turn: int) -> list[dict[str, Any]]:
+    """One agent turn as Responses-API input items, about 600 bytes of JSON in all."""
+    call_id = f"call-{turn}"
+    return [
+        {"role": "user", "content": f"turn {turn}: what is the weather in Oslo and why? " * 2},
+        {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": "weather",
+            "arguments": '{"city": "Oslo", "units": "metric"}',
+            "id": f"fc-{turn}",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": call_id,
+            "output": "sunny, 21 degrees, light wind from the west " * 2,
+        },
+        {
+            "id": f"msg-{turn}",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [
+                {"type": "output_text", "text": "It is sunny in Oslo. " * 3, "annotations": []}
+            ],
+        },
+    ]
+
+
+def items(count: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    turn = 0
+    while len(out) < count:
+        out.extend(turn_items(turn))
+        turn += 1
+    return out[:count]
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes allocated on disk under `path` (a file or a directory), sparse holes not counted."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_blocks * 512 for p in files)
+
+
+class _Loop:
+    """One event loop for a whole benchmark, so each timed call is the call, not loop setup."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, awaitable: Any) -> Any:
+        return self.loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+def _timed(loop: _Loop, call: Callable[[], Any], count: int, units: float | None = None) -> Sample:
+    async def many() -> None:
+        for _ in range(count):
+            await call()
+
+    with Stopwatch() as watch:
+        loop.run(many())
+    return watch.sample(count if units is None else units)
+
+
+# OpenAI Agents SDK
+
+
+def _oa_pair(ctx: Context, name: str, loop: _Loop) -> tuple[Any, Any, Callable[[], None]]:
+    from agents import SQLiteSession
+
+    from integrations.openai_agents import SessionlogSession
+
+    root = ctx.tmp / name
+    root.mkdir(parents=True, exist_ok=True)
+    ours = SessionlogSession("bench", store=root / "sessionlog")
+    theirs = SQLiteSession("bench", root / "sqlite.db")
+
+    def close() -> None:
+        loop.run(ours.store.aclose())
+        theirs.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+    return ours, theirs, close
+
+
+def oa_append(ctx: Context) -> list[Result]:
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, close = _oa_pair(ctx, "oa_append", loop)
+    turns = [turn_items(t) for t in range(sizes.turns)]
+
+    def rounds(session: Any) -> Callable[[], Sample]:
+        def one() -> Sample:
+            batches = iter(turns)
+            return _timed(
+                loop, lambda: session.add_items(next(batches)), len(turns), units=4 * len(turns)
+            )
+
+        return one
+
+    try:
+        result = compare(
+            name="oa_append",
+            description=f"OpenAI Agents add_items of one 4-item turn, durable, {sizes.turns} turns",
+            unit="items/s",
+            baseline=rounds(theirs),
+            subject=rounds(ours),
+            baseline_description="the SDK's SQLiteSession on a file (WAL, its defaults)",
+            rounds=sizes.rounds,
+            target=AHEAD,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+    finally:
+        close()
+        loop.close()
+    return [result]
+
+
+def oa_last20(ctx: Context) -> list[Result]:
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, close = _oa_pair(ctx, "oa_last20", loop)
+    data = items(sizes.big)
+    try:
+        # Stored as a run stores them, one add_items (one event, one row each) per 4-item turn;
+        # built in one commit per side so the set-up does not take thousands of fsyncs.
+        store = ours.store.store
+        store.open_session(ours.session_id)
+        with store.transaction():
+            for first in range(0, len(data), 4):
+                turn = [{"item": item} for item in data[first : first + 4]]
+                store.inject_many(ours.session_id, turn)
+        for first in range(0, len(data), 1_000):
+            loop.run(theirs.add_items(data[first : first + 1_000]))
+        assert loop.run(ours.get_items(20)) == loop.run(theirs.get_items(20)) == data[-20:]
+        result = compare(
+            name="oa_last20",
+            description=f"OpenAI Agents get_items(20) of a {sizes.big:,}-item session",
+            unit="reads/s",
+            baseline=lambda: _timed(loop, lambda: theirs.get_items(20), sizes.calls),
+            subject=lambda: _timed(loop, lambda: ours.get_items(20), sizes.calls),
+            baseline_description="the SDK's SQLiteSession (an index on session and id)",
+            rounds=sizes.rounds,
+            target=AHEAD,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "read"
+    finally:
+        close()
+        loop.close()
+    return [result]
+
+
+def oa_fork(ctx: Context) -> list[Result]:
+    from agents import SQLiteSession
+
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, close = _oa_pair(ctx, "oa_fork", loop)
+    data = items(sizes.fork_items)
+    loop.run(ours.add_items(data))
+    loop.run(theirs.add_items(data))
+    copies = [0]
+
+    async def copy() -> None:  # SQLiteSession cannot branch: read the history, write a new one
+        copies[0] += 1
+        branch = SQLiteSession(f"branch-{copies[0]}", theirs.db_path)
+        await branch.add_items(await theirs.get_items())
+        branch.close()
+
+    try:
+        result = compare(
+            name="oa_fork",
+            description=f"OpenAI Agents branch of a {sizes.fork_items:,}-item session",
+            unit="forks/s",
+            baseline=lambda: _timed(loop, copy, max(sizes.calls // 10, 2)),
+            subject=lambda: _timed(loop, ours.fork, sizes.calls),
+            baseline_description="copying its items into a new SQLiteSession",
+            rounds=sizes.rounds,
+            target=FORK_TARGET,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "fork"
+    finally:
+        close()
+        loop.close()
+    return [result]
+
+
+def oa_bytes(ctx: Context) -> list[Result]:
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, _ = _oa_pair(ctx, "oa_bytes", loop)
+    try:
+        for turn in range(sizes.fork_items // 4):  # one commit per turn, as a run writes them
+            batch = turn_items(turn)
+            loop.run(ours.add_items(batch))
+            loop.run(theirs.add_items(batch))
+        loop.run(ours.store.aclose())
+        theirs.close()
+        ours_bytes = disk_bytes(ctx.tmp / "oa_bytes" / "sessionlog")
+        theirs_bytes = disk_bytes(ctx.tmp / "oa_bytes") - ours_bytes
+    finally:
+        shutil.rmtree(ctx.tmp / "oa_bytes", ignore_errors=True)
+        loop.close()
+    return [
+        _bytes_result(
+            "oa_bytes",
+            "OpenAI Agents",
+            sizes.fork_items,
+            ours_bytes,
+            theirs_bytes,
+            "the SDK's SQLiteSession file (and its WAL)",
+        )
+    ]
+
+
+def _bytes_result(
+    name: str, framework: str, count: int, ours: int, theirs: int, baseline: str
+) -> Result:
+    """On-disk size as items per MB, a rate like every other row (higher is better)."""
+    ours_rate, theirs_rate = count / (ours / 1e6), count / (theirs / 1e6)
+    return Result(
+        name=name,
+        description=f"{framework}: bytes on disk after {count:,} items",
+        unit="items/MB",
+        ours=ours_rate,
+        baseline=theirs_rate,
+        baseline_description=baseline,
+        target=AHEAD,
+        rounds=1,
+        ours_rounds=[ours_rate],
+        baseline_rounds=[theirs_rate],
+        notes={"ours_bytes": ours, "baseline_bytes": theirs, "items": count},
+    )
+
+
+BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
+    "oa_append": oa_append,
+    "oa_last20": oa_last20,
+    "oa_fork": oa_fork,
+    "oa_bytes": oa_bytes,
+}
+
+
+def run(ctx: Context, names: Sequence[str]) -> list[Result]:
+    results: list[Result] = []
+    for name in names:
+        ctx.note(f"{name}:")
+        results.extend(BENCHMARKS[name](ctx))
+    return results

@@ -1,0 +1,342 @@
+"""A Google ADK `BaseSessionService` on sessionlog: `SessionlogSessionService(store)`.
+
+Give it to ADK's `Runner(session_service=...)`. Each ADK session is one sessionlog session; each
+event is stored verbatim as one item (its content objects as plain data, bytes as bytes) and
+comes back equal. A session's state lives in its scratchpad; `app:` state in one holder session
+per app and `user:` state in one per app and user, so they are shared as ADK shares them;
+`temp:` state is never stored. An event and every state change it carries commit together, under
+the event's id as idempotency key (a re-delivered event is not stored twice). A writer holding a
+superseded copy of the session is refused with ADK's `StaleSessionError`. `fork_session` branches a
+session in O(1). Needs ``pip install 'sessionlog-engine[adk]'``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+import projections as pj
+from integrations._common import async_store, require
+from sessions import SessionStore, UnknownSessionError
+from sessions._messages import check_item
+
+require("google.adk", "adk")
+
+from google.adk.errors import StaleSessionError  # noqa: E402
+from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
+from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
+from google.adk.events import Event  # noqa: E402
+from google.adk.platform import time as platform_time  # noqa: E402
+from google.adk.platform import uuid as platform_uuid  # noqa: E402
+from google.adk.sessions import (  # noqa: E402
+    BaseSessionService,
+    Session,
+    _session_util,
+)
+from google.adk.sessions.base_session_service import (  # noqa: E402
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.state import State  # noqa: E402
+
+if TYPE_CHECKING:
+    from sessions.aio import AsyncSessionStore
+
+SESSION_PREFIX = "adk:"
+APP_PREFIX = "adk-app:"
+USER_PREFIX = "adk-user:"
+_PAGE = 64  # entries read per step when looking back for a timestamp
+
+
+def session_key(app_name: str, user_id: str, session_id: str) -> str:
+    """The sessionlog id of an ADK session: its three names, each percent-encoded."""
+    return f"{SESSION_PREFIX}{_part(app_name)}/{_part(user_id)}/{_part(session_id)}"
+
+
+def _part(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _app_key(app_name: str) -> str:
+    return APP_PREFIX + _part(app_name)
+
+
+def _user_key(app_name: str, user_id: str) -> str:
+    return f"{USER_PREFIX}{_part(app_name)}/{_part(user_id)}"
+
+
+class SessionlogSessionService(BaseSessionService):
+    """ADK's session service on a sessionlog store (a `SessionStore`, its asyncio face, or a
+    path). Blocking work runs on the store's worker thread, never on the event loop."""
+
+    def __init__(self, store: SessionStore | AsyncSessionStore | str | os.PathLike[str]) -> None:
+        self.store = async_store(store)
+
+    # Sessions
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        sid = (session_id or "").strip() or platform_uuid.new_uuid()
+        return await self.store.run(self._create, app_name, user_id, sid, dict(state or {}))
+
+    def _create(self, app_name: str, user_id: str, sid: str, state: dict[str, Any]) -> Session:
+        store = self.store.store
+        key = session_key(app_name, user_id, sid)
+        now = platform_time.get_time()
+        deltas = _session_util.extract_state_delta(state)
+        with store.transaction():
+            if store.exists(key):
+                raise AlreadyExistsError(f"Session with id {sid} already exists.")
+            store.open_session(key, title=sid, metadata={"app": app_name, "user": user_id})
+            _merge_into(store, _app_key(app_name), deltas["app"])
+            _merge_into(store, _user_key(app_name, user_id), deltas["user"])
+            store.set_scratchpad(key, {"state": _storable(deltas["session"]), "update_time": now})
+            return self._load(store, app_name, user_id, sid, None)  # type: ignore[return-value]
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        sid = session_id.strip() if session_id else session_id
+        return await self.store.run(self._get, app_name, user_id, sid, config)
+
+    def _get(
+        self, app_name: str, user_id: str, sid: str, config: GetSessionConfig | None
+    ) -> Session | None:
+        return self._load(self.store.store, app_name, user_id, sid, config)
+
+    def _load(
+        self,
+        store: SessionStore,
+        app_name: str,
+        user_id: str,
+        sid: str,
+        config: GetSessionConfig | None,
+    ) -> Session | None:
+        key = session_key(app_name, user_id, sid)
+        summary = store.summary(key)
+        if summary is None or summary["status"] != pj.ACTIVE:
+            return None
+        entries = _entries(store, key, summary["length"], config)
+        pad = summary["scratchpad"] or {}
+        session = Session(
+            id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merged(store, app_name, user_id, pad.get("state", {})),
+            events=[Event.model_validate(entry["item"]) for entry in entries],
+            last_update_time=pad.get("update_time", 0.0),
+        )
+        session._storage_update_marker = str(summary["version"])
+        return session
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """Every session of the app (of `user_id`, when given), oldest update first, without
+        events: read from the projection in one pass, never touching a transcript."""
+        return await self.store.run(self._list, app_name, user_id)
+
+    def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
+        store = self.store.store
+        prefix = f"{SESSION_PREFIX}{_part(app_name)}/"
+        if user_id is not None:
+            prefix += _part(user_id) + "/"
+        found: list[Session] = []
+        with store.log.view() as view:
+            app_state = _scratch_state(store, _app_key(app_name))
+            user_states: dict[str, dict[str, Any]] = {}
+            for state in pj.iter_states(view, after=prefix):
+                if not state.session_id.startswith(prefix):
+                    break
+                if state.status != pj.ACTIVE:
+                    continue
+                user, sid = state.session_id[len(SESSION_PREFIX) :].split("/")[1:3]
+                user = unquote(user)
+                if user not in user_states:
+                    user_states[user] = _scratch_state(store, _user_key(app_name, user))
+                pad = state.scratchpad or {}
+                merged = _prefixed(app_state, user_states[user], pad.get("state", {}))
+                found.append(
+                    Session.model_construct(
+                        id=unquote(sid),
+                        app_name=app_name,
+                        user_id=user,
+                        state=merged,
+                        events=[],
+                        last_update_time=pad.get("update_time", 0.0),
+                    )
+                )
+        found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse.model_construct(sessions=found)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        key = session_key(app_name, user_id, session_id.strip())
+        try:
+            await self.store.delete(key)
+        except UnknownSessionError:
+            return
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return await self.store.run(_scratch_state, self.store.store, _user_key(app_name, user_id))
+
+    async def fork_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        new_session_id: str | None = None,
+        at_event: int | None = None,
+    ) -> Session:
+        """A new session of the same user holding this one's events (its first `at_event`),
+        shared, not copied: O(1) in the history's length. Its state starts as the parent's;
+        later events of either never reach the other."""
+        child = (new_session_id or "").strip() or platform_uuid.new_uuid()
+        return await self.store.run(self._fork, app_name, user_id, session_id, child, at_event)
+
+    def _fork(
+        self, app_name: str, user_id: str, sid: str, child: str, at_event: int | None
+    ) -> Session:
+        store = self.store.store
+        source, target = session_key(app_name, user_id, sid), session_key(app_name, user_id, child)
+        with store.transaction():
+            if not store.exists(source):
+                raise SessionNotFoundError(f"Session {sid} not found.")
+            if store.exists(target):
+                raise AlreadyExistsError(f"Session with id {child} already exists.")
+            if at_event is None:
+                store.fork(source, target)
+            else:
+                store.fork_at(source, at_event, target)
+            store.rename(target, child)
+            return self._load(store, app_name, user_id, child, None)  # type: ignore[return-value]
+
+    # Events
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        item = event.model_dump(mode="python", exclude_none=True)
+        check_item(item, where="append_event: the event")
+        marker = await self.store.run(self._append, session, event, item)
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = marker
+        return self._commit_event_to_session(session, event)
+
+    def _append(self, session: Session, event: Event, item: dict[str, Any]) -> str:
+        store = self.store.store
+        key = session_key(session.app_name, session.user_id, session.id)
+        idempotency_key = f"event:{event.id}"
+        with store.transaction():
+            summary = store.summary(key)
+            if summary is None or summary["status"] != pj.ACTIVE:
+                raise SessionNotFoundError(f"Session {session.id} not found.")
+            with store.log.view() as view:  # the transaction: was this event stored already?
+                if view.kv_get(pj.idempotency_key(key, idempotency_key)) is not None:
+                    return str(summary["version"])
+            pad = summary["scratchpad"] or {}
+            _check_fresh(session, summary, pad)
+            store.inject(key, {"item": item}, idempotency_key=idempotency_key)
+            deltas = _session_util.extract_state_delta(dict(event.actions.state_delta or {}))
+            _merge_into(store, _app_key(session.app_name), deltas["app"])
+            _merge_into(store, _user_key(session.app_name, session.user_id), deltas["user"])
+            state = {**pad.get("state", {}), **_storable(deltas["session"])}
+            store.set_scratchpad(key, {"state": state, "update_time": event.timestamp})
+            return str(store.summary(key)["version"])  # type: ignore[index]
+
+
+def _check_fresh(session: Session, summary: Mapping[str, Any], pad: Mapping[str, Any]) -> None:
+    """Refuse a writer whose copy of the session is older than what is stored."""
+    marker = session._storage_update_marker
+    stale = (
+        marker != str(summary["version"])
+        if marker is not None
+        else pad.get("update_time", 0.0) > session.last_update_time
+    )
+    if stale:
+        raise StaleSessionError(
+            f"append_event: session {session.id} changed since this copy was read "
+            "(another writer appended); read it again with get_session"
+        )
+
+
+def _entries(
+    store: SessionStore, key: str, length: int, config: GetSessionConfig | None
+) -> list[dict[str, Any]]:
+    """The stored events a `GetSessionConfig` asks for, reading no more than it needs."""
+    last = None if config is None else config.num_recent_events
+    after = None if config is None else config.after_timestamp
+    if last == 0:
+        return []
+    if after is None:
+        return store.messages(key, last=last)
+    window = length if last is None else min(last, length)
+    # Events are appended in time order: read back from the end until one is older than `after`.
+    kept: list[dict[str, Any]] = []
+    end = length
+    while end > length - window:
+        start = max(end - _PAGE, length - window)
+        page = store.messages(key, after=start, limit=end - start)
+        newer = [e for e in page if e["item"].get("timestamp", 0.0) >= after]
+        kept[:0] = newer
+        if len(newer) < len(page):
+            break
+        end = start
+    return kept
+
+
+def _scratch_state(store: SessionStore, key: str) -> dict[str, Any]:
+    summary = store.summary(key)
+    pad = (summary or {}).get("scratchpad") or {}
+    return dict(pad.get("state", {}))
+
+
+def _merge_into(store: SessionStore, key: str, delta: dict[str, Any]) -> None:
+    """Merge `delta` into the shared state held by session `key` (opened on first use)."""
+    if not delta:
+        return
+    if not store.exists(key):
+        store.open_session(key)
+    state = {**_scratch_state(store, key), **_storable(delta)}
+    store.set_scratchpad(key, {"state": state})
+
+
+def _merged(
+    store: SessionStore, app_name: str, user_id: str, session_state: dict[str, Any]
+) -> dict[str, Any]:
+    app_state = _scratch_state(store, _app_key(app_name))
+    return _prefixed(app_state, _scratch_state(store, _user_key(app_name, user_id)), session_state)
+
+
+def _prefixed(
+    app_state: dict[str, Any], user_state: dict[str, Any], session_state: dict[str, Any]
+) -> dict[str, Any]:
+    merged = dict(session_state)
+    merged.update({State.APP_PREFIX + k: v for k, v in app_state.items()})
+    merged.update({State.USER_PREFIX + k: v for k, v in user_state.items()})
+    return merged
+
+
+def _storable(state: dict[str, Any]) -> dict[str, Any]:
+    """State values as stored: kept as they are when they can be, else in ADK's own JSON-safe
+    form (as ADK's SQL services store them)."""
+    try:
+        check_item(state, where="state")
+    except ValueError:
+        return _session_util.make_json_safe_state(state)
+    return state

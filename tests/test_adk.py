@@ -1,0 +1,294 @@
+"""`integrations.adk.SessionlogSessionService` through Google ADK's own `Runner` running an
+`LlmAgent` with a scripted model, beside ADK's `InMemorySessionService` on the same script, and
+the behaviours ADK's own session-service tests check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.events import Event, EventActions
+from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions import BaseSessionService, InMemorySessionService
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
+from pydantic import Field
+
+from integrations.adk import SessionlogSessionService, session_key
+from sessions import SessionStore
+
+APP, USER = "weather-app", "u-1"
+
+
+class ScriptedLlm(BaseLlm):
+    """A model that answers from a script: each call pops the next list of parts."""
+
+    script: list[list[types.Part]] = Field(default_factory=list)
+    requests: list[int] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.requests.append(len(llm_request.contents))
+        parts = self.script.pop(0)
+        yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+
+def weather(city: str) -> dict[str, Any]:
+    """The weather in a city."""
+    return {"city": city, "sky": "sunny", "raw": "21C"}
+
+
+def script() -> list[list[types.Part]]:
+    call = types.FunctionCall(name="weather", args={"city": "Oslo"}, id="call-1")
+    return [
+        [types.Part(function_call=call)],
+        [types.Part(text="Sunny in Oslo.")],
+        [types.Part(text="You asked about Oslo.")],
+    ]
+
+
+async def converse(service: BaseSessionService) -> tuple[list[Event], ScriptedLlm]:
+    model = ScriptedLlm(model="scripted", script=script(), requests=[])
+    agent = LlmAgent(name="forecaster", model=model, tools=[weather], output_key="last_answer")
+    runner = Runner(agent=agent, app_name=APP, session_service=service)
+    session = await service.create_session(
+        app_name=APP, user_id=USER, session_id="s-1", state={"app:units": "metric", "k": 1}
+    )
+    for text in ("Weather in Oslo?", "What did I ask?"):
+        message = types.Content(role="user", parts=[types.Part(text=text)])
+        async for _ in runner.run_async(user_id=USER, session_id=session.id, new_message=message):
+            pass
+    stored = await service.get_session(app_name=APP, user_id=USER, session_id="s-1")
+    assert stored is not None
+    assert stored.state["last_answer"] == "You asked about Oslo."
+    assert stored.state["app:units"] == "metric"
+    return stored.events, model
+
+
+def _shape(events: list[Event]) -> list[tuple[str, Any]]:
+    """What a run stored, without the ids and times each service mints."""
+    return [
+        (e.author, e.model_dump(mode="json", exclude={"id", "timestamp", "invocation_id"}))
+        for e in events
+    ]
+
+
+def test_the_runner_stores_what_adks_own_service_stores(tmp_path: Path) -> None:
+    ours, ours_model = asyncio.run(converse(SessionlogSessionService(tmp_path / "store")))
+    theirs, their_model = asyncio.run(converse(InMemorySessionService()))
+    assert _shape(ours) == _shape(theirs)
+    assert len(ours) == 6  # two user messages, a call, its response, two answers
+    assert ours_model.requests == their_model.requests  # the model saw the same history
+    calls = [p.function_call for e in ours for p in e.content.parts if p.function_call]
+    answers = [p.function_response for e in ours for p in e.content.parts if p.function_response]
+    assert [c.id for c in calls] == [a.id for a in answers] == ["call-1"]
+
+
+def test_events_come_back_equal_bytes_as_bytes(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER)
+        blob = types.Blob(mime_type="image/png", data=b"\x89PNG\r\n\x00\xff")
+        event = Event(
+            invocation_id="inv-1",
+            author="user",
+            content=types.Content(role="user", parts=[types.Part(inline_data=blob)]),
+            actions=EventActions(state_delta={"seen": True}),
+        )
+        await service.append_event(session, event)
+        service.store.store.close()
+        again = SessionlogSessionService(tmp_path / "store")
+        got = await again.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None and got.events == [event]
+        assert got.events[0].content.parts[0].inline_data.data == b"\x89PNG\r\n\x00\xff"
+        again.store.store.close()
+
+    asyncio.run(main())
+
+
+def _event(text: str, *, at: float | None = None, **actions: Any) -> Event:
+    event = Event(
+        invocation_id="inv",
+        author="user",
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+        actions=EventActions(**actions),
+    )
+    if at is not None:
+        event.timestamp = at
+    return event
+
+
+def test_app_and_user_state_are_shared_and_temp_state_is_never_stored(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        one = await service.create_session(
+            app_name=APP, user_id=USER, state={"app:a": 1, "user:b": 2, "temp:c": 3, "d": 4}
+        )
+        assert one.state == {"app:a": 1, "user:b": 2, "d": 4}
+        two = await service.create_session(app_name=APP, user_id=USER)
+        other = await service.create_session(app_name=APP, user_id="u-2")
+        assert two.state == {"app:a": 1, "user:b": 2}
+        assert other.state == {"app:a": 1}
+        delta = {"app:a": 10, "user:b": 20, "temp:t": "scratch", "own": "x"}
+        await service.append_event(one, _event("hi", state_delta=delta))
+        assert one.state["temp:t"] == "scratch"  # the live copy keeps it for this invocation
+        for sid, user in ((one.id, USER), (two.id, USER), (other.id, "u-2")):
+            got = await service.get_session(app_name=APP, user_id=user, session_id=sid)
+            assert got is not None
+            assert "temp:t" not in got.state
+            assert got.state["app:a"] == 10
+            assert got.state.get("user:b") == (20 if user == USER else None)
+        stored = await service.get_session(app_name=APP, user_id=USER, session_id=one.id)
+        assert stored is not None and stored.state["own"] == "x"
+        assert "temp:t" not in stored.events[0].actions.state_delta
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"b": 20}
+
+    asyncio.run(main())
+
+
+def test_an_existing_id_is_refused_and_partial_events_are_skipped(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="x")
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name=APP, user_id=USER, session_id="x")
+        partial = _event("stream chunk")
+        partial.partial = True
+        assert await service.append_event(session, partial) is partial
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="x")
+        assert got is not None and got.events == []
+        # the same names under another user or app are other sessions
+        await service.create_session(app_name=APP, user_id="u-2", session_id="x")
+        await service.create_session(app_name="other/app", user_id=USER, session_id="x")
+
+    asyncio.run(main())
+
+
+def test_a_stale_writer_is_refused(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        created = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        first = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        second = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert first is not None and second is not None
+        await service.append_event(first, _event("one"))
+        await service.append_event(first, _event("two"))  # its own copy stays current
+        with pytest.raises(StaleSessionError):
+            await service.append_event(second, _event("stale"))
+        with pytest.raises(StaleSessionError):
+            await service.append_event(created, _event("stale too"))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == ["one", "two"]
+
+    asyncio.run(main())
+
+
+def test_a_redelivered_event_is_stored_once(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        event = _event("once")
+        await service.append_event(session, event)
+        copy = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert copy is not None
+        await service.append_event(copy, event)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and len(got.events) == 1
+
+    asyncio.run(main())
+
+
+def test_get_session_config_last_n_and_after_a_time(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for i in range(150):
+            await service.append_event(session, _event(f"e{i}", at=1_000.0 + i))
+
+        async def texts(config: GetSessionConfig) -> list[str]:
+            got = await service.get_session(
+                app_name=APP, user_id=USER, session_id="s", config=config
+            )
+            assert got is not None
+            return [e.content.parts[0].text for e in got.events]
+
+        assert await texts(GetSessionConfig(num_recent_events=3)) == ["e147", "e148", "e149"]
+        assert await texts(GetSessionConfig(num_recent_events=0)) == []
+        assert await texts(GetSessionConfig(after_timestamp=1_145.0)) == [
+            f"e{i}" for i in range(145, 150)
+        ]
+        assert len(await texts(GetSessionConfig(after_timestamp=1_010.0))) == 140
+        assert await texts(GetSessionConfig(after_timestamp=1_100.0, num_recent_events=2)) == [
+            "e148",
+            "e149",
+        ]
+        assert await texts(GetSessionConfig(after_timestamp=5_000.0)) == []
+
+    asyncio.run(main())
+
+
+def test_list_and_delete_sessions(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        for user in ("u-1", "u-2"):
+            for i in range(3):
+                session = await service.create_session(
+                    app_name=APP, user_id=user, session_id=f"{user}/{i}", state={"n": i}
+                )
+                await service.append_event(session, _event("x", at=2_000.0 - i))
+        await service.create_session(app_name="another", user_id="u-1")
+        mine = (await service.list_sessions(app_name=APP, user_id="u-1")).sessions
+        assert [s.id for s in mine] == ["u-1/2", "u-1/1", "u-1/0"]  # oldest update first
+        assert all(s.events == [] and s.state["n"] == int(s.id[-1]) for s in mine)
+        everyone = (await service.list_sessions(app_name=APP)).sessions
+        assert sorted(s.id for s in everyone) == sorted(
+            f"{u}/{i}" for u in ("u-1", "u-2") for i in range(3)
+        )
+        await service.delete_session(app_name=APP, user_id="u-1", session_id="u-1/0")
+        await service.delete_session(app_name=APP, user_id="u-1", session_id="never-was")
+        assert await service.get_session(app_name=APP, user_id="u-1", session_id="u-1/0") is None
+        mine = (await service.list_sessions(app_name=APP, user_id="u-1")).sessions
+        assert [s.id for s in mine] == ["u-1/2", "u-1/1"]
+
+    asyncio.run(main())
+
+
+def test_fork_session_shares_the_prefix_and_diverges(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(
+            app_name=APP, user_id=USER, session_id="main", state={"k": "v"}
+        )
+        for i in range(4):
+            await service.append_event(session, _event(f"e{i}"))
+        child = await service.fork_session(
+            app_name=APP, user_id=USER, session_id="main", new_session_id="branch", at_event=2
+        )
+        assert [e.content.parts[0].text for e in child.events] == ["e0", "e1"]
+        assert child.state["k"] == "v"
+        await service.append_event(child, _event("branch"))
+        await service.append_event(session, _event("main"))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="branch")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == [
+            "e0",
+            "e1",
+            "branch",
+        ]
+        with pytest.raises(AlreadyExistsError):
+            await service.fork_session(
+                app_name=APP, user_id=USER, session_id="main", new_session_id="branch"
+            )
+        store: SessionStore = service.store.store
+        assert store.ancestry(session_key(APP, USER, "branch"))["parent_id"] == session_key(  # type: ignore[index]
+            APP, USER, "main"
+        )
+
+    asyncio.run(main())
