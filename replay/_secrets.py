@@ -210,6 +210,8 @@ _NAME_BEFORE = re.compile(r"[ \t]*(?:[\"']\\?)?([\w.-]{1,80})(?![\w.-])")  # rev
 _VALUE_AFTER = re.compile(
     r"[=>]?[ \t]*(\\?\"[^\"\r\n]{1,512}?\\?\"|'[^'\r\n]{1,512}'|(?![\[<])[^\s\"',;&]{3,512})"
 )
+# A value that is a call in code (`token = getpass()`, `key = os.environ.get(`), not a secret.
+_CALL = re.compile(r"[A-Za-z_][\w.]*\(")
 # `--password value` on a command line.
 _FLAG = re.compile(
     r"(?<![A-Za-z0-9])--?([A-Za-z][\w-]{1,80})[ \t]+"
@@ -432,7 +434,7 @@ def _value_hit(text: str, name_start: int, after: int) -> Hit | None:
     if match is None:
         return None
     value = match.group(1).strip("\\\"'").strip()
-    if not value or value.startswith(("[", "<")):
+    if not value or value.startswith(("[", "<")) or _CALL.match(match.group(1)):
         return None
     return Hit(name_start, match.end(), "credential_assignment")
 

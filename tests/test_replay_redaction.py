@@ -321,3 +321,51 @@ def test_replay_only_carries_no_prompt_or_tool_payload_text(tmp_path: Path) -> N
     assert [m["role"] for m in section["messages"]] == ["user", "assistant", "tool", "tool", "user"]
     assert [c["tool_name"] for c in replay_only["tools"]["calls"]] == ["sh", "read"]
     assert all(len(e["hash"]) == 64 for e in section["events"])
+
+
+# Names decided by a rule, and what stays
+
+
+def test_env_and_header_dicts_are_judged_by_their_names() -> None:
+    data = {
+        "env": {"AWS_SECRET_ACCESS_KEY": "plain-value-1", "PATH": "/usr/bin", "PGPASSWORD": "pw"},
+        "headers": {"X-Goog-Api-Key": "plain-value-2", "Accept": "application/json"},
+        "usage": {"input_tokens": 12, "max_tokens": 100},
+    }
+    assert [path for path, _ in find_secrets(data)] == [
+        "$.env.AWS_SECRET_ACCESS_KEY",
+        "$.env.PGPASSWORD",
+        '$.headers["X-Goog-Api-Key"]',
+    ]
+    out, entries = redact(data, "sanitized")
+    assert out["env"] == {
+        "AWS_SECRET_ACCESS_KEY": REDACTED,
+        "PATH": "/usr/bin",
+        "PGPASSWORD": REDACTED,
+    }
+    assert out["headers"] == {"X-Goog-Api-Key": REDACTED, "Accept": "application/json"}
+    assert out["usage"] == data["usage"]
+    assert len(entries) == 3
+    assert find_secrets(out) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The session token expires after an hour; ask the user for a new key.",
+        "def get_token(self) -> str:\n    return self._token",
+        "token = getpass()\nkey = os.environ.get('API_KEY')",
+        "token_count = 5; max_tokens: 1000; sort_key=created_at",
+        "2026-11-25T14:05:22.123456Z 0b3f9c1e-6a2d-4f5e-9c8b-7a6d5e4f3c2b",
+        "sha256 " + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "git@github.com:example/repo.git and bob@example.com",
+        "see src/replay/_redact.py:120 and tests/test_replay_redaction.py::test_x",
+        "https://example.com/search?q=session+token&page=2",
+        "CamelCaseIdentifierWithoutDigits and snake_case_identifier_that_is_long_enough",
+        "meet at 12:30@home, ratio 3:4",
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    out, entries = redact({"note": text}, "sanitized")
+    assert out == {"note": text}
+    assert entries == []
