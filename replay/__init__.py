@@ -7,6 +7,7 @@ projections or the storage.
 from replay._bundle import export_bundle
 from replay._import import BundleConflictError, import_bundle
 from replay._logio import LogExportResult, LogImportResult, export_log, import_log
+from replay._messages_export import MESSAGE_FORMATS, export_messages
 from replay._seed import SeedResult, seed_from_jsonl
 from replay._validate import BundleError, BundleIssue, validate_bundle
 from replay.agentlogs import (
@@ -20,6 +21,7 @@ from replay.agentlogs import (
 )
 
 __all__ = [
+    "MESSAGE_FORMATS",
     "FORMATS",
     "AgentLogConflictError",
     "AgentLogError",
@@ -34,6 +36,7 @@ __all__ = [
     "detect_format",
     "export_bundle",
     "export_log",
+    "export_messages",
     "import_agent_log",
     "import_bundle",
     "import_log",

@@ -98,14 +98,21 @@ def _seed(args: argparse.Namespace, path: Path) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
+    if args.context and args.format == "bundle":
+        raise Failure("export: --context goes with --format (a bundle holds the transcript)", 2)
     with opened(args) as store, Progress("export") as progress:
-        bundle = replay.export_bundle(store, args.session_id, mode=args.mode, progress=progress)
+        if args.format == "bundle":
+            body = replay.export_bundle(store, args.session_id, mode=args.mode, progress=progress)
+            what = f"{args.mode} bundle {body['bundle_id']}"
+        else:
+            body = replay.export_messages(store, args.session_id, args.format, context=args.context)
+            what = f"{args.format} request body"
     # msgspec writes the same text as json.dumps(indent=2, ensure_ascii=False), many times faster
-    data = msgspec.json.format(msgspec.json.encode(bundle), indent=2) + b"\n"
+    data = msgspec.json.format(msgspec.json.encode(body), indent=2) + b"\n"
     if args.output:
         with output_file(args.output) as file:
             file.write(data)
-        print(f"exported {args.mode} bundle {bundle['bundle_id']} to {args.output}")
+        print(f"exported {what} to {args.output}")
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)

@@ -323,17 +323,29 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
 
     o = command(
         "export",
-        "a session bundle (v1)",
+        "a session bundle (v1), or its messages as a model API's request body",
         _edges.export,
         "export ID",
         "export ID --mode replay_only -o bundle.json",
+        "export ID --format anthropic-messages --context",
     )
     o.positional("session_id", metavar="ID", help="the session")
     o.add_argument(
         "--mode",
         choices=("local", "sanitized", "replay_only"),
         default="sanitized",
-        help="redaction mode (default sanitized)",
+        help="redaction mode of a bundle (default sanitized)",
+    )
+    o.add_argument(
+        "--format",
+        choices=("bundle", *replay.MESSAGE_FORMATS),
+        default="bundle",
+        help="bundle (default), or the request body of openai-chat, anthropic-messages, responses",
+    )
+    o.add_argument(
+        "--context",
+        action="store_true",
+        help="with --format: the context view (from the latest checkpoint), not the transcript",
     )
     o.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
 
