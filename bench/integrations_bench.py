@@ -9,6 +9,14 @@ OpenAI Agents SDK: `SessionlogSession` vs the SDK's `SQLiteSession` on a file.
   new `SQLiteSession`, the only way to branch there. Target: 50 times faster.
 - ``oa_bytes``: bytes on disk after 2,000 items, shown as items per MB (higher is better).
 
+Google ADK: `SessionlogSessionService` vs ADK's `SqliteSessionService` on a file.
+- ``adk_append``: durable `append_event` of one model event with a session-state delta.
+- ``adk_last20``: `get_session` with `num_recent_events=20` of a 10,000-event session.
+- ``adk_fork``: our `fork_session` of a 2,000-event session vs what ADK offers for it (it has no
+  fork): a new session and one `append_event` per event.
+- ``adk_bytes``: bytes on disk after 2,000 events, as events per MB.
+- ``adk_list``: `list_sessions` of an app with 10,000 sessions. Target: under 100 ms.
+
 Targets: ahead of the framework's store on every row (ratio >= 1), the fork at least 50 times.
 The framework is imported when its rows run, so the suite needs its extra installed.
 """
@@ -286,10 +294,282 @@ def _bytes_result(
         baseline_description=baseline,
         target=AHEAD,
         rounds=1,
+        ours_cpu=ours_rate,
+        baseline_cpu=theirs_rate,
         ours_rounds=[ours_rate],
         baseline_rounds=[theirs_rate],
         notes={"ours_bytes": ours, "baseline_bytes": theirs, "items": count},
     )
+
+
+# Google ADK
+
+ADK_APP, ADK_USER = "bench-app", "bench-user"
+
+
+def adk_event(index: int, *, delta: bool = True) -> Any:
+    from google.adk.events import Event, EventActions
+    from google.genai import types
+
+    text = f"event {index}: it is sunny in Oslo, 21 degrees, light wind from the west. " * 3
+    return Event(
+        invocation_id=f"inv-{index // 4}",
+        author="forecaster" if index % 2 else "user",
+        content=types.Content(role="model" if index % 2 else "user", parts=[types.Part(text=text)]),
+        actions=EventActions(state_delta={"turn": index} if delta else {}),
+    )
+
+
+def _adk_pair(ctx: Context, name: str) -> tuple[Any, Any, Path]:
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    from integrations.adk import SessionlogSessionService
+
+    root = ctx.tmp / name
+    root.mkdir(parents=True, exist_ok=True)
+    ours = SessionlogSessionService(root / "sessionlog")
+    theirs = SqliteSessionService(str(root / "adk.db"))
+    return ours, theirs, root
+
+
+def _adk_close(loop: _Loop, ours: Any, theirs: Any, root: Path) -> None:
+    loop.run(ours.store.aclose())
+    loop.run(theirs.close())
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def adk_append(ctx: Context) -> list[Result]:
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, root = _adk_pair(ctx, "adk_append")
+    sessions = {
+        id(service): loop.run(service.create_session(app_name=ADK_APP, user_id=ADK_USER))
+        for service in (ours, theirs)
+    }
+    counter = [0]
+
+    def rounds(service: Any) -> Callable[[], Sample]:
+        session = sessions[id(service)]
+
+        async def one() -> None:
+            counter[0] += 1
+            await service.append_event(session, adk_event(counter[0]))
+
+        return lambda: _timed(loop, one, sizes.turns)
+
+    try:
+        result = compare(
+            name="adk_append",
+            description="ADK append_event with a state delta, durable",
+            unit="events/s",
+            baseline=rounds(theirs),
+            subject=rounds(ours),
+            baseline_description="ADK's SqliteSessionService on a file (its defaults)",
+            rounds=sizes.rounds,
+            target=AHEAD,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+    finally:
+        _adk_close(loop, ours, theirs, root)
+        loop.close()
+    return [result]
+
+
+def _adk_fill(loop: _Loop, service: Any, session: Any, count: int) -> None:
+    for index in range(count):
+        loop.run(service.append_event(session, adk_event(index, delta=False)))
+
+
+def _adk_fill_ours(service: Any, session: Any, count: int) -> None:
+    """The same events as `append_event` stores them, in one commit (set-up, not measured)."""
+    store = service.store.store
+    session._storage_update_marker = None
+    session.last_update_time = float("inf")  # the stale check passes on a marker-less copy
+    with store.transaction():
+        for index in range(count):
+            event = adk_event(index, delta=False)
+            service._append(session, event, event.model_dump(mode="python", exclude_none=True))
+
+
+def adk_last20(ctx: Context) -> list[Result]:
+    from google.adk.sessions.base_session_service import GetSessionConfig
+
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, root = _adk_pair(ctx, "adk_last20")
+    config = GetSessionConfig(num_recent_events=20)
+    try:
+        mine = loop.run(ours.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
+        _adk_fill_ours(ours, mine, sizes.big)
+        _adk_fill_sqlite(loop, theirs, sizes.big)
+
+        def read(service: Any) -> Callable[[], Any]:
+            return lambda: service.get_session(
+                app_name=ADK_APP, user_id=ADK_USER, session_id="s", config=config
+            )
+
+        got = [loop.run(read(service)()) for service in (ours, theirs)]
+        assert [len(g.events) for g in got] == [20, 20]
+        result = compare(
+            name="adk_last20",
+            description=f"ADK get_session(num_recent_events=20), {sizes.big:,} events",
+            unit="reads/s",
+            baseline=lambda: _timed(loop, read(theirs), sizes.calls),
+            subject=lambda: _timed(loop, read(ours), sizes.calls),
+            baseline_description="ADK's SqliteSessionService (ORDER BY timestamp DESC LIMIT 20)",
+            rounds=sizes.rounds,
+            target=AHEAD,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "read"
+    finally:
+        _adk_close(loop, ours, theirs, root)
+        loop.close()
+    return [result]
+
+
+def _adk_fill_sqlite(loop: _Loop, service: Any, count: int) -> None:
+    """The rows `append_event` writes, inserted in one transaction (set-up, not measured)."""
+    import sqlite3
+
+    loop.run(service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
+    rows = []
+    for index in range(count):
+        event = adk_event(index, delta=False)
+        event.timestamp = 1_000_000.0 + index
+        rows.append(
+            (
+                event.id,
+                ADK_APP,
+                ADK_USER,
+                "s",
+                event.invocation_id,
+                event.timestamp,
+                event.model_dump_json(exclude_none=True),
+            )
+        )
+    with sqlite3.connect(service._db_path) as db:
+        db.executemany(
+            "INSERT INTO events (id, app_name, user_id, session_id, invocation_id, timestamp,"
+            " event_data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+
+def adk_fork(ctx: Context) -> list[Result]:
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, root = _adk_pair(ctx, "adk_fork")
+    copies = [0]
+    try:
+        mine = loop.run(ours.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
+        _adk_fill_ours(ours, mine, sizes.fork_items)
+        _adk_fill_sqlite(loop, theirs, sizes.fork_items)
+        source = loop.run(theirs.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
+
+        async def copy() -> None:  # ADK cannot fork: a new session, every event appended
+            copies[0] += 1
+            branch = await theirs.create_session(app_name=ADK_APP, user_id=ADK_USER)
+            for event in source.events:
+                await theirs.append_event(
+                    branch, event.model_copy(update={"id": f"{event.id}-{copies[0]}"})
+                )
+
+        async def fork() -> None:
+            await ours.fork_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s")
+
+        result = compare(
+            name="adk_fork",
+            description=f"ADK branch of a {sizes.fork_items:,}-event session",
+            unit="forks/s",
+            baseline=lambda: _timed(loop, copy, 1),
+            subject=lambda: _timed(loop, fork, sizes.calls // 5 or 1),
+            baseline_description="a new SqliteSessionService session, one append_event per event",
+            rounds=sizes.rounds,
+            target=FORK_TARGET,
+            warmup=0,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "fork"
+    finally:
+        _adk_close(loop, ours, theirs, root)
+        loop.close()
+    return [result]
+
+
+def adk_bytes(ctx: Context) -> list[Result]:
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, root = _adk_pair(ctx, "adk_bytes")
+    try:
+        sessions = [
+            loop.run(service.create_session(app_name=ADK_APP, user_id=ADK_USER))
+            for service in (ours, theirs)
+        ]
+        for service, session in zip((ours, theirs), sessions, strict=True):
+            _adk_fill(loop, service, session, sizes.fork_items)
+        loop.run(ours.store.aclose())
+        loop.run(theirs.close())
+        ours_bytes = disk_bytes(root / "sessionlog")
+        theirs_bytes = disk_bytes(root) - ours_bytes
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        loop.close()
+    return [
+        _bytes_result(
+            "adk_bytes",
+            "Google ADK",
+            sizes.fork_items,
+            ours_bytes,
+            theirs_bytes,
+            "ADK's SqliteSessionService file",
+        )
+    ]
+
+
+def adk_list(ctx: Context) -> list[Result]:
+    import sqlite3
+
+    sizes, loop = ctx.sizes, _Loop()
+    ours, theirs, root = _adk_pair(ctx, "adk_list")
+    count = sizes.big
+    try:
+        store = ours.store.store
+        with store.transaction():
+            for index in range(count):
+                ours._create(ADK_APP, f"user-{index % 100}", f"s-{index}", {"n": index})
+        loop.run(theirs.create_session(app_name=ADK_APP, user_id="user-0", session_id="s-0"))
+        with sqlite3.connect(theirs._db_path) as db:
+            db.executemany(
+                "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (ADK_APP, f"user-{i % 100}", f"s-{i}", f'{{"n": {i}}}', 1e9 + i, 1e9 + i)
+                    for i in range(1, count)
+                ],
+            )
+
+        def listing(service: Any) -> Callable[[], Any]:
+            return lambda: service.list_sessions(app_name=ADK_APP)
+
+        sizes_seen = [len(loop.run(listing(s)()).sessions) for s in (ours, theirs)]
+        assert sizes_seen == [count, count], sizes_seen
+        result = compare(
+            name="adk_list",
+            description=f"ADK list_sessions of an app with {count:,} sessions",
+            unit="lists/s",
+            baseline=lambda: _timed(loop, listing(theirs), 3),
+            subject=lambda: _timed(loop, listing(ours), 3),
+            baseline_description="ADK's SqliteSessionService",
+            rounds=sizes.rounds,
+            target=Target("absolute", 1 / 0.100, ratio_minimum=1.0),
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "list"
+    finally:
+        _adk_close(loop, ours, theirs, root)
+        loop.close()
+    return [result]
 
 
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
@@ -297,6 +577,11 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "oa_last20": oa_last20,
     "oa_fork": oa_fork,
     "oa_bytes": oa_bytes,
+    "adk_append": adk_append,
+    "adk_last20": adk_last20,
+    "adk_fork": adk_fork,
+    "adk_bytes": adk_bytes,
+    "adk_list": adk_list,
 }
 
 

@@ -157,7 +157,7 @@ class SessionlogSessionService(BaseSessionService):
         found: list[Session] = []
         with store.log.view() as view:
             app_state = _scratch_state(store, _app_key(app_name))
-            user_states: dict[str, dict[str, Any]] = {}
+            shared: dict[str, dict[str, Any]] = {}  # per user: its app: and user: keys
             for state in pj.iter_states(view, after=prefix):
                 if not state.session_id.startswith(prefix):
                     break
@@ -165,18 +165,21 @@ class SessionlogSessionService(BaseSessionService):
                     continue
                 user, sid = state.session_id[len(SESSION_PREFIX) :].split("/")[1:3]
                 user = unquote(user)
-                if user not in user_states:
-                    user_states[user] = _scratch_state(store, _user_key(app_name, user))
+                if user not in shared:
+                    user_state = _scratch_state(store, _user_key(app_name, user))
+                    shared[user] = _prefixed(app_state, user_state, {})
                 pad = state.scratchpad or {}
-                merged = _prefixed(app_state, user_states[user], pad.get("state", {}))
+                merged = {**pad.get("state", {}), **shared[user]}
                 found.append(
-                    Session.model_construct(
-                        id=unquote(sid),
-                        app_name=app_name,
-                        user_id=user,
-                        state=merged,
-                        events=[],
-                        last_update_time=pad.get("update_time", 0.0),
+                    _listed(
+                        {
+                            "id": unquote(sid),
+                            "app_name": app_name,
+                            "user_id": user,
+                            "state": merged,
+                            "events": [],
+                            "last_update_time": pad.get("update_time", 0.0),
+                        }
                     )
                 )
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
@@ -258,6 +261,22 @@ class SessionlogSessionService(BaseSessionService):
             state = {**pad.get("state", {}), **_storable(deltas["session"])}
             store.set_scratchpad(key, {"state": state, "update_time": event.timestamp})
             return str(store.summary(key)["version"])  # type: ignore[index]
+
+
+_PRIVATE_DEFAULTS = {
+    name: attribute.get_default() for name, attribute in Session.__private_attributes__.items()
+}
+
+
+def _listed(fields: dict[str, Any]) -> Session:
+    """A `Session` of already valid fields, built as pydantic's `model_construct` builds one
+    without its per-field bookkeeping: listing 10,000 sessions is mostly building them."""
+    session = Session.__new__(Session)
+    object.__setattr__(session, "__dict__", fields)
+    object.__setattr__(session, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(session, "__pydantic_extra__", None)
+    object.__setattr__(session, "__pydantic_private__", dict(_PRIVATE_DEFAULTS))
+    return session
 
 
 def _check_fresh(session: Session, summary: Mapping[str, Any], pad: Mapping[str, Any]) -> None:
