@@ -184,6 +184,35 @@ def import_log(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def mcp(args: argparse.Namespace) -> int:
+    """Serve the delegation bridge over MCP until the client leaves (stdio) or Ctrl-C (HTTP)."""
+    try:
+        import mcp as _sdk  # noqa: F401 - only to say which extra is missing
+
+        from service.mcp import load_agents, serve_http, serve_stdio
+    except ImportError as exc:
+        raise Failure(
+            f"mcp: the bridge needs the `mcp` extra ({exc.name} is missing): "
+            "pip install 'sessionlog-engine[mcp]'",
+            EXIT_ERROR,
+        ) from exc
+    import asyncio
+
+    config = load_agents(args.agents)
+    keys: dict[str, str] = {}
+    if args.api_keys_file is not None:
+        from service._serve import load_api_keys
+
+        keys = load_api_keys(args.api_keys_file)
+    with opened(args, create=True) as store:
+        if args.http:
+            run = serve_http(store, config, host=args.host, port=args.port, api_keys=keys)
+        else:
+            run = serve_stdio(store, config)
+        asyncio.run(run)
+    return EXIT_OK
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the HTTP service until SIGTERM or Ctrl-C (the `service` extra brings its server)."""
     try:

@@ -369,6 +369,27 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
         "--workers", type=_positive, default=1, help="server processes over the one store"
     )
 
+    o = command(
+        "mcp",
+        "the delegation bridge as an MCP server, stdio or HTTP (needs the `mcp` extra)",
+        _edges.mcp,
+        "mcp --agents agents.toml",
+        "mcp --agents agents.toml --http --port 8701 --api-keys-file keys.txt",
+    )
+    o.add_argument(
+        "--agents", metavar="FILE", required=True, help="agents.toml: the agents and providers"
+    )
+    o.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    o.add_argument(
+        "--host", default="127.0.0.1", help="with --http: the address (default 127.0.0.1)"
+    )
+    o.add_argument("--port", type=_positive, default=8701, help="with --http: the port (8701)")
+    o.add_argument(
+        "--api-keys-file",
+        metavar="FILE",
+        help="with --http: name=key lines accepted besides bearer sessions",
+    )
+
     o = command("import", "a session bundle into this store", _edges.import_, "import b.json")
     o.positional("file", metavar="FILE", help="a bundle `export` wrote")
     o.add_argument(

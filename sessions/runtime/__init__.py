@@ -24,6 +24,7 @@ from sessions.runtime._http import (
     ProviderTimeoutError,
 )
 from sessions.runtime._openai import OpenAIProvider
+from sessions.runtime._params import camel_params, wire_params
 from sessions.runtime._prompting import Tool
 from sessions.runtime._providers import (
     Completion,
@@ -59,7 +60,9 @@ __all__ = [
     "SessionRecord",
     "Tool",
     "Verdict",
+    "camel_params",
     "passed",
     "reject",
     "warn",
+    "wire_params",
 ]

@@ -283,9 +283,7 @@ class Runtime:
         assert self._create_lock is not None, "start() made the lock"
         async with self._create_lock:  # capacity spans both stores: creates take turns
             if self.max_sessions is not None:
-                count = 0
-                for each in (self.store, self.ephemeral_store):
-                    count += await self._read(each, rt.open_runtime_count)
+                count = await self.open_sessions()
                 if count >= self.max_sessions:
                     raise CapacityError(
                         f"create: the runtime holds max_sessions = {self.max_sessions} open "
@@ -356,6 +354,13 @@ class Runtime:
         return await self._read(
             self._store_of(sid), partial(_jobs.info, session_id=sid, verb="status")
         )
+
+    async def open_sessions(self) -> int:
+        """How many runtime sessions are open, in both stores."""
+        count = 0
+        for each in (self.store, self.ephemeral_store):
+            count += await self._read(each, rt.open_runtime_count)
+        return count
 
     async def record(self, session_id: str) -> SessionRecord:
         """The loop recorder's view of a session, open or closed (seed 003)."""

@@ -1,0 +1,360 @@
+"""Seed 002's bridge as an MCP server, driven by the MCP SDK's own client: over streamable HTTP
+(uvicorn on loopback, bearer sessions) and over stdio (`sessionlog mcp` as a child process).
+The whole delegation sequence, one-shot `tasks_delegate`, cancel, expiry by the periodic reaper,
+64 sessions delegated at once, and the seed's error codes as MCP tool errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from service.mcp import Agent, BridgeConfig, http_app, load_agents, running_bridge
+from sessions import SessionStore
+from sessions.runtime import ConfigurationError, MockProvider, OpenAIProvider, Tool
+from tests._model_stubs import Reply, StubServer, openai_stream
+from tests._runtime_providers import SlowProvider
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A tool's structured result, or `Refused` with the bridge's error code."""
+    result = await client.call_tool(tool, arguments)
+    if result.is_error:
+        text = result.content[0].text  # type: ignore[union-attr]
+        # The SDK says which tool failed before the bridge's own words.
+        assert text.startswith(f"Error executing tool {tool}: {{"), text
+        error = json.loads(text[text.index("{") :])
+        raise Refused(error["code"], error["message"])
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+def free_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def http_bridge(store: SessionStore, config: BridgeConfig) -> AsyncIterator[tuple[str, str]]:
+    """The bridge on uvicorn in this event loop; yields its URL and a bearer token."""
+    token = store.tokens.create("tester", datetime.now(UTC) + timedelta(hours=1)).token
+    async with running_bridge(store, config) as bridge:
+        sock = free_socket()
+        server = uvicorn.Server(
+            uvicorn.Config(http_app(bridge), log_level="warning", lifespan="on")
+        )
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = sock.getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}/mcp", token
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, token: str) -> AsyncIterator[Client]:
+    """The SDK's client over streamable HTTP, sending the bearer token."""
+    headers = {"authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport) as client:  # type: ignore[arg-type]
+            yield client
+
+
+def config_of(*agents: Agent, **limits: Any) -> BridgeConfig:
+    return BridgeConfig(agents={agent.id: agent for agent in agents}, **limits)
+
+
+def mock_agent(agent_id: str = "helper", **extra: Any) -> Agent:
+    return Agent(
+        id=agent_id,
+        providers={"mock": MockProvider(f"{agent_id}:mock")},
+        default_provider="mock",
+        **extra,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    with SessionStore.open(tmp_path / "store") as opened:
+        yield opened
+
+
+def test_the_delegation_sequence_over_http(store: SessionStore) -> None:
+    async def body() -> list[Any]:
+        async with StubServer() as stub:
+            stub.script(Reply(events=openai_stream(["first ", "answer"], usage=(45, 120))),
+                        Reply(events=openai_stream(["second"])))  # fmt: skip
+            openai = OpenAIProvider("multi:openai", base_url=stub.url, api_key="k",
+                                    defaults={"model": "gpt-base", "temperature": 1.0})  # fmt: skip
+            multi = Agent(
+                id="multi",
+                providers={"mock": MockProvider("multi:mock"), "openai": openai},
+                default_provider="mock",
+                description="two providers",
+            )
+            async with http_bridge(store, config_of(multi)) as (url, token):
+                async with http_client(url, token) as client:
+                    names = {tool.name for tool in (await client.list_tools()).tools}
+                    assert names == {
+                        "bridge_health", "agents_discover", "sessions_create", "sessions_prompt",
+                        "sessions_status", "sessions_cancel", "sessions_close", "tasks_delegate",
+                    }  # fmt: skip
+                    health = await call(client, "bridge_health")
+                    assert health == {"status": "ok", "agents": 1, "sessions": 0}
+                    (found,) = (await call(client, "agents_discover"))["agents"]
+                    assert found["providers"] == ["mock", "openai"]
+                    assert found["defaultProvider"] == "mock"
+                    with pytest.raises(Refused) as refused:
+                        await call(client, "sessions_create", agentId="multi",
+                                   metadata={"provider": "gemini"})  # fmt: skip
+                    assert refused.value.code == "CONFIG"
+                    created = await call(
+                        client,
+                        "sessions_create",
+                        agentId="multi",
+                        metadata={"provider": "openai",
+                                  "runtimeParams": {"model": "gpt-4o", "temperature": 0.7}},
+                    )  # fmt: skip
+                    sid = created["sessionId"]
+                    assert created == {"sessionId": sid, "agentId": "multi", "status": "active"}
+                    answer = await call(
+                        client, "sessions_prompt", sessionId=sid, prompt="Explain it",
+                        runtimeParams={"temperature": 0.2, "maxTokens": 500},
+                    )  # fmt: skip
+                    assert answer == {
+                        "text": "first answer",
+                        "stopReason": "end_turn",
+                        "requestId": answer["requestId"],
+                        "usage": {"inputTokens": 45, "outputTokens": 120},
+                    }
+                    status = await call(client, "sessions_status", sessionId=sid)
+                    assert status["status"] == "idle" and status["agentId"] == "multi"
+                    assert isinstance(status["createdAt"], int)
+                    assert status["lastActivityAt"] >= status["createdAt"] > 1_700_000_000_000
+                    follow = await call(client, "sessions_prompt", sessionId=sid, prompt="More")
+                    assert follow["text"] == "second"
+                    closed = await call(client, "sessions_close", sessionId=sid)
+                    assert closed == {"closed": True, "sessionId": sid}
+                    with pytest.raises(Refused) as gone:
+                        await call(client, "sessions_status", sessionId=sid)
+                    assert gone.value.code == "SESSION_NOT_FOUND"
+                    assert gone.value.message.startswith("Session not found")
+                    with pytest.raises(Refused) as unknown:
+                        await call(client, "sessions_create", agentId="nobody")
+                    assert unknown.value.code == "AGENT_NOT_FOUND"
+                async with httpx.AsyncClient() as plain:  # no bearer: refused before MCP
+                    assert (await plain.post(url, json={})).status_code == 401
+        return [request.json for request in stub.requests]
+
+    first, second = asyncio.run(body())
+    assert first["model"] == "gpt-4o" and first["temperature"] == 0.2
+    assert first["max_tokens"] == 500
+    assert second["temperature"] == 0.7 and "max_tokens" not in second
+    assert [m["content"] for m in second["messages"]] == ["Explain it", "first answer", "More"]
+
+
+def test_tasks_delegate_64_at_once(store: SessionStore) -> None:
+    async def body() -> None:
+        bridge = http_bridge(store, config_of(mock_agent()))
+        async with bridge as (url, token), http_client(url, token) as client:
+            results = await asyncio.gather(
+                *(
+                    call(
+                        client,
+                        "tasks_delegate",
+                        agentId="helper",
+                        prompt=f"task {i}",
+                        runtimeParams={"maxTokens": 50},
+                    )
+                    for i in range(64)
+                )
+            )
+            assert [r["text"] for r in results] == [f"mock reply to: task {i}" for i in range(64)]
+            assert len({r["sessionId"] for r in results}) == 64
+            assert all(r["stopReason"] == "end_turn" for r in results)
+            assert (await call(client, "bridge_health"))["sessions"] == 0
+            with pytest.raises(Refused) as closed:
+                await call(client, "sessions_status", sessionId=results[0]["sessionId"])
+            assert closed.value.code == "SESSION_NOT_FOUND"
+
+    asyncio.run(body())
+
+
+def test_cancel_an_inflight_prompt(store: SessionStore) -> None:
+    slow = SlowProvider("helper:slow")
+    agent = Agent(id="helper", providers={"slow": slow}, default_provider="slow")
+
+    async def body() -> None:
+        bridge = http_bridge(store, config_of(agent))
+        async with (
+            bridge as (url, token),
+            http_client(url, token) as client,
+            http_client(url, token) as other,
+        ):
+            sid = (await call(client, "sessions_create", agentId="helper"))["sessionId"]
+            asking = asyncio.create_task(
+                call(client, "sessions_prompt", sessionId=sid, prompt="wait", requestId="r1")
+            )
+            await asyncio.wait_for(slow.entered.wait(), 10)
+            busy = await call(other, "sessions_status", sessionId=sid)
+            assert busy["status"] == "busy"
+            with pytest.raises(Refused) as refused:
+                await call(other, "sessions_prompt", sessionId=sid, prompt="also")
+            assert refused.value.code == "SESSION_BUSY"
+            cancelled = await call(other, "sessions_cancel", sessionId=sid, requestId="r1")
+            assert cancelled == {"cancelled": True, "sessionId": sid, "requestId": "r1"}
+            with pytest.raises(Refused) as stopped:
+                await asking
+            assert stopped.value.code == "CANCELLED"
+            assert (await call(other, "sessions_status", sessionId=sid))["status"] == "idle"
+        assert slow.cancelled == 1
+
+    asyncio.run(body())
+
+
+def test_the_periodic_reaper_expires_sessions(store: SessionStore) -> None:
+    heard: list[tuple[str, str]] = []
+
+    async def body() -> None:
+        config = config_of(mock_agent(), ttl_s=0.3, reap_interval_s=0.05)
+        async with http_bridge(store, config) as (url, token), http_client(url, token) as client:
+            sid = (await call(client, "sessions_create", agentId="helper"))["sessionId"]
+            for _ in range(200):
+                try:
+                    await call(client, "sessions_status", sessionId=sid)
+                except Refused as exc:
+                    assert exc.code == "SESSION_NOT_FOUND"
+                    heard.append((sid, exc.code))
+                    break
+                await asyncio.sleep(0.05)
+
+    asyncio.run(body())
+    assert len(heard) == 1
+    closed = [e for e in store.log.read_stream(heard[0][0]) if e.type == "agent_session_closed"]
+    assert closed[0].data.reason == "expired"  # type: ignore[attr-defined]
+
+
+def word_count(text: str) -> int:
+    """Count the words of a text."""
+    return len(text.split())
+
+
+AGENTS_TOML = """
+[bridge]
+reap_interval_s = 5
+
+[[agents]]
+id = "helper"
+description = "echoes"
+system_prompt = "Be brief."
+
+[agents.providers.mock]
+kind = "mock"
+
+[agents.providers.echo]
+kind = "mock"
+reply = "fixed answer here"
+defaults = { maxTokens = 2 }
+
+[[agents.tools]]
+name = "word_count"
+function = "tests.test_mcp_bridge:word_count"
+parameters = { type = "object", properties = { text = { type = "string" } } }
+"""
+
+
+def test_the_delegation_sequence_over_stdio(tmp_path: Path) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text(AGENTS_TOML)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "sessionlog",
+            "--store",
+            str(tmp_path / "store"),
+            "mcp",
+            "--agents",
+            str(agents),
+        ],
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def body() -> str:
+        async with Client(params) as client:  # type: ignore[arg-type]
+            (agent,) = (await call(client, "agents_discover"))["agents"]
+            assert agent["tools"] == ["word_count"] and agent["providers"] == ["mock", "echo"]
+            sid = (await call(client, "sessions_create", agentId="helper"))["sessionId"]
+            answer = await call(client, "sessions_prompt", sessionId=sid, prompt="hi there")
+            assert answer["text"] == "mock reply to: hi there"
+            assert (await call(client, "sessions_status", sessionId=sid))["status"] == "idle"
+            assert (await call(client, "sessions_close", sessionId=sid))["closed"] is True
+            one = await call(client, "tasks_delegate", agentId="helper", prompt="x",
+                             metadata={"provider": "echo"})  # fmt: skip
+            assert one["text"] == "fixed answer" and one["stopReason"] == "max_tokens"
+            with pytest.raises(Refused) as refused:
+                await call(client, "sessions_prompt", sessionId=sid, prompt="again")
+            assert refused.value.code == "SESSION_NOT_FOUND"
+
+        return str(sid)
+
+    sid = asyncio.run(body())
+    with SessionStore.open(tmp_path / "store") as store:  # the child process wrote it durably
+        messages = store.messages(sid)
+        assert [m["content"] for m in messages] == ["hi there", "mock reply to: hi there"]
+
+
+def test_agents_toml_errors_name_the_key(tmp_path: Path) -> None:
+    cases = {
+        "[[agents]]\nid = 'a'\n": r"agents\[0\] \(a\): declare at least one \[agents.providers.NAME\]",
+        "[[agents]]\nid = 'a'\n[agents.providers.p]\nkind = 'grok'\n": "kind must be one of",
+        "[[agents]]\nid = 'a'\ndefault_provider = 'x'\n[agents.providers.p]\nkind = 'mock'\n":
+            "default_provider 'x' is not one of its providers",
+        "[bridge]\nspeed = 1\n[[agents]]\nid = 'a'\n": r"\[bridge\]: unknown keys \['speed'\]",
+        "[[agents]]\nid = 'a'\n[agents.providers.p]\nkind = 'mock'\n"
+        "[[agents.tools]]\nfunction = 'nowhere:thing'\n": "cannot be imported",
+        "[[agents]]\nid = 'a'\n[agents.providers.p]\nkind = 'mock'\n"
+        "defaults = { temperature = 7 }\n": "temperature must be from 0.0 to 2.0",
+    }  # fmt: skip
+    for index, (text, message) in enumerate(cases.items()):
+        path = tmp_path / f"agents{index}.toml"
+        path.write_text(text)
+        with pytest.raises(ConfigurationError, match=message):
+            load_agents(path)
+    good = tmp_path / "good.toml"
+    good.write_text(AGENTS_TOML)
+    config = load_agents(good)
+    helper = config.agents["helper"]
+    assert helper.providers["echo"].defaults == {"max_tokens": 2, "system_prompt": "Be brief."}
+    assert isinstance(helper.tools[0], Tool) and helper.tools[0].fn is word_count
+    assert config.reap_interval_s == 5
