@@ -18,7 +18,16 @@ from typing import Any
 
 import msgspec
 
-from replay._secrets import credential_name, forget, placeholder_for, scan, scrub
+from replay._secrets import (
+    BLOCK_KINDS,
+    continues_block,
+    credential_name,
+    forget,
+    opens_block,
+    placeholder_for,
+    scan,
+    scrub,
+)
 
 REDACTED = "[redacted]"
 WITHHELD = "[withheld]"
@@ -107,6 +116,7 @@ MODEL_PRIVATE_KEYS = frozenset(
     )
 )
 PAYLOAD_KEYS = _PROMPT_KEYS | MODEL_PRIVATE_KEYS
+_LEAF_KEYS = PAYLOAD_KEYS | {"value", "note", "line", "message"}
 
 
 @dataclass(frozen=True)
@@ -217,6 +227,8 @@ class _Sanitizer:
     def __init__(self, pulse: Callable[[int], object] | None = None) -> None:
         self.entries: list[RedactionEntry] = []
         self.pulse = pulse
+        self.openings = 0  # texts seen that begin a private key block and leave it open
+        self.open_kind = ""
         self.keys: dict[str | None, dict[Any, Any]] = {}
 
     def note(self, where: _Where, cls: str, action: str, replacement: str) -> None:
@@ -236,8 +248,14 @@ class _Sanitizer:
         return self.value(plain_copy(value), where, container)
 
     def text(self, value: str, where: _Where) -> str:
-        if not scan(value):
+        hits = scan(value)
+        if not hits:
             return value
+        if any(hit.kind in BLOCK_KINDS for hit in hits):
+            kind = opens_block(value)
+            if kind is not None:
+                self.openings += 1
+                self.open_kind = kind
         scrubbed, used = scrub(value)
         if used:
             # The manifest names the placeholders only, never the text around them, so a
@@ -299,18 +317,75 @@ class _Sanitizer:
             split = _split_secrets(value)
         out: list[Any] = []
         pulse = self.pulse if container in _PULSED else None
+        carrying, seen = False, self.openings
         for i, item in enumerate(value):
             if pulse is not None and i % _PULSE_EVERY == 0 and i:
                 pulse(_PULSE_EVERY)
+            if carrying:
+                continued = self.continuation(item, (where, i), container)
+                carrying = continued is not None and not continued[1]
+                if continued is not None:
+                    out.append(continued[0])
+                    continue
             if i in split:
                 placeholder = placeholder_for(split[i], item)
                 self.note((where, i), SECRET_PATTERN, "replaced", placeholder)
                 out.append(placeholder)
             else:
                 out.append(self.value(item, (where, i), container))
+            if self.openings != seen:
+                carrying, seen = True, self.openings
         if pulse is not None and value:
             pulse((len(value) - 1) % _PULSE_EVERY + 1)
         return out
+
+    def continuation(
+        self, item: Any, where: _Where, container: str | None
+    ) -> tuple[Any, bool] | None:
+        """If `item` goes on with the private key block an earlier item left open: its
+        redacted copy and whether it ends the block; else None."""
+        if isinstance(item, str):
+            part, closed = continues_block(item)
+            if not part:
+                return None
+            placeholder = placeholder_for(self.open_kind, item)
+            self.note(where, SECRET_PATTERN, "replaced", placeholder)
+            return placeholder, closed
+        if not isinstance(item, dict):
+            return None
+        found = [(keys, text, continues_block(text)) for keys, text in payload_leaves(item)]
+        parts = [(keys, text, closed) for keys, text, (part, closed) in found if part]
+        if not parts:
+            return None
+        kind = self.open_kind
+        copy = self.value(item, where, container)
+        for keys, text, _ in parts:
+            placeholder = placeholder_for(kind, text)
+            _put(copy, keys, placeholder)
+            at = where
+            for key in keys:
+                at = (at, key)
+            self.note(at, SECRET_PATTERN, "replaced", placeholder)
+        return copy, any(closed for _, _, closed in parts)
+
+
+def payload_leaves(
+    item: dict[Any, Any], keys: tuple[str, ...] = (), depth: int = 0
+) -> Iterator[tuple[tuple[str, ...], str]]:
+    """The strings under prompt or payload keys of `item` (`content`, `text`, ...), with the
+    keys leading to each, four dicts deep at most (lists inside are walked on their own)."""
+    for key, child in item.items():
+        if isinstance(child, str) and key in _LEAF_KEYS:
+            yield (*keys, key), child
+        elif isinstance(child, dict) and depth < 4:
+            yield from payload_leaves(child, (*keys, str(key)), depth + 1)
+
+
+def _put(target: Any, keys: tuple[str, ...], value: str) -> None:
+    for key in keys[:-1]:
+        target = target.get(key) if isinstance(target, dict) else None
+    if isinstance(target, dict) and keys[-1] in target:
+        target[keys[-1]] = value
 
 
 _PLAIN_KEY = ("", "", "", False)
@@ -414,10 +489,12 @@ def members(value: Any, path: str) -> Iterator[tuple[str, Any, str | None, Any]]
 
 def find_secrets(value: Any, path: str = "$") -> list[tuple[str, list[str]]]:
     """Everything under `value` sanitizing would still change: (JSONPath, kinds). Kinds are the
-    secret kinds of a string, `secret_in_key` for a dict key, `credential_field` for a
-    credential's field that still has a value, `split_secret` for a list item."""
+    secret kinds of a string, `secret_in_key:...` for a dict key, `credential_field` for a
+    credential's field that still has a value, `split_...` for a list item holding part of a
+    secret that only shows with its neighbours."""
     found: list[tuple[str, list[str]]] = []
     forget()
+    open_blocks = False
     for where, item, key, _container in members(value, path):
         kinds: list[str] = []
         if key is not None:
@@ -426,10 +503,58 @@ def find_secrets(value: Any, path: str = "$") -> list[tuple[str, list[str]]]:
                 kinds.append("credential_field")
         if isinstance(item, str):
             kinds += secret_kinds(item)
+            open_blocks = open_blocks or (
+                any(k in BLOCK_KINDS for k in kinds) and opens_block(item) is not None
+            )
         elif isinstance(item, list) and all(isinstance(i, str) for i in item):
             split = _split_secrets(item)
             found.extend((f"{where}[{i}]", [f"split_{kind}"]) for i, kind in sorted(split.items()))
         if kinds:
             found.append((where, kinds))
+    if open_blocks:
+        found += _continued_blocks(value, path)
     forget()
     return found
+
+
+def _continued_blocks(value: Any, path: str) -> list[tuple[str, list[str]]]:
+    """The items of every list that go on with a private key block an earlier item opened."""
+    found: list[tuple[str, list[str]]] = []
+    for where, item, _, _ in members(value, path):
+        if not isinstance(item, list):
+            continue
+        kind: str | None = None
+        for i, child in enumerate(item):
+            if kind is not None:
+                parts = _block_parts(child)
+                if parts:
+                    found += [(f"{where}[{i}]{suffix}", [f"split_{kind}"]) for suffix, _ in parts]
+                    if any(closed for _, closed in parts):
+                        kind = None
+                    continue
+            kind = _block_opened(child)
+    return found
+
+
+def _block_opened(value: Any) -> str | None:
+    """The kind of the last private key block left open by a string anywhere in `value`."""
+    kind = None
+    for _, item, _, _ in members(value, ""):
+        if isinstance(item, str):
+            kind = opens_block(item) or kind
+    return kind
+
+
+def _block_parts(item: Any) -> list[tuple[str, bool]]:
+    """(JSONPath suffix, ends the block) of each part of `item` that goes on with a block."""
+    if isinstance(item, str):
+        part, closed = continues_block(item)
+        return [("", closed)] if part else []
+    if not isinstance(item, dict):
+        return []
+    parts: list[tuple[str, bool]] = []
+    for keys, text in payload_leaves(item):
+        part, closed = continues_block(text)
+        if part:
+            parts.append(("".join(_step(key) for key in keys), closed))
+    return parts

@@ -580,6 +580,45 @@ def scrub(text: str) -> tuple[str, list[str]]:
     return "".join(parts), used
 
 
+# Private key blocks cut across strings: a text that begins a block and does not end it, then
+# texts of base64 lines and armour headers up to the one that ends it.
+_BLOCK_OPEN = re.compile(
+    r"-{4,5} ?BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|PuTTY-User-Key-File-\d+:"
+)
+_BLOCK_CLOSE = re.compile(
+    r"-{4,5} ?END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|Private-MAC: ?[0-9a-fA-F]+"
+)
+_BLOCK_LINE = re.compile(r"[A-Za-z0-9+/=]+|[A-Za-z][\w-]*: [^\n]*")
+BLOCK_KINDS = frozenset(("private_key_block", "putty_private_key"))
+
+
+def opens_block(text: str) -> str | None:
+    """The kind of private key block `text` begins without ending (the rest is in the strings
+    that follow it), or None."""
+    if "PRIVATE KEY" not in text and "PuTTY-User-Key-File" not in text:
+        return None
+    opened = list(_BLOCK_OPEN.finditer(text))
+    last = opened[-1] if opened else None
+    if last is None or _BLOCK_CLOSE.search(text, last.end()):
+        return None
+    return "putty_private_key" if last.group(0).startswith("PuTTY") else "private_key_block"
+
+
+def continues_block(text: str) -> tuple[bool, bool]:
+    """Whether `text` can be the next part of an open private key block (blank, armour headers
+    like `Version: x`, base64 lines of which one at least is long, or the end line), and whether
+    it ends the block."""
+    close = _BLOCK_CLOSE.search(text)
+    head = text if close is None else text[: close.start()]
+    lines = [line.strip() for line in head.splitlines() if line.strip()]
+    if not all(_BLOCK_LINE.fullmatch(line) for line in lines):
+        return False, False
+    body = [line for line in lines if ": " not in line]
+    if close is None and body and not any(len(line) >= 16 for line in body):
+        return False, False  # a short word (`ok`) is not a key's line
+    return True, close is not None
+
+
 def placeholder_for(kind: str, secret: str) -> str:
     """What stands in for `secret` of `kind`: its kind and length in UTF-8 bytes, nothing else."""
     return f"<redacted:{kind}:{len(secret.encode())}>"

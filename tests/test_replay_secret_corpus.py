@@ -210,6 +210,13 @@ def plant(store: SessionStore, secret: str) -> tuple[str, list[str]]:
             "metadata": {"blob": secret.encode()},
         },
     )
+    multiline = secret.splitlines()
+    if len(multiline) > 1:  # a key one line per content block, then one line per message
+        store.inject(
+            sid, {"role": "user", "content": [{"type": "text", "text": t} for t in multiline]}
+        )
+        for line in multiline:
+            store.inject(sid, {"role": "user", "content": line})
     store.set_scratchpad(sid, {"plan": f"remember {secret}", "items": ["a", secret, "b"]})
     section = "$.transcript.sections[0]"
     expected = [
@@ -229,6 +236,17 @@ def plant(store: SessionStore, secret: str) -> tuple[str, list[str]]:
         f"{section}.messages[3].metadata.blob",
         "$.tools.calls[0].result",
     ]
+    if len(multiline) > 1:
+        expected += [
+            f"{section}.messages[4].content[{j}].text"
+            for j, line in enumerate(multiline)
+            if line.strip()
+        ]
+        expected += [
+            f"{section}.messages[{5 + j}].content"
+            for j, line in enumerate(multiline)
+            if line.strip()
+        ]
     return sid, expected
 
 
