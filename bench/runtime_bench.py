@@ -10,6 +10,7 @@ the same run. Every prompt is durable: `prompt_started` and `prompt_completed` e
   one prompt after another), in round-trips/s, against the same baseline. The writer thread puts
   the jobs that queue up during a commit into the next one (group commit), so the ratio can
   exceed 1.
+- ``mcp_prompt`` and ``tool_loop_10``: the MCP bridge and the tool loop (`runtime_loop_bench.py`).
 
 After the timed rounds an untimed, instrumented run of the sequential case splits a round-trip
 into the provider's time (inside `complete`), the store's time (the writer thread running jobs
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import runtime_loop_bench
 from bench._timing import Result, Sample, Stopwatch, compare
 from bench.log_bench import _position_key, _raw_env
 from sessions import SessionStore
@@ -42,10 +44,14 @@ class Sizes:
     sessions: int  # concurrent sessions
     turns: int  # prompts per concurrent session per round
     budget_s: float
+    mcp_prompts: int = 200  # sessions_prompt calls per round (mcp_prompt)
+    loop_tasks: int = 20  # 10-step tool loops per round (tool_loop_10)
 
 
 FULL = Sizes(rounds=7, prompts=300, sessions=64, turns=10, budget_s=120.0)
-QUICK = Sizes(rounds=3, prompts=60, sessions=16, turns=4, budget_s=20.0)
+QUICK = Sizes(
+    rounds=3, prompts=60, sessions=16, turns=4, budget_s=20.0, mcp_prompts=40, loop_tasks=4
+)
 
 
 @dataclass
@@ -224,6 +230,8 @@ def _breakdown(ctx: Context, store: SessionStore) -> dict[str, Any]:
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "prompt_sequential": prompt_sequential,
     "prompt_concurrent": prompt_concurrent,
+    "mcp_prompt": runtime_loop_bench.mcp_prompt,
+    "tool_loop_10": runtime_loop_bench.tool_loop_10,
 }
 
 
@@ -245,6 +253,12 @@ def summary(results: Sequence[Result]) -> str:
                 f"provider {n['provider_us']:.0f} µs + store (writer thread: jobs, commits, "
                 f"fsync) {n['store_us']:.0f} µs + runtime and event loop {n['runtime_us']:.0f} µs;"
                 f" the engine's share is {n['engine_share']:.1%}"
+            )
+        if "overhead_us" in n:
+            lines.append(
+                f"the MCP bridge adds {n['overhead_us']} µs per sessions_prompt call (streamable "
+                "HTTP on loopback, bearer auth, JSON-RPC) over Runtime.prompt; a plain JSON POST "
+                f"on the same HTTP stack takes {n['http_post_us']} µs"
             )
         if "jobs_per_commit" in n:
             lines.append(f"concurrent: {n['jobs_per_commit']} writer jobs per durable commit")
