@@ -178,29 +178,65 @@ _PEM = (
     r"-{4,5} ?BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}[\s\S]*?"
     r"(?:-{4,5} ?END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|\Z)"
 )
-# (kind, a lower-case word the text must hold, regex); the whole match is the secret.
-_TEXT_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
-    (kind, guard, re.compile(source))
-    for kind, guard, source in (
-        ("private_key_block", "private key", _PEM),
+
+
+def _basic_credentials(match: re.Match[str]) -> bool:
+    """`Basic X` is a credential when X is base64 of `user:password` (not `basic example`)."""
+    try:
+        decoded = base64.b64decode(match.group("cred"), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
+def _token_like(match: re.Match[str]) -> bool:
+    """`Bearer X` is a credential when X looks made, not written: a digit, a sign, or a capital
+    after its first letter (`Bearer authentication` is prose)."""
+    token = match.group("cred")
+    return any(c.isdigit() or c in "._~+/=-" for c in token) or any(c.isupper() for c in token[1:])
+
+
+def _always(match: re.Match[str]) -> bool:
+    return True
+
+
+# (kind, a lower-case word the text must hold, regex, check of a match); the whole match is the
+# secret.
+_TEXT_RULES: tuple[tuple[str, str, re.Pattern[str], Callable[[re.Match[str]], bool]], ...] = tuple(
+    (kind, guard, re.compile(source), check)
+    for kind, guard, source, check in (
+        ("private_key_block", "private key", _PEM, _always),
         (
             "putty_private_key",
             "putty-user-key-file",
             r"PuTTY-User-Key-File-\d+:[\s\S]*?(?:Private-MAC: ?[0-9a-fA-F]+|\Z)",
+            _always,
         ),
         (
             "authorization_header",
             "authori",
             r"(?i)\b(?:proxy-)?authori[sz]ation[\"']?\s*[:=]\s*[\"']?(?![\[<\"'])[^\r\n\"']{4,}",
+            _always,
         ),
-        ("basic_auth", "basic", r"\b[Bb]asic\s+(?![\[<])[A-Za-z0-9+/]{4,}={0,2}"),
-        ("bearer_token", "bearer", r"\b[Bb]earer\s+(?![\[<])[A-Za-z0-9._~+/=-]{12,}"),
+        (
+            "basic_auth",
+            "basic",
+            r"\b[Bb]asic\s+(?![\[<])(?P<cred>[A-Za-z0-9+/]{4,}={0,2})",
+            _basic_credentials,
+        ),
+        (
+            "bearer_token",
+            "bearer",
+            r"\b[Bb]earer\s+(?![\[<])(?P<cred>[A-Za-z0-9._~+/=-]{12,})",
+            _token_like,
+        ),
         (
             "home_directory",
             "users",
             r"/Users/[A-Za-z0-9._-]+|\b[A-Za-z]:\\Users\\[^\\\s]+",
+            _always,
         ),
-        ("home_directory", "/home/", r"/home/[A-Za-z0-9._-]+"),
+        ("home_directory", "/home/", r"/home/[A-Za-z0-9._-]+", _always),
     )
 )
 # `name = value`, `name: value`, `"name": "value"`, `name => value`: found from the separator,
@@ -377,9 +413,9 @@ def _scan(text: str, depth: int) -> tuple[Hit, ...]:
         text = _PLACEHOLDER.sub(lambda m: " " * len(m.group(0)), text)
     low = text.lower()
     hits: list[Hit] = []
-    for kind, guard, regex in _TEXT_RULES:
+    for kind, guard, regex, check in _TEXT_RULES:
         if guard in low:
-            hits.extend(Hit(m.start(), m.end(), kind) for m in regex.finditer(text))
+            hits.extend(Hit(m.start(), m.end(), kind) for m in regex.finditer(text) if check(m))
     if ":" in text or "=" in text:
         hits.extend(_assignments(text))
     if "-" in text:

@@ -363,6 +363,7 @@ def test_env_and_header_dicts_are_judged_by_their_names() -> None:
         "https://example.com/search?q=session+token&page=2",
         "CamelCaseIdentifierWithoutDigits and snake_case_identifier_that_is_long_enough",
         "meet at 12:30@home, ratio 3:4",
+        "A basic example of bearer authentication, with Basic understanding.",
     ],
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:
