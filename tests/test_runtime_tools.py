@@ -366,3 +366,37 @@ def test_bad_tools_are_refused_before_anything_is_written(store: SessionStore) -
             assert store.log.head == before
 
     asyncio.run(body())
+
+
+def test_step_hooks_and_filters_see_each_step(store: SessionStore) -> None:
+    from sessions.runtime import reject
+
+    provider = ScriptedProvider([calls(("read_file", {"path": "secret.env"})), FINAL])
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def no_todo(text: str) -> Any:
+        from sessions.runtime import passed
+
+        return reject("mentions a TODO") if "TODO" in text else passed()
+
+    async def body() -> dict[str, Any]:
+        async with Runtime(
+            store,
+            providers=[provider],
+            default_provider="scripted",
+            input_filters=[no_todo],
+            before_step=lambda info: seen.append(("before", info)),
+            after_step=lambda info: seen.append(("after", info)),
+        ) as runtime:
+            sid = (await runtime.create("agent"))["session_id"]
+            return await runtime.prompt(sid, "read it", tools=TOOLS)
+
+    result = asyncio.run(body())
+    assert [(when, info["step"]) for when, info in seen] == [
+        ("before", 1), ("after", 1), ("before", 2), ("after", 2)
+    ]  # fmt: skip
+    assert seen[1][1]["tool_calls"] == ["read_file"]
+    withheld = "[result withheld by input filter no_todo: mentions a TODO]"
+    assert seen[1][1]["results"] == [withheld]
+    assert provider.seen[1][0][-1]["content"] == withheld  # the model never saw the result
+    assert seen[3][1]["stop_reason"] == "end_turn" and result["steps"] == 2

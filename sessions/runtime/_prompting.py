@@ -286,18 +286,23 @@ class PromptLoop:
         messages = started.messages
         while True:
             self.steps += 1
+            info = {"session_id": self.sid, "request_id": self.rid, "step": self.steps}
+            await self.runtime._call_step_hook("before_step", dict(info))
             reply, usage, stop_reason = await self._model(provider, messages, started.params, specs)
             self.total = self.total + rt.loop_usage(usage)
             calls = await self._calls(reply) if tools else []
+            info.update(stop_reason=stop_reason, tool_calls=[name for _, name, _ in calls])
             if not calls:
+                await self.runtime._call_step_hook("after_step", {**info, "results": []})
                 return reply, usage, stop_reason
             await self._step(reply, usage, stop_reason, calls)
             if self.steps >= self.options.max_steps:
                 await self._skip(calls, "max_steps", "the loop reached max_steps")
                 raise _Stop("max_steps", f"Stopped after {self.steps} steps (max_steps).")
-            await self._guard(asyncio.gather(*(self._tool(call) for call in calls)))
+            results = await self._guard(asyncio.gather(*(self._tool(call) for call in calls)))
             if self.flight.cancel_reason is not None:
                 raise asyncio.CancelledError
+            await self.runtime._call_step_hook("after_step", {**info, "results": results})
             report = await self.runtime._maintain(self.store, self.sid)
             if report and report.get("doom_loop") and self.runtime.doom_loop == "stop":
                 raise _Stop("doom_loop", "Stopped: the same tool call kept repeating.")
@@ -409,7 +414,7 @@ class PromptLoop:
             kind=kind,
         )
 
-    async def _tool(self, call: tuple[str, str, dict[str, Any]]) -> None:
+    async def _tool(self, call: tuple[str, str, dict[str, Any]]) -> str:
         call_id, name, arguments = call
         error: str | None = None
         kind: str | None = None
@@ -432,6 +437,7 @@ class PromptLoop:
             text = f"error: {error}"
         text, kind, error = self._screen(text, kind, error)
         await self._record([self._finished(call_id, name, text, error, kind)])
+        return text
 
     def _screen(
         self, text: str, kind: str | None, error: str | None

@@ -105,6 +105,8 @@ class Runtime:
         after_task: Hook | None = None,
         ephemeral_store: SessionStore | None = None,
         maintain_context: bool = True,
+        before_step: Hook | None = None,
+        after_step: Hook | None = None,
         doom_loop: str = "steer",
         reap_interval_s: float | None = _limits.reap_interval_s_default,
     ) -> None:
@@ -129,6 +131,10 @@ class Runtime:
         self._on_close = check_hook(on_session_close, "on_session_close")
         self._before_task = check_hook(before_task, "before_task")
         self._after_task = check_hook(after_task, "after_task")
+        # Around each model call of a prompt (tool loop or not): `before_step({session_id,
+        # request_id, step})`, then `after_step({..., stop_reason, tool_calls, results})`.
+        self._before_step = check_hook(before_step, "before_step")
+        self._after_step = check_hook(after_step, "after_step")
         self._filters = _filters.check_filters(input_filters)
         self.store = store
         self._own_ephemeral = ephemeral_store is None
@@ -535,6 +541,10 @@ class Runtime:
 
     async def _call_before_task(self, info: dict[str, Any]) -> None:
         await call_hook(self._before_task, "before_task", info)
+
+    async def _call_step_hook(self, name: str, info: dict[str, Any]) -> None:
+        hook = self._before_step if name == "before_step" else self._after_step
+        await call_hook(hook, name, info)
 
     async def _maintain(
         self, store: SessionStore, sid: str, *, context_error: bool = False
