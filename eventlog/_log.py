@@ -231,7 +231,7 @@ class EventLog:
                 if child._broken:
                     child._txn.abort()
                     raise StorageError("a write inside this transaction failed; nothing was kept")
-                child._txn.commit()  # its deferred writes travel up to the parent
+                child._txn.commit()
                 child._merge_into_parent()
             return
         with self._writer:
@@ -243,7 +243,8 @@ class EventLog:
                     tx._txn.abort()
                     raise
                 try:
-                    tx._flush_deferred()
+                    if tx.projector_state is not None:
+                        tx.projector_state.before_commit(tx)
                 except BaseException:
                     tx._txn.abort()
                     raise

@@ -53,6 +53,8 @@ class Transaction(LogView):
     transaction commits; an exception leaving the `with` block writes nothing.
     """
 
+    writable = True
+
     def __init__(
         self, txn: StorageTxn, parent: Transaction | None, projector: Projector | None
     ) -> None:
@@ -65,11 +67,8 @@ class Transaction(LogView):
         self._pending_bytes: int = parent._pending_bytes if parent else 0
         self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
         self._versions: dict[bytes, int] = dict(parent._versions) if parent else {}
-        self.cache: dict[bytes, Any] = dict(parent.cache) if parent else {}
-        self._deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] = (
-            dict(parent._deferred) if parent else {}
-        )
-        """Decoded values a projection keeps for the life of this transaction (see `kv_put`)."""
+        state = parent.projector_state if parent else None
+        self.projector_state = None if state is None else state.nested()
         self._bytes: int = parent._bytes if parent else 0
         self._head: int = parent._head if parent else -1
         self._head_hash: bytes = parent._head_hash if parent else b""
@@ -285,8 +284,6 @@ class Transaction(LogView):
                 "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
             )
         self._reserve(len(key) + len(value))
-        self.cache.pop(key, None)
-        self._deferred.pop(key, None)
         try:
             self._txn.kv_put(key, value)
         except BaseException:
@@ -295,7 +292,6 @@ class Transaction(LogView):
 
     def kv_put_many(self, items: Sequence[tuple[bytes, bytes | bytearray | memoryview]]) -> None:
         """`kv_put` of each (key, value) pair, handed to storage in one call."""
-        cache, deferred = self.cache, self._deferred
         key_max, value_max = limits.kv_key_bytes_max, limits.kv_value_bytes_max
         size = 0
         for key, value in items:
@@ -312,10 +308,6 @@ class Transaction(LogView):
                 )
             size += len(key) + length
         self._reserve(size)
-        if cache or deferred:
-            for key, _ in items:
-                cache.pop(key, None)
-                deferred.pop(key, None)
         try:
             self._txn.kv_put_many(items)
         except BaseException:
@@ -323,56 +315,15 @@ class Transaction(LogView):
             raise
 
     def kv_delete(self, key: bytes) -> bool:
-        self.cache.pop(key, None)
-        deferred = self._deferred.pop(key, None) is not None
-        return self._txn.kv_delete(check_key(key)) or deferred
+        return self._txn.kv_delete(check_key(key))
 
     def kv_clear(self) -> None:
         """Delete every projection key in one storage call (for `rebuild`)."""
-        self.cache.clear()
-        self._deferred.clear()
         try:
             self._txn.kv_clear()
         except BaseException:
             self._broken = True
             raise
-
-    def kv_defer(self, key: bytes, value: Any, encode: Callable[[Any], bytes]) -> None:
-        """Set `key` to `encode(value)`, written once when the transaction commits.
-
-        For projection state rewritten by every event: `value` stays decoded in `cache`, reads of
-        the key in this transaction see it, and a scan writes pending values before it runs.
-        """
-        if type(key) is not bytes or not 0 < len(key) <= limits.kv_key_bytes_max:
-            check_key(key)  # raises, naming what is wrong
-        self.cache[key] = value
-        self._deferred[key] = (value, encode)
-
-    def kv_get(self, key: bytes) -> bytes | None:
-        pending = self._deferred.get(key)
-        if pending is not None:
-            return pending[1](pending[0])
-        return super().kv_get(key)
-
-    def kv_scan(
-        self,
-        prefix: bytes = b"",
-        *,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> list[tuple[bytes, bytes]]:
-        self._flush_deferred()
-        return super().kv_scan(prefix, start=start, stop=stop, reverse=reverse, limit=limit)
-
-    def _flush_deferred(self) -> None:
-        pending, self._deferred = self._deferred, {}
-        for key, (value, encode) in pending.items():
-            cached = self.cache.get(key)
-            self.kv_put(key, encode(value))
-            if cached is not None:
-                self.cache[key] = cached
 
     @property
     def head(self) -> int:
@@ -394,8 +345,7 @@ class Transaction(LogView):
         parent._pending_bytes = self._pending_bytes
         parent._hooks = self._hooks
         parent._versions = self._versions
-        parent.cache = self.cache
-        parent._deferred = self._deferred
+        parent.projector_state = self.projector_state
         parent._bytes = self._bytes
         parent._head = self._head
         parent._head_hash = self._head_hash

@@ -7,6 +7,7 @@ never writes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from eventlog import _chain, limits
 from eventlog._checks import check_key, check_page, check_stream
@@ -14,9 +15,28 @@ from eventlog._codec import Envelope
 from eventlog._storage import StorageTxn
 from eventlog.errors import IntegrityError, InvalidArgumentError
 
+if TYPE_CHECKING:
+    from eventlog._transaction import Transaction
+
+
+class ProjectorState(Protocol):
+    """What a projector keeps for the life of one transaction (its cache, its deferred writes).
+    The log only carries it: a nested transaction gets `nested()`, which replaces the parent's
+    when the nested one commits, and the outermost calls `before_commit(tx)` just before its
+    commit, where a failure aborts the transaction."""
+
+    def nested(self) -> ProjectorState: ...
+
+    def before_commit(self, tx: Transaction) -> None: ...
+
 
 class LogView:
     """A consistent read of the log and of projection state, inside one storage transaction."""
+
+    writable = False
+    """Whether this is a transaction, which may write."""
+    projector_state: ProjectorState | None = None
+    """Set by the projector inside a transaction (see `ProjectorState`); None in a plain view."""
 
     def __init__(self, txn: StorageTxn) -> None:
         self._txn = txn

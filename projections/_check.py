@@ -25,6 +25,7 @@ from eventlog import (
     VerifyReport,
 )
 from eventlog._walk import emit, report_fields
+from projections import _kv
 from projections import _state as st
 from projections._queries import _rebuild_in
 
@@ -68,7 +69,7 @@ def check(
 def _keys(view: LogView) -> Iterator[tuple[bytes, bytes]]:
     start = b""
     while True:
-        page = view.kv_scan(start=start, limit=_SCAN_KEYS)
+        page = _kv.scan(view, start=start, limit=_SCAN_KEYS)
         yield from page
         if len(page) < _SCAN_KEYS:
             return

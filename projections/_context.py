@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from eventlog import Envelope, LogView, StructCodec, Transaction
 from eventlog import events as ev
+from projections import _kv
 from projections import _state as st
 
 PRUNE_PREFIX = b"cx/p/"
@@ -38,20 +39,20 @@ def apply_pruned(tx: Transaction, transcript: st.Transcript, envelope: Envelope)
     """Record each decision of a `context_pruned` event; the transcript itself is unchanged."""
     data = envelope.data
     assert isinstance(data, ev.ContextPruned)
-    raw = tx.kv_get(st.state_key(envelope.stream))
+    raw = _kv.get(tx, st.state_key(envelope.stream))
     if raw is None:
         return transcript
     generation = st.STATE_CODEC.decode(raw).generation
     for result in data.results:
         key = prune_key(envelope.stream, generation, result.position, result.index)
-        tx.kv_put(key, PRUNED_CODEC.encode(result))
-    tx.kv_put(prune_version_key(envelope.stream), envelope.version.to_bytes(8, "big"))
+        _kv.put(tx, key, PRUNED_CODEC.encode(result))
+    _kv.put(tx, prune_version_key(envelope.stream), envelope.version.to_bytes(8, "big"))
     return transcript
 
 
 def prune_version(view: LogView, session_id: str) -> int:
     """The version of the session's last `context_pruned` event (0 when there is none)."""
-    value = view.kv_get(prune_version_key(session_id))
+    value = _kv.get(view, prune_version_key(session_id))
     return int.from_bytes(value, "big") if value else 0
 
 
@@ -62,7 +63,7 @@ def load_prunes(
     prefix = prune_prefix(session_id, generation)
     start = prefix + st.REF_FORMAT.pack(from_position, 0)
     found: dict[Ref, ev.PrunedResult] = {}
-    for key, value in view.kv_scan(prefix, start=start):
+    for key, value in _kv.scan(view, prefix, start=start):
         position, index = st.REF_FORMAT.unpack(key[len(prefix) :])
         found[(position, index)] = PRUNED_CODEC.decode(value)
     return found

@@ -15,6 +15,7 @@ import msgspec
 
 from eventlog import Envelope, IntegrityError, LogView, Transaction
 from eventlog import events as ev
+from projections import _kv
 from projections import _runtime as rt
 from projections import _state as st
 from projections._context import apply_pruned
@@ -36,38 +37,25 @@ SYSTEM_STREAM_PREFIX = "$"
 
 
 def load_state(view: LogView, session_id: str) -> SessionState | None:
-    key = st.state_key(session_id)
-    cache = view.cache if isinstance(view, Transaction) else None
-    if cache is not None and key in cache:
-        return cache[key]  # type: ignore[no-any-return]
-    data = view.kv_get(key)
-    state = None if data is None else STATE_CODEC.decode(data)
-    if cache is not None:
-        cache[key] = state
+    state: SessionState | None = _kv.cached(view, st.state_key(session_id), STATE_CODEC.decode)
     return state
 
 
 def load_transcript(view: LogView, session_id: str) -> Transcript | None:
     key = st.transcript_key(session_id)
-    cache = view.cache if isinstance(view, Transaction) else None
-    if cache is not None and key in cache:
-        return cache[key]  # type: ignore[no-any-return]
-    data = view.kv_get(key)
-    transcript = None if data is None else TRANSCRIPT_CODEC.decode(data)
-    if cache is not None:
-        cache[key] = transcript
+    transcript: Transcript | None = _kv.cached(view, key, TRANSCRIPT_CODEC.decode)
     return transcript
 
 
 def _save_state(tx: Transaction, state: SessionState) -> None:
     key = st.state_key(state.session_id)
-    tx.kv_put(key, STATE_CODEC.encode(state))
-    tx.cache[key] = state  # after the put, which drops any cached value for the key
+    _kv.put(tx, key, STATE_CODEC.encode(state))
+    _kv.remember(tx, key, state)  # after the put, which drops any cached value for the key
 
 
 def _save_transcript(tx: Transaction, session_id: str, transcript: Transcript) -> None:
     # Rewritten by every event of the session: written once per transaction, at commit.
-    tx.kv_defer(st.transcript_key(session_id), transcript, TRANSCRIPT_CODEC.encode)
+    _kv.defer(tx, st.transcript_key(session_id), transcript, TRANSCRIPT_CODEC.encode)
 
 
 def _int8(value: int) -> bytes:
@@ -75,9 +63,9 @@ def _int8(value: int) -> bytes:
 
 
 def _count(tx: Transaction, key: bytes, delta: int) -> None:
-    current = tx.kv_get(key)
+    current = _kv.get(tx, key)
     value = (int.from_bytes(current, "big") if current else 0) + delta
-    tx.kv_put(key, max(value, 0).to_bytes(8, "big"))
+    _kv.put(tx, key, max(value, 0).to_bytes(8, "big"))
 
 
 def project(tx: Transaction, envelopes: list[Envelope]) -> None:
@@ -86,7 +74,7 @@ def project(tx: Transaction, envelopes: list[Envelope]) -> None:
         apply(tx, envelopes[0])
     else:
         _apply_runs(tx, envelopes)
-    tx.kv_defer(st.POSITION_KEY, envelopes[-1].position, _int8)
+    _kv.defer(tx, st.POSITION_KEY, envelopes[-1].position, _int8)
 
 
 def _apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
@@ -155,7 +143,7 @@ def _remember_key(tx: Transaction, envelope: Envelope) -> None:
     """Record the command's idempotency key, if it carries one, for the session's incarnation."""
     key = getattr(envelope.data, "idempotency_key", None)
     if key is not None:
-        tx.kv_put(st.idempotency_key(envelope.stream, key), _int8(envelope.position))
+        _kv.put(tx, st.idempotency_key(envelope.stream, key), _int8(envelope.position))
 
 
 def _touch(transcript: Transcript, envelope: Envelope) -> Transcript:
@@ -237,7 +225,7 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
     transcript = Transcript(ranges=ranges, length=length)
     _begin_incarnation(tx, state, _touch(transcript, envelope), first=previous is None)
     if parent is not None:  # children are listed under an incarnation; no state, no listing
-        tx.kv_put(st.child_key(data.parent_id, envelope.position), envelope.stream.encode())
+        _kv.put(tx, st.child_key(data.parent_id, envelope.position), envelope.stream.encode())
 
 
 def _begin_incarnation(
@@ -248,8 +236,8 @@ def _begin_incarnation(
     # that has a state. Skipping the scan matters: a scan writes out every deferred key first.
     if not first:
         for prefix in (st.child_prefix(state.session_id), st.idempotency_prefix(state.session_id)):
-            for key, _ in tx.kv_scan(prefix):
-                tx.kv_delete(key)
+            for key, _ in _kv.scan(tx, prefix):
+                _kv.delete(tx, key)
     _save_state(tx, state)
     _save_transcript(tx, state.session_id, transcript)
     _count(tx, st.ACTIVE_COUNT_KEY, +1)
@@ -312,8 +300,9 @@ def _tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
     segment ends, so appending there extends it in place; None if the segment goes on (a fork
     that shares it got there first). A segment's length is its last chunk's: no key of its own."""
     key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
-    cached = tx.cache.get(key)
-    value = cached if cached is not None else tx.kv_get(key)
+    state = _kv.pending(tx)
+    cached = None if state is None else state.cache.get(key)
+    value = cached if cached is not None else _kv.get(tx, key)
     used = (end % st.REFS_PER_CHUNK) * st.REF_BYTES
     if value is None and used == 0:
         return b""
@@ -333,7 +322,7 @@ def _put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: byt
     while offset < len(packed):
         index, used = divmod(slot, size)
         piece = packed[offset : offset + (size - used) * width]
-        tx.kv_defer(st.ref_chunk_key(segment, index), chunk + piece, bytes)
+        _kv.defer(tx, st.ref_chunk_key(segment, index), chunk + piece, bytes)
         chunk = b""  # any further chunk starts empty
         slot += len(piece) // width
         offset += len(piece)
@@ -381,9 +370,9 @@ def message_of(data: ev.Event, index: int) -> ev.Message:
 
 
 def _new_segment(tx: Transaction) -> int:
-    current = tx.kv_get(st.SEGMENT_COUNTER_KEY)
+    current = _kv.get(tx, st.SEGMENT_COUNTER_KEY)
     segment = int.from_bytes(current, "big") + 1 if current else 1
-    tx.kv_put(st.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
+    _kv.put(tx, st.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
     return segment
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 from eventlog import EventLog, IntegrityError, LogView, StorageError, Transaction, limits
 from eventlog import events as ev
+from projections import _kv
 from projections import _state as st
 from projections._fold import apply, messages_at
 from projections._state import STATE_CODEC, SessionState, Transcript
@@ -75,8 +76,8 @@ def read_refs(view: LogView, segment: int, start: int, end: int) -> list[tuple[i
         return []
     size, width = st.REFS_PER_CHUNK, st.REF_BYTES
     first, last = start // size, (end - 1) // size
-    found = view.kv_scan(
-        start=st.ref_chunk_key(segment, first), stop=st.ref_chunk_key(segment, last + 1)
+    found = _kv.scan(
+        view, start=st.ref_chunk_key(segment, first), stop=st.ref_chunk_key(segment, last + 1)
     )
     full = size * width
     if len(found) != last - first + 1 or any(len(value) != full for _, value in found[:-1]):
@@ -103,11 +104,11 @@ def child_ids(view: LogView, session_id: str) -> list[str]:
     where it first appeared.
     """
     children: list[str] = []
-    for _, value in view.kv_scan(st.child_prefix(session_id)):
+    for _, value in _kv.scan(view, st.child_prefix(session_id)):
         child = value.decode()
         if child in children:
             continue
-        raw = view.kv_get(st.state_key(child))
+        raw = _kv.get(view, st.state_key(child))
         if raw is None or STATE_CODEC.decode(raw).parent_id == session_id:
             children.append(child)
     return children
@@ -118,17 +119,17 @@ def iter_states(
 ) -> Iterator[SessionState]:
     """Session states in id order, starting after the session id `after`."""
     start = st.state_key(after) + b"\x00" if after is not None else None
-    for _, value in view.kv_scan(st.STATE_PREFIX, start=start, limit=limit):
+    for _, value in _kv.scan(view, st.STATE_PREFIX, start=start, limit=limit):
         yield STATE_CODEC.decode(value)
 
 
 def active_count(view: LogView) -> int:
-    value = view.kv_get(st.ACTIVE_COUNT_KEY)
+    value = _kv.get(view, st.ACTIVE_COUNT_KEY)
     return int.from_bytes(value, "big") if value else 0
 
 
 def projected_position(view: LogView) -> int:
-    value = view.kv_get(st.POSITION_KEY)
+    value = _kv.get(view, st.POSITION_KEY)
     return int.from_bytes(value, "big") if value else 0
 
 
@@ -137,7 +138,7 @@ def dump(view: LogView) -> list[tuple[bytes, bytes]]:
     out: list[tuple[bytes, bytes]] = []
     start = b""
     while True:
-        page = view.kv_scan(start=start, limit=10_000)
+        page = _kv.scan(view, start=start, limit=10_000)
         out.extend(page)
         if len(page) < 10_000:
             return out
@@ -156,7 +157,7 @@ def _apply_after(
         for envelope in page:
             apply(tx, envelope)
         position = page[-1].position
-        tx.kv_put(st.POSITION_KEY, position.to_bytes(8, "big"))
+        _kv.put(tx, st.POSITION_KEY, position.to_bytes(8, "big"))
         if progress is not None:
             progress(position, head)
 
@@ -169,7 +170,7 @@ def catch_up(log: EventLog) -> int:
     """
     with log.view() as view:
         done, head = projected_position(view), view.head
-        layout = view.kv_get(st.LAYOUT_KEY)
+        layout = _kv.get(view, st.LAYOUT_KEY)
     if done == head and layout == st.LAYOUT_VERSION:
         return 0
     if done > head:
@@ -177,7 +178,7 @@ def catch_up(log: EventLog) -> int:
             f"the projection reflects position {done}, but the log ends at {head}", head
         )
     with log.transaction() as tx:
-        if tx.kv_get(st.LAYOUT_KEY) != st.LAYOUT_VERSION:
+        if _kv.get(tx, st.LAYOUT_KEY) != st.LAYOUT_VERSION:
             # Written by another version of this code (or never): its keys mean something else.
             return _rebuild_in(tx)
         start = projected_position(tx)
@@ -189,7 +190,7 @@ def check_current(log: EventLog) -> None:
     layout: bringing it up to date is a write."""
     with log.view() as view:
         done, head = projected_position(view), view.head
-        layout = view.kv_get(st.LAYOUT_KEY)
+        layout = _kv.get(view, st.LAYOUT_KEY)
     if done == head and (layout == st.LAYOUT_VERSION or head == 0):
         return
     raise StorageError(
@@ -207,6 +208,6 @@ def rebuild(log: EventLog, *, progress: Callable[[int, int], object] | None = No
 
 
 def _rebuild_in(tx: Transaction, progress: Callable[[int, int], object] | None = None) -> int:
-    tx.kv_clear()
-    tx.kv_put(st.LAYOUT_KEY, st.LAYOUT_VERSION)
+    _kv.clear(tx)
+    _kv.put(tx, st.LAYOUT_KEY, st.LAYOUT_VERSION)
     return _apply_after(tx, 0, progress)

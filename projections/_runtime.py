@@ -26,6 +26,7 @@ import msgspec
 
 from eventlog import Envelope, LogView, StructCodec, Transaction, limits
 from eventlog import events as ev
+from projections import _kv
 from projections import _state as st
 
 ACTIVE = "active"
@@ -161,28 +162,28 @@ def _loop_id_key(session_id: str, loop_id: str) -> bytes | None:
 
 
 def load_runtime(view: LogView, session_id: str) -> RuntimeState | None:
-    data = view.kv_get(_state_key(session_id))
+    data = _kv.get(view, _state_key(session_id))
     return None if data is None else STATE_CODEC.decode(data)
 
 
 def load_loops(view: LogView, session_id: str) -> list[LoopRecord]:
     """Every loop of the session's current incarnation, oldest first."""
-    return [LOOP_CODEC.decode(value) for _, value in view.kv_scan(_loop_prefix(session_id))]
+    return [LOOP_CODEC.decode(value) for _, value in _kv.scan(view, _loop_prefix(session_id))]
 
 
 def load_loop(view: LogView, session_id: str, loop_id: str) -> LoopRecord | None:
     key = _loop_id_key(session_id, loop_id)
-    position = None if key is None else view.kv_get(key)
+    position = None if key is None else _kv.get(view, key)
     if position is None:
         return None
-    data = view.kv_get(_loop_key(session_id, int.from_bytes(position, "big")))
+    data = _kv.get(view, _loop_key(session_id, int.from_bytes(position, "big")))
     return None if data is None else LOOP_CODEC.decode(data)
 
 
 def _ids_under(view: LogView, prefix: bytes) -> Iterator[str]:
     after: bytes | None = None
     while True:
-        page = view.kv_scan(prefix, start=after, limit=limits.list_page_sessions_max)
+        page = _kv.scan(view, prefix, start=after, limit=limits.list_page_sessions_max)
         for key, _ in page:
             yield key[len(prefix) :].decode()
         if len(page) < limits.list_page_sessions_max:
@@ -201,13 +202,13 @@ def busy_ids(view: LogView) -> Iterator[str]:
 
 
 def open_runtime_count(view: LogView) -> int:
-    value = view.kv_get(_OPEN_COUNT)
+    value = _kv.get(view, _OPEN_COUNT)
     return int.from_bytes(value, "big") if value else 0
 
 
 def total_usage(view: LogView) -> LoopUsage:
     """Usage summed over every loop ever recorded in this store (closed sessions included)."""
-    data = view.kv_get(_USAGE)
+    data = _kv.get(view, _USAGE)
     return LoopUsage() if data is None else USAGE_CODEC.decode(data)
 
 
@@ -215,21 +216,21 @@ def total_usage(view: LogView) -> LoopUsage:
 
 
 def _put_state(tx: Transaction, state: RuntimeState) -> None:
-    tx.kv_put(_state_key(state.session_id), STATE_CODEC.encode(state))
+    _kv.put(tx, _state_key(state.session_id), STATE_CODEC.encode(state))
 
 
 def _put_loop(tx: Transaction, loop: LoopRecord) -> None:
-    tx.kv_put(_loop_key(loop.session_id, loop.position), LOOP_CODEC.encode(loop))
+    _kv.put(tx, _loop_key(loop.session_id, loop.position), LOOP_CODEC.encode(loop))
 
 
 def _load_loop_at(tx: Transaction, session_id: str, position: int) -> LoopRecord | None:
-    data = tx.kv_get(_loop_key(session_id, position))
+    data = _kv.get(tx, _loop_key(session_id, position))
     return None if data is None else LOOP_CODEC.decode(data)
 
 
 def _add_open(tx: Transaction, delta: int) -> None:
     value = open_runtime_count(tx) + delta
-    tx.kv_put(_OPEN_COUNT, max(value, 0).to_bytes(8, "big"))
+    _kv.put(tx, _OPEN_COUNT, max(value, 0).to_bytes(8, "big"))
 
 
 def begin(
@@ -249,7 +250,7 @@ def begin(
     if not isinstance(provider, str):
         return
     _put_state(tx, RuntimeState(session_id=session_id, provider=provider))
-    tx.kv_put(_OPEN + session_id.encode(), b"")
+    _kv.put(tx, _OPEN + session_id.encode(), b"")
     _add_open(tx, +1)
     if parent_spawn_ref is not None and not forked:
         _link_child(tx, session_id, parent_spawn_ref)
@@ -262,10 +263,10 @@ def _forget(tx: Transaction, session_id: str) -> None:
     if previous.open:  # the engine never reopens an open session; a fold must still be total
         _add_open(tx, -1)
     for prefix in (_loop_prefix(session_id), _loop_id_prefix(session_id)):
-        for key, _ in tx.kv_scan(prefix):
-            tx.kv_delete(key)
+        for key, _ in _kv.scan(tx, prefix):
+            _kv.delete(tx, key)
     for key in (_state_key(session_id), _OPEN + session_id.encode(), _BUSY + session_id.encode()):
-        tx.kv_delete(key)
+        _kv.delete(tx, key)
 
 
 def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
@@ -274,7 +275,7 @@ def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
     if not isinstance(parent_id, str) or not isinstance(loop_id, str):
         return
     key = _loop_id_key(parent_id, loop_id)
-    position = None if key is None else tx.kv_get(key)
+    position = None if key is None else _kv.get(tx, key)
     if position is None:
         return
     loop = _load_loop_at(tx, parent_id, int.from_bytes(position, "big"))
@@ -312,8 +313,8 @@ def _started(tx: Transaction, envelope: Envelope) -> None:
     _put_loop(tx, loop)
     key = _loop_id_key(envelope.stream, loop_id)
     if key is not None:
-        tx.kv_put(key, envelope.position.to_bytes(8, "big"))
-    tx.kv_put(_BUSY + envelope.stream.encode(), b"")
+        _kv.put(tx, key, envelope.position.to_bytes(8, "big"))
+    _kv.put(tx, _BUSY + envelope.stream.encode(), b"")
     _put_state(
         tx,
         msgspec.structs.replace(
@@ -355,8 +356,8 @@ def _finish(
             ),
         )
     if usage is not None:
-        tx.kv_put(_USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
-    tx.kv_delete(_BUSY + state.session_id.encode())
+        _kv.put(tx, _USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
+    _kv.delete(tx, _BUSY + state.session_id.encode())
     _put_state(
         tx,
         msgspec.structs.replace(
@@ -417,8 +418,8 @@ def _ended(tx: Transaction, envelope: Envelope) -> None:
         return
     data = envelope.data
     reason = data.reason if isinstance(data, (ev.AgentSessionClosed, ev.SessionDeleted)) else None
-    tx.kv_delete(_OPEN + envelope.stream.encode())
-    tx.kv_delete(_BUSY + envelope.stream.encode())
+    _kv.delete(tx, _OPEN + envelope.stream.encode())
+    _kv.delete(tx, _BUSY + envelope.stream.encode())
     _add_open(tx, -1)
     _put_state(tx, msgspec.structs.replace(state, open=False, close_reason=reason))
 
@@ -427,7 +428,7 @@ def _adopted(tx: Transaction, envelope: Envelope) -> None:
     data = envelope.data
     assert isinstance(data, ev.RuntimeAdopted)
     sid = envelope.stream
-    raw = tx.kv_get(st.state_key(sid))
+    raw = _kv.get(tx, st.state_key(sid))
     if raw is None or st.STATE_CODEC.decode(raw).status != st.ACTIVE:
         return  # nothing open to adopt: the fold stays total
     if load_runtime(tx, sid) is not None:
@@ -435,7 +436,7 @@ def _adopted(tx: Transaction, envelope: Envelope) -> None:
     _put_state(
         tx, RuntimeState(session_id=sid, provider=data.provider, params=dict(data.runtime_params))
     )
-    tx.kv_put(_OPEN + sid.encode(), b"")
+    _kv.put(tx, _OPEN + sid.encode(), b"")
     _add_open(tx, +1)
 
 
@@ -460,7 +461,7 @@ def _step(tx: Transaction, envelope: Envelope) -> None:
     loop = _load_loop_at(tx, state.session_id, state.loop_position)
     if loop is not None:
         _put_loop(tx, msgspec.structs.replace(loop, usage=loop.usage + usage))
-    tx.kv_put(_USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
+    _kv.put(tx, _USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
     calls = [ref for ref in map(_call_ref, data.reply.tool_calls or ()) if ref is not None]
     _put_state(
         tx,
@@ -491,7 +492,7 @@ def _tool_started(tx: Transaction, envelope: Envelope) -> None:
     _put_loop(tx, child)
     key = _loop_id_key(envelope.stream, loop_id)
     if key is not None:
-        tx.kv_put(key, envelope.position.to_bytes(8, "big"))
+        _kv.put(tx, key, envelope.position.to_bytes(8, "big"))
     calls = [
         {**call, "loop_id": loop_id} if call["id"] == data.call_id else call
         for call in state.open_calls

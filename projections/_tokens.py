@@ -14,6 +14,7 @@ import msgspec
 
 from eventlog import Envelope, LogView, StructCodec, Transaction
 from eventlog import events as ev
+from projections import _kv
 
 BEARER_STREAM_PREFIX = "$bearer/"
 """A bearer session's stream is this followed by its handle. The `$` keeps it out of the session
@@ -48,7 +49,7 @@ def record_key(handle: str) -> bytes:
 
 
 def load_record(view: LogView, handle: str) -> BearerRecord | None:
-    data = view.kv_get(record_key(handle))
+    data = _kv.get(view, record_key(handle))
     return None if data is None else RECORD_CODEC.decode(data)
 
 
@@ -84,4 +85,4 @@ def apply_bearer(tx: Transaction, envelope: Envelope) -> None:
         )
     else:
         return  # a session event on a bearer stream: never written by the engine
-    tx.kv_put(record_key(handle), RECORD_CODEC.encode(record))
+    _kv.put(tx, record_key(handle), RECORD_CODEC.encode(record))

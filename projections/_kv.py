@@ -1,0 +1,152 @@
+"""The projections' own key-value doorway: decoded values cached, hot keys written once per commit.
+
+Every projection read and write goes through here, never straight to the log's view. Inside a
+transaction the projector keeps a `Pending` (the log carries it as `Transaction.projector_state`
+and never looks inside): decoded values read or written in this transaction (`cache`), and the
+values of keys rewritten by every event (a transcript, its last chunk of references, the projected
+position), which `defer` keeps decoded and writes once, just before the commit. Reads of a
+deferred key see it; a scan writes every deferred value first, so it sees them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from eventlog import InvalidArgumentError, LogView, Transaction, limits
+
+Buffer = bytes | bytearray | memoryview
+
+
+class Pending:
+    """What the projector keeps for the life of one transaction (see the module's text)."""
+
+    __slots__ = ("cache", "deferred")
+
+    def __init__(
+        self,
+        cache: dict[bytes, Any] | None = None,
+        deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] | None = None,
+    ) -> None:
+        self.cache: dict[bytes, Any] = {} if cache is None else cache
+        self.deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] = (
+            {} if deferred is None else deferred
+        )
+
+    def nested(self) -> Pending:
+        """A copy for a nested transaction: kept by the parent if it commits, dropped if not."""
+        return Pending(dict(self.cache), dict(self.deferred))
+
+    def before_commit(self, tx: Transaction) -> None:
+        """Write every deferred value (the log calls this just before the outermost commit)."""
+        deferred, self.deferred = self.deferred, {}
+        cache = self.cache
+        for key, (value, encode) in deferred.items():
+            tx.kv_put(key, encode(value))
+            cache[key] = value
+
+
+def pending(view: LogView) -> Pending | None:
+    """The projector's `Pending` of `view` when it is a transaction that has one."""
+    return cast("Pending | None", view.projector_state)
+
+
+def _pending_for_write(tx: Transaction) -> Pending:
+    state = cast("Pending | None", tx.projector_state)
+    if state is None:
+        state = Pending()
+        tx.projector_state = state
+    return state
+
+
+def cached(view: LogView, key: bytes, decode: Callable[[bytes], Any]) -> Any:
+    """The value of `key` decoded, or None: from this transaction's cache when it has it."""
+    state = pending(view)
+    if state is None:
+        if not view.writable:
+            data = view.kv_get(key)
+            return None if data is None else decode(data)
+        state = _pending_for_write(cast(Transaction, view))
+    cache = state.cache
+    if key in cache:
+        return cache[key]
+    data = get(view, key)
+    value = None if data is None else decode(data)
+    cache[key] = value
+    return value
+
+
+def remember(tx: Transaction, key: bytes, value: Any) -> None:
+    """Cache `value` as the decoding of what `key` now holds (after writing it)."""
+    _pending_for_write(tx).cache[key] = value
+
+
+def get(view: LogView, key: bytes) -> bytes | None:
+    state = pending(view)
+    if state is not None:
+        deferred = state.deferred.get(key)
+        if deferred is not None:
+            return deferred[1](deferred[0])
+    return view.kv_get(key)
+
+
+def scan(
+    view: LogView,
+    prefix: bytes = b"",
+    *,
+    start: bytes | None = None,
+    stop: bytes | None = None,
+    reverse: bool = False,
+    limit: int | None = None,
+) -> list[tuple[bytes, bytes]]:
+    """`LogView.kv_scan`, after writing what this transaction deferred."""
+    state = pending(view)
+    if state is not None and state.deferred:
+        state.before_commit(cast(Transaction, view))  # only a transaction has a `Pending`
+    return view.kv_scan(prefix, start=start, stop=stop, reverse=reverse, limit=limit)
+
+
+def put(tx: Transaction, key: bytes, value: Buffer) -> None:
+    tx.kv_put(key, value)
+    state = pending(tx)
+    if state is not None:
+        _forget(state, key)
+
+
+def put_many(tx: Transaction, items: Sequence[tuple[bytes, Buffer]]) -> None:
+    """`put` of each (key, value) pair, handed to storage in one call."""
+    tx.kv_put_many(items)
+    state = pending(tx)
+    if state is not None:
+        for key, _ in items:
+            _forget(state, key)
+
+
+def delete(tx: Transaction, key: bytes) -> bool:
+    state = pending(tx)
+    deferred = state is not None and _forget(state, key)
+    return tx.kv_delete(key) or deferred
+
+
+def clear(tx: Transaction) -> None:
+    """Delete every projection key (for `rebuild`)."""
+    tx.kv_clear()
+    tx.projector_state = None
+
+
+def defer(tx: Transaction, key: bytes, value: Any, encode: Callable[[Any], bytes]) -> None:
+    """Set `key` to `encode(value)`, written once just before the commit; `value` stays decoded
+    in the cache meanwhile (see the module's text)."""
+    if type(key) is not bytes or not 0 < len(key) <= limits.kv_key_bytes_max:
+        raise InvalidArgumentError(
+            f"projection key must be 1 to {limits.kv_key_bytes_max} bytes, got {key!r}"
+        )
+    state = _pending_for_write(tx)
+    state.cache[key] = value
+    state.deferred[key] = (value, encode)
+
+
+def _forget(state: Pending, key: bytes) -> bool:
+    """Drop the cached decoding and any deferred value of `key`; whether one was deferred."""
+    state.cache.pop(key, None)
+    return state.deferred.pop(key, None) is not None
