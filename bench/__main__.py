@@ -1,13 +1,14 @@
 """`python -m bench [--quick] [--suite NAME ...] [--only NAME ...] [--rounds N] [--json PATH]
 [--rebuild-cache] [--strict]`.
 
-Runs seven suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
+Runs nine suites, each against baselines measured in the same run: `log` (bench/log_bench.py, the
 event log), `engine` (bench/engine_bench.py, the session engine), `replay`
 (bench/replay_bench.py, seeding a session from an llm_transcript.jsonl file, and exporting it as
 a bundle), and `tokens`
 (bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
 (bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
 `context` (bench/context_bench.py, the context view of a 10,000-message session), and
+`service` (bench/service_bench.py, the HTTP service against the in-process engine), and
 `postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB), and
 `integrations` (bench/integrations_bench.py, the framework backends against each framework's own
 durable store). `--only` takes
@@ -44,6 +45,7 @@ from bench import (
     pg_bench,
     replay_bench,
     runtime_bench,
+    service_bench,
     tokens_bench,
 )
 from bench._timing import Result, filesystem_of, machine, table
@@ -106,6 +108,11 @@ def _run_integrations(
     return integrations_bench.run(ctx, names)
 
 
+def _run_service(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
+    ctx = service_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
+    return service_bench.run(ctx, names)
+
+
 def _run_postgres(
     tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
 ) -> list[Result]:
@@ -159,6 +166,14 @@ SUITES = (
         integrations_bench.FULL,
         integrations_bench.QUICK,
         _run_integrations,
+    ),
+    Suite(
+        "service",
+        list(service_bench.BENCHMARKS),
+        service_bench.FULL,
+        service_bench.QUICK,
+        _run_service,
+        summary=service_bench.summary,
     ),
     Suite(
         "postgres",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -76,7 +75,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = parts
-    return Gate(app, BearerAuth(app, store, api_keys=api_keys), parts)
+    return Gate(app, _ProblemAuth(app, store, api_keys=api_keys), parts)
 
 
 async def openapi(request: Request) -> Response:
@@ -107,7 +106,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 class Gate:
     """The outermost ASGI layer: public paths pass, the protocol version is checked, the rest goes
-    through `BearerAuth`, whose 401 is rewritten as problem+json."""
+    through `BearerAuth` (with its 401 as problem+json)."""
 
     def __init__(self, app: Starlette, guarded: BearerAuth, parts: Service) -> None:
         self.app = app
@@ -131,7 +130,7 @@ class Gate:
         if scope.get("path") in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
-        await self.guarded(scope, receive, _problem_401(send, scope.get("path", "")))
+        await self.guarded(scope, receive, send)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -142,48 +141,39 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _problem_401(send: Send, path: str) -> Send:
-    """`send`, with BearerAuth's 401 body replaced by a problem+json one (its headers kept)."""
-    state: dict[str, Any] = {"unauthorized": False}
+class _ProblemAuth(BearerAuth):
+    """`BearerAuth` whose 401 is problem+json (its challenge header kept). Overriding the refusal,
+    rather than wrapping `send`, keeps every streamed chunk free of an extra layer."""
 
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start" and message["status"] == 401:
-            state["unauthorized"] = True
-            body = _problems.encode(
-                _problems.body(
-                    401, "unauthorized", "a valid API key or bearer token is needed", path
-                )
-            )
-            state["body"] = body
-            headers = [
-                (k, v)
-                for k, v in message["headers"]
-                if k.lower() not in (b"content-type", b"content-length")
-            ]
-            headers += [
-                (b"content-type", _problems.MEDIA_TYPE.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ]
-            await send({**message, "headers": headers})
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        if scope["type"] != "http":
+            await super()._refuse(scope, send)
             return
-        if state["unauthorized"] and message["type"] == "http.response.body":
-            await send({"type": "http.response.body", "body": state["body"]})
-            return
-        await send(message)
+        captured: list[Message] = []
 
-    return wrapped
+        async def keep(message: Message) -> None:
+            captured.append(message)
+
+        await super()._refuse(scope, keep)
+        challenge = [(k, v) for k, v in captured[0]["headers"] if k.lower() == b"www-authenticate"]
+        detail = "a valid API key or bearer token is needed"
+        await _send_problem(send, 401, "unauthorized", detail, scope.get("path", ""), challenge)
 
 
-async def _send_problem(send: Send, status: int, kind: str, detail: str, path: str) -> None:
+async def _send_problem(
+    send: Send,
+    status: int,
+    kind: str,
+    detail: str,
+    path: str,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     body = _problems.encode(_problems.body(status, kind, detail, path))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", _problems.MEDIA_TYPE.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", _problems.MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+        *(extra_headers or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

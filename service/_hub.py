@@ -50,13 +50,14 @@ def control_frame(kind: str, data: dict[str, Any], position: int | None = None) 
 class Stream:
     """The receiving end of one SSE connection."""
 
-    __slots__ = ("buffer", "overflowed", "session_id", "wake")
+    __slots__ = ("buffer", "heartbeat_due", "overflowed", "session_id", "wake")
 
     def __init__(self, session_id: str | None) -> None:
         self.session_id = session_id
         self.buffer: deque[tuple[int, bytes]] = deque()
         self.wake = asyncio.Event()
         self.overflowed = False
+        self.heartbeat_due = False
 
     def offer(self, position: int, data: bytes) -> None:
         if self.overflowed:
@@ -82,6 +83,7 @@ class Hub:
         self._count = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscription: Subscription | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
 
     @property
     def open_count(self) -> int:
@@ -92,16 +94,32 @@ class Hub:
         self._subscription = self.store.log.subscribe(
             self._on_commit, follow=self.follow, poll_interval_s=self.poll_interval_s
         )
+        self._heartbeats = self._loop.create_task(self._beat())
 
     def stop(self) -> None:
         if self._subscription is not None:
             self._subscription.close()
             self._subscription = None
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            self._heartbeats = None
+
+    async def _beat(self) -> None:
+        """One timer for every stream (a timer per stream costs on every event it waits for):
+        each stream is asked for a heartbeat comment every `heartbeat_interval_s`."""
+        while True:
+            await asyncio.sleep(_limits.heartbeat_interval_s)
+            for stream in self._streams():
+                stream.heartbeat_due = True
+                stream.wake.set()
+
+    def _streams(self) -> list[Stream]:
+        return [*self._whole, *(s for group in self._by_session.values() for s in group)]
 
     def drain(self) -> None:
         """The server is stopping: every stream ends with a final event."""
         self.draining = True
-        for stream in [*self._whole, *(s for group in self._by_session.values() for s in group)]:
+        for stream in self._streams():
             stream.wake.set()
 
     def open(self, session_id: str | None) -> Stream:

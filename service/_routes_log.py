@@ -138,22 +138,23 @@ async def _frames(request: Request, stream: Stream, after: int) -> AsyncIterator
             last = position
             yield data
         while True:
-            while stream.buffer:
-                position, data = stream.buffer.popleft()
-                if position > last:
-                    last = position
-                    yield data
+            if stream.buffer:  # all that waits goes out as one chunk: one write, not one each
+                fresh = [data for position, data in stream.buffer if position > last]
+                last = max(last, stream.buffer[-1][0])
+                stream.buffer.clear()
+                if fresh:
+                    yield b"".join(fresh)
             if stream.overflowed:
                 yield control_frame("overflow", {"after": last, "reason": "slow consumer"}, last)
                 return
             if svc.hub.draining:
                 yield control_frame("shutdown", {"after": last}, last)
                 return
-            stream.wake.clear()
-            try:
-                await asyncio.wait_for(stream.wake.wait(), _limits.heartbeat_interval_s)
-            except TimeoutError:
+            if stream.heartbeat_due:
+                stream.heartbeat_due = False
                 yield b": heartbeat\n\n"
+            stream.wake.clear()
+            await stream.wake.wait()
     finally:
         svc.hub.close(stream)
 
