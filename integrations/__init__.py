@@ -2,6 +2,7 @@
 
 - `integrations.openai_agents`: a `Session` for the OpenAI Agents SDK (`[openai-agents]`).
 - `integrations.adk`: a `BaseSessionService` for Google ADK (`[adk]`).
+- `integrations.langgraph`: a `BaseCheckpointSaver` for LangGraph (`[langgraph]`).
 
 Importing this package imports no framework; each module imports its framework when it is used.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -50,6 +51,14 @@ class AsyncSessionStore:
         return await loop.run_in_executor(
             self._worker, functools.partial(function, *args, **kwargs)
         )
+
+    def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run `function(*args, **kwargs)` on the store's worker thread and wait for it: for
+        blocking callers that share the store with asyncio code (never from the worker itself,
+        nor from a coroutine)."""
+        if threading.current_thread() in self._worker._threads:
+            return function(*args, **kwargs)  # already on the worker (a nested call)
+        return self._worker.submit(function, *args, **kwargs).result()
 
     async def aclose(self) -> None:
         """Close the store (after every call already awaited) and stop the worker."""
