@@ -16,6 +16,7 @@ from eventlog._codec import (
 )
 from eventlog._lease import Lease
 from eventlog._log import EventLog
+from eventlog._plain import check_plain
 from eventlog._subscribe import Subscription
 from eventlog._transaction import Projector, Transaction
 from eventlog._verify import VerifyReport
@@ -71,6 +72,7 @@ __all__ = [
     "UnknownSessionError",
     "VerifyReport",
     "check_encodable",
+    "check_plain",
     "convert",
     "events",
     "limits",

@@ -64,8 +64,10 @@ def check_expected(expected: object) -> None:
 
 
 def check_page(after: object, limit: object, what: str) -> tuple[int, int]:
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InvalidArgumentError(f"{what}: `after` must be an int >= 0, got {after!r}")
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= limits.position_max:
+        raise InvalidArgumentError(
+            f"{what}: `after` must be an int from 0 to {limits.position_max}, got {after!r:.40}"
+        )
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(f"{what}: `limit` must be an int >= 1, got {limit!r}")
     if limit > limits.read_page_events_max:

@@ -14,8 +14,9 @@ from typing import Any, Generic, TypeVar
 import blake3
 import msgspec
 
+from eventlog._plain import check_plain
 from eventlog.errors import IntegrityError, InvalidArgumentError
-from eventlog.events import AnyEvent, event_type_name
+from eventlog.events import AnyEvent, Timestamp, event_type_name
 
 T = TypeVar("T")
 HASH_BYTES = 32
@@ -33,7 +34,7 @@ class Envelope(msgspec.Struct, frozen=True, array_like=True, gc=False):
     position: int
     stream: str
     version: int
-    recorded_at: datetime
+    recorded_at: Timestamp
     meta: dict[str, Any]
     data: AnyEvent
 
@@ -105,7 +106,7 @@ def encode_records(
                 )
             else:
                 envelope = decode(buf)  # also proves the payload reads back as its own type
-        except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+        except (msgspec.MsgspecError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise EncodeFailure(index, exc) from exc
         if len(buf) > max_bytes:
             raise EncodeFailure(index, None, len(buf))
@@ -120,7 +121,8 @@ def encode_records(
 
 # What msgspec raises for bytes that are not a valid record: malformed msgpack, a schema mismatch,
 # and invalid UTF-8 in a string, which surfaces as the builtin `UnicodeDecodeError`.
-DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+# A record nested past the interpreter's stack is damage too, never a crash of the reader.
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 def stored_hash(record: bytes | bytearray | memoryview) -> bytes:
@@ -201,8 +203,10 @@ def to_builtins(value: object) -> Any:
 
 
 def check_encodable(value: object, *, what: str) -> int:
-    """The encoded size of `value`; raises `InvalidArgumentError` if it cannot be stored."""
+    """The encoded size of `value`; raises `InvalidArgumentError` if it cannot be stored or is
+    not plain data that comes back as it went in (`check_plain`)."""
+    check_plain(value, what=what)
     try:
         return len(_encoder.encode(value))
-    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise InvalidArgumentError(f"{what} cannot be stored: {exc}") from exc

@@ -13,9 +13,13 @@ collector (`gc=False`): decoding a page of events then allocates nothing the col
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Union
 
 import msgspec
+
+Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+"""A moment, always with its UTC offset: a naive datetime is refused when a record is decoded, so
+the log cannot hold one (a comparison of naive and aware times would fail far from the cause)."""
 
 
 class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -81,7 +85,7 @@ class SessionOpened(Event, tag="session_opened", frozen=True):
     """First event of a session opened directly (not forked)."""
 
     session_id: str
-    created_at: datetime
+    created_at: Timestamp
     agent_id: str | None = None
     title: str | None = None
     formation: dict[str, Any] = {}
@@ -101,7 +105,7 @@ class SessionForked(Event, tag="session_forked", frozen=True):
     session_id: str
     parent_id: str
     parent_version: int
-    created_at: datetime
+    created_at: Timestamp
     keep_first: int | None = None
     branched_at_event_index: int | None = None
     title: str | None = None
@@ -404,8 +408,8 @@ class BearerSessionCreated(Event, tag="bearer_session_created", frozen=True):
 
     handle: str
     principal: str
-    created_at: datetime
-    expires_at: datetime
+    created_at: Timestamp
+    expires_at: Timestamp
     attributes: dict[str, Any] = {}
 
 
@@ -414,7 +418,7 @@ class BearerSessionTouched(Event, tag="bearer_session_touched", frozen=True):
 
     stream_kind: ClassVar[str] = "bearer"
 
-    last_seen_at: datetime
+    last_seen_at: Timestamp
 
 
 class BearerSessionExpired(Event, tag="bearer_session_expired", frozen=True):
@@ -422,7 +426,7 @@ class BearerSessionExpired(Event, tag="bearer_session_expired", frozen=True):
 
     stream_kind: ClassVar[str] = "bearer"
 
-    expired_at: datetime
+    expired_at: Timestamp
     reason: str | None = None
 
 

@@ -64,6 +64,17 @@ messages take up to twenty times their stored bytes. A command's events stay far
 subscribers_max: Final = 10_000
 """In-process subscribers on one log. Each one runs on every commit; more is a leak, not a design."""
 
+value_depth_max: Final = 64
+"""How deeply caller data (message content, metadata, options, scratchpads, attributes) may nest,
+counting the outermost dict or list as 1. Real tool arguments and content blocks nest a handful
+of levels; every encoder, decoder and renderer on the way (msgpack, JSON, a bundle's envelope
+around the value) recurses once per level, so a bound far below the interpreter's recursion
+limit is what lets a value that was accepted always be exported, shown and imported again."""
+
+position_max: Final = 2**63 - 1
+"""The largest log position or stream version anything may name: positions are 8-byte keys, and
+a server backend keeps them in a signed 64-bit column. A larger `after` is not a position."""
+
 # The engine
 
 session_id_bytes_max: Final = 128

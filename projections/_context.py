@@ -21,6 +21,7 @@ PRUNE_VERSION_PREFIX = b"cx/v/"
 PRUNED_CODEC = StructCodec(ev.PrunedResult, "pruned result")
 
 Ref = tuple[int, int]
+_INDEX_MAX = 2**16 - 1  # a message's index inside its event, as a reference key holds it
 
 
 def prune_prefix(session_id: str, generation: int) -> bytes:
@@ -44,6 +45,8 @@ def apply_pruned(tx: Transaction, transcript: st.Transcript, envelope: Envelope)
         return transcript
     generation = st.STATE_CODEC.decode(raw).generation
     for result in data.results:
+        if not (0 < result.position < envelope.position and 0 <= result.index <= _INDEX_MAX):
+            continue  # names no message that can exist: nothing to show pruned
         key = prune_key(envelope.stream, generation, result.position, result.index)
         _kv.put(tx, key, PRUNED_CODEC.encode(result))
     _kv.put(tx, prune_version_key(envelope.stream), envelope.version.to_bytes(8, "big"))

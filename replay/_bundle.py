@@ -26,6 +26,7 @@ from sessions import ConcurrencyError, InvalidArgumentError, SessionStore, Unkno
 PRODUCER = "sessionlog"
 IMPORTED_FROM = "imported_from"
 IMPORTED_LINEAGE = "imported_lineage"
+IMPORTED_SPAWN_REF = "imported_spawn_ref"
 _PAGE_EVENTS = 1_000
 _READ_ATTEMPTS = 5  # a writer appending while we read makes us read again, this many times
 _FORMAT_NOTE = (
@@ -276,6 +277,9 @@ def _section(
         "live_controller_id",
     )
     metadata = {key: snapshot.get(key) for key in keys}
+    imported_ref = (snapshot.get("metadata") or {}).get(IMPORTED_SPAWN_REF)
+    if metadata["parent_spawn_ref"] is None and isinstance(imported_ref, Mapping):
+        metadata["parent_spawn_ref"] = dict(imported_ref)  # as it was before the import
     metadata["lineage"] = lineage
     metadata["transcript_version"] = snapshot["version"]
     return {

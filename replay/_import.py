@@ -3,7 +3,8 @@
 Import creates the session under the bundle's id in one atomic commit, with its transcript, system
 prompt, tool format, workspace, scratchpad and metadata. Lineage cannot be recreated as a real fork
 (the parent's log is not in the bundle), so it is kept as *imported lineage* in the session's
-metadata (`metadata.imported_lineage`), and a later export of the imported session reports it: a
+metadata (`metadata.imported_lineage`, and a sub-agent's spawn reference in
+`metadata.imported_spawn_ref`), and a later export of the imported session reports it: a
 `local` bundle round-trips to the same transcript and lineage. Where the session came from is kept
 in `metadata.imported_from`. Sanitized and replay_only bundles import as they are: placeholder text
 (`[redacted]`, `<redacted:...>`, `[withheld]`) becomes the imported text. Live clients and
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay._bundle import IMPORTED_FROM, IMPORTED_LINEAGE, PRODUCER
+from replay._bundle import IMPORTED_FROM, IMPORTED_LINEAGE, IMPORTED_SPAWN_REF, PRODUCER
 from replay._validate import BundleError, BundleIssue, check_bundle
 from sessions import SessionExistsError, SessionStore
 
@@ -181,9 +182,14 @@ def _open_options(bundle: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[st
         "agent_id": _text(meta.get("agent_id")),
         "workspace_anchor": _anchor(bundle, meta),
     }
-    for key in ("formation", "parent_spawn_ref", "workspace_policy"):
+    for key in ("formation", "workspace_policy"):
         if own and isinstance(meta.get(key), Mapping):
             options[key] = dict(meta[key])
+    # A spawn reference names a loop of the exporting store. Given to `open_session` it would
+    # list the import as a child of whatever loop of this store has that id: kept as lineage.
+    spawn_ref = meta.get("parent_spawn_ref")
+    if own and isinstance(spawn_ref, Mapping):
+        metadata[IMPORTED_SPAWN_REF] = dict(spawn_ref)
     if own and meta.get("scope") in ("persistent", "ephemeral"):
         options["scope"] = meta["scope"]
     return {key: value for key, value in options.items() if value is not None}

@@ -320,6 +320,11 @@ def _parse(line: bytes, where: str) -> dict[str, Any]:
         value = json.loads(line)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
         raise InvalidArgumentError(f"{where}: malformed JSON: {exc}") from exc
+    except RecursionError:  # no export line nests this deep: what it carries is plain data
+        raise InvalidArgumentError(
+            f"{where}: nested deeper than an export line can be (value_depth_max = "
+            f"{limits.value_depth_max} inside an event)"
+        ) from None
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"{where}: expected a JSON object, got {type(value).__name__}")
     return value

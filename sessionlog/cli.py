@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 import replay
+from eventlog import limits
 from replay import BundleConflictError
 from sessionlog import _agentlogs, _commands, _edges, _limits
 from sessionlog._commands import (
@@ -134,6 +135,10 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    if value > limits.position_max:  # no position, count or page reaches this far
+        raise argparse.ArgumentTypeError(
+            f"expected a number up to {limits.position_max}, got {text[:40]}"
+        )
     return value
 
 

@@ -18,7 +18,7 @@ import msgspec
 from eventlog import (
     InvalidArgumentError,
     LimitExceededError,
-    check_encodable,
+    check_plain,
     convert,
     limits,
     to_builtins,
@@ -102,6 +102,7 @@ def to_message(message: object, *, where: str) -> ev.Message:
     for key in message:
         if not isinstance(key, str):
             raise InvalidArgumentError(f"{where}: message keys must be strings, got {key!r}")
+    check_plain(message, what=f"{where}: message")
     known = {key: value for key, value in message.items() if key in _KNOWN and value is not None}
     extra = {key: value for key, value in message.items() if key not in _KNOWN}
     files = known.get("files")
@@ -121,7 +122,6 @@ def to_message(message: object, *, where: str) -> ev.Message:
     if isinstance(usage, Mapping):
         known["usage"] = _split(usage, _USAGE_FIELDS)
     if extra:
-        check_encodable(extra, what=f"{where}: message fields {sorted(extra)}")
         known["extra"] = extra
     return convert(known, ev.Message, what=f"{where}: message")
 

@@ -32,6 +32,7 @@ from eventlog import (
     LogView,
     SessionExistsError,
     Transaction,
+    check_plain,
     limits,
 )
 from eventlog import events as ev
@@ -179,28 +180,6 @@ def _now(now: object, verb: str) -> datetime:
     return datetime.now(UTC) if now is None else parse_time(now, "now", verb)
 
 
-def _check_json(value: object, where: str, depth: int = 0) -> None:
-    if depth > 32:
-        raise InvalidArgumentError(f"{where}: nested more than 32 levels deep")
-    if value is None or isinstance(value, (bool, int, str)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidArgumentError(f"{where}: {value} is not a JSON number")
-        return
-    if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _check_json(item, f"{where}[{index}]", depth + 1)
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidArgumentError(f"{where}: keys must be str, got {type(key).__name__}")
-            _check_json(item, f"{where}.{key}", depth + 1)
-        return
-    raise InvalidArgumentError(f"{where}: expected JSON data, got {type(value).__name__}")
-
-
 def check_attributes(attributes: object, verb: str) -> dict[str, Any]:
     if attributes is None:
         return {}
@@ -208,7 +187,7 @@ def check_attributes(attributes: object, verb: str) -> dict[str, Any]:
         raise InvalidArgumentError(
             f"{verb}: `attributes` must be a JSON object (a dict), got {type(attributes).__name__}"
         )
-    _check_json(attributes, f"{verb}: `attributes`")
+    check_plain(attributes, what=f"{verb}: `attributes`")
     # A JSON round trip gives the stored value its own lists and dicts, none shared with the caller.
     text = json.dumps(attributes, separators=(",", ":"), ensure_ascii=False)
     size = len(text.encode())

@@ -286,7 +286,10 @@ CASES: dict[str, Case] = {
     ),
     # Reads
     "negative-after-read": Case(
-        lambda log: log.read(after=-1), InvalidArgumentError, "`after` must be an int >= 0"
+        lambda log: log.read(after=-1), InvalidArgumentError, "`after` must be an int from 0 to"
+    ),
+    "after-past-any-position": Case(
+        lambda log: log.read(after=2**64), InvalidArgumentError, "`after` must be an int from 0 to"
     ),
     "zero-limit-read": Case(
         lambda log: log.read(limit=0), InvalidArgumentError, "`limit` must be an int >= 1"

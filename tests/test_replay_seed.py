@@ -819,7 +819,7 @@ RESULT_OPTIONS = [
         (msg("user", "x", files=[f"f{i}" for i in range(11)]), r"files_per_message_max = 10"),
         (msg("user", {"not": "a str or list"}), r"\$\.content"),
         (msg("user", "x", usage={"input_tokens": "many"}), r"\$\.usage\.input_tokens"),
-        (msg("user", "x", x_vendor=2**70), r"serialize ints"),
+        (msg("user", "x", x_vendor=2**70), r"does not fit in 64 bits"),
     ],
     ids=["too-many-files", "content-object", "usage-type", "huge-int"],
 )
