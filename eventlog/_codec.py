@@ -202,10 +202,11 @@ def to_builtins(value: object) -> Any:
     return msgspec.to_builtins(value)
 
 
-def check_encodable(value: object, *, what: str) -> int:
-    """The encoded size of `value`; raises `InvalidArgumentError` if it cannot be stored or is
-    not plain data that comes back as it went in (`check_plain`)."""
-    check_plain(value, what=what)
+def check_encodable(value: object, *, what: str, plain: bool = True) -> int:
+    """The encoded size of `value`; raises `InvalidArgumentError` if it cannot be stored or (with
+    `plain`, for anything read back as JSON-like dicts) is not plain data (`check_plain`)."""
+    if plain:
+        check_plain(value, what=what)
     try:
         return len(_encoder.encode(value))
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:

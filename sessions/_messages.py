@@ -9,6 +9,7 @@ mapping and nothing else.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ import msgspec
 from eventlog import (
     InvalidArgumentError,
     LimitExceededError,
+    check_encodable,
     check_plain,
     convert,
     limits,
@@ -43,7 +45,6 @@ _KNOWN = frozenset(
 )
 ITEM_ROLE = "item"
 """The role of an item entry whose caller named none."""
-_ITEM_DEPTH_MAX = 64
 
 
 _FILE_FIELDS = frozenset(("path", "name", "mime_type", "size_bytes"))
@@ -102,7 +103,8 @@ def to_message(message: object, *, where: str) -> ev.Message:
     for key in message:
         if not isinstance(key, str):
             raise InvalidArgumentError(f"{where}: message keys must be strings, got {key!r}")
-    check_plain(message, what=f"{where}: message")
+    # Every field but a verbatim `item` (checked above, bytes and aware datetimes kept) is JSON.
+    check_plain({k: v for k, v in message.items() if k != "item"}, what=f"{where}: message")
     known = {key: value for key, value in message.items() if key in _KNOWN and value is not None}
     extra = {key: value for key, value in message.items() if key not in _KNOWN}
     files = known.get("files")
@@ -136,11 +138,16 @@ def check_item(value: object, *, where: str) -> None:
     stack: list[tuple[object, str, int]] = [(value, "", 0)]
     while stack:
         current, path, depth = stack.pop()
+        if isinstance(current, float) and not math.isfinite(current):
+            raise InvalidArgumentError(f"{where}{path}: {current} is not a JSON number")
         if isinstance(current, _SCALARS):
             continue
-        if depth >= _ITEM_DEPTH_MAX:
-            raise InvalidArgumentError(
-                f"{where}{path}: nested deeper than {_ITEM_DEPTH_MAX} levels"
+        if depth >= limits.value_depth_max:
+            raise LimitExceededError(
+                f"{where}{path}: nesting depth",
+                "value_depth_max",
+                limits.value_depth_max,
+                depth + 1,
             )
         if isinstance(current, datetime):
             if current.tzinfo is None:
@@ -162,7 +169,7 @@ def check_item(value: object, *, where: str) -> None:
                 "(use None, bool, int, float, str, bytes, list, dict with str keys, or an "
                 "aware datetime)"
             )
-    check_encodable(value, what=where)
+    check_encodable(value, what=where, plain=False)
 
 
 _ITEM_ENCODER = msgspec.msgpack.Encoder()

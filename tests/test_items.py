@@ -20,6 +20,7 @@ from sessions import (
     ConcurrencyError,
     InvalidArgumentError,
     LengthConflictError,
+    LimitExceededError,
     SessionStore,
     UnknownSessionError,
 )
@@ -98,7 +99,7 @@ def test_an_item_nested_too_deep_is_refused(store: SessionStore) -> None:
     deep: Any = "leaf"
     for _ in range(80):
         deep = [deep]
-    with pytest.raises(InvalidArgumentError, match="nested deeper"):
+    with pytest.raises(LimitExceededError, match="value_depth_max"):
         store.inject("s", {"item": deep})
 
 
