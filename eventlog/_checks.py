@@ -64,7 +64,11 @@ def check_expected(expected: object) -> None:
 
 
 def check_page(after: object, limit: object, what: str) -> tuple[int, int]:
-    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= limits.position_max:
+    if (
+        isinstance(after, bool)
+        or not isinstance(after, int)
+        or not 0 <= after <= limits.position_max
+    ):
         raise InvalidArgumentError(
             f"{what}: `after` must be an int from 0 to {limits.position_max}, got {after!r:.40}"
         )
