@@ -52,6 +52,7 @@ from typing import Any
 import lmdb
 import msgspec
 
+from bench import agentlog_bench
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import _text
 from replay import export_bundle, export_log, import_log, seed_from_jsonl
@@ -521,10 +522,19 @@ def bundle_export(ctx: Context) -> list[Result]:
     return [result]
 
 
+def agent_logs(ctx: Context) -> list[Result]:
+    """`import_agent_log` per format: see `bench.agentlog_bench`."""
+    sizes = ctx.sizes
+    return agentlog_bench.rows(
+        ctx.tmp, sizes.transcript_bytes, sizes.rounds, sizes.budget_s, ctx.progress, ctx.note
+    )
+
+
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "seed": seed,
     "bundle_export": bundle_export,
     "log_io": log_io,
+    "agent_logs": agent_logs,
 }
 
 

@@ -361,3 +361,20 @@ def test_cli_imports_a_folder_and_prints_the_summary(
     code = main(["--store", store, "import-agent-log", str(broken)])
     err = capsys.readouterr().err
     assert code == 5 and f"{broken}:" in err
+
+
+def test_a_line_dense_in_objects_is_refused_before_it_is_decoded(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    path = (
+        FIXTURES / "claude-code" / "sample-project" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
+    )
+    first = path.read_text().splitlines()[0]
+    dense = json.loads(first)
+    dense["message"]["content"] = [{}] * 40_000  # 120 KB of text, megabytes of objects
+    log = tmp_path / "dense.jsonl"
+    log.write_text(first + "\n" + json.dumps(dense, separators=(",", ":")) + "\n")
+    with pytest.raises(AgentLogError, match="agent_log_memory_file_ratio") as caught:
+        replay.import_agent_log(store, log)
+    assert caught.value.line == 2
+    assert store.log.head == 0

@@ -33,6 +33,7 @@ KIND = "imported agent log"
 _READ_BUFFER_BYTES = 1 << 20
 _PROGRESS_LINES = 2048
 _BOM = b"\xef\xbb\xbf"
+_OBJECT_BYTES_PER_BYTE_MAX = 65  # a `{` costs `decoded_bytes_estimate` 64 bytes and itself
 _encode = msgspec.json.Encoder().encode
 _decode_kept = msgspec.json.Decoder().decode
 
@@ -109,8 +110,13 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                 line = line[len(_BOM) :]
             if not line.strip():
                 continue
-            needs = decoded_bytes_estimate(line)
-            if source.held() + needs > budget:
+            held = source.held()
+            # No byte decodes into more than _OBJECT_BYTES_PER_BYTE_MAX bytes of objects, so the
+            # exact estimate (four scans of the line) is needed only near the budget.
+            needs = len(line) * _OBJECT_BYTES_PER_BYTE_MAX
+            if held + needs > budget:
+                needs = decoded_bytes_estimate(line)
+            if held + needs > budget:
                 raise AgentLogError(
                     source.path,
                     number,
@@ -180,7 +186,7 @@ def json_document(source: Source) -> Any:
                 raise AgentLogError(
                     source.path, None, f"{size:,} bytes, more than agent_log_document_bytes_max"
                 )
-            data = file.read(bound + 1)
+            data = file.read(size + 1)
     except OSError as exc:
         raise AgentLogError(source.path, None, f"cannot read: {exc.strerror or exc}") from exc
     source.digest.update(data)
