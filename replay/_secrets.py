@@ -409,6 +409,13 @@ def _could_hold(text: str) -> bool:
 def _scan(text: str, depth: int) -> tuple[Hit, ...]:
     if not _could_hold(text):
         return ()
+    if len(text) <= 256 and " " not in text:  # one word: a time, an id, a hash, a token
+        if _PLAIN_WORD.fullmatch(text):
+            return ()
+        if _HEX.fullmatch(text) and len(text) % 2 == 0:
+            decoded = _decode(text) if depth < _DECODE_DEPTH else None
+            inner = _scan(decoded, depth + 1) if decoded else ()
+            return (Hit(0, len(text), f"encoded_{inner[0].kind}"),) if inner else ()
     if "redacted" in text or "[withheld]" in text:
         text = _PLACEHOLDER.sub(lambda m: " " * len(m.group(0)), text)
     low = text.lower()
