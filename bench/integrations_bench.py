@@ -17,6 +17,16 @@ Google ADK: `SessionlogSessionService` vs ADK's `SqliteSessionService` on a file
 - ``adk_bytes``: bytes on disk after 2,000 events, as events per MB.
 - ``adk_list``: `list_sessions` of an app with 10,000 sessions. Target: under 100 ms.
 
+LangGraph: `SessionlogSaver` vs LangGraph's `SqliteSaver` on a file, both fed the same `put`s of a
+thread whose messages channel grows by one message (about 250 bytes) per checkpoint.
+- ``lg_put``: durable `put` on a thread already holding `lg_steps` checkpoints.
+- ``lg_latest``: `get_tuple` of that thread's latest checkpoint (the whole message list).
+- ``lg_copy``: `copy_thread` of that thread: our fork vs reading every checkpoint and putting it
+  into a new thread (`SqliteSaver` has no copy). Target: 50 times faster.
+- ``lg_bytes``: bytes on disk after `lg_steps` checkpoints, as checkpoints per MB; the notes give
+  our bytes per checkpoint over the last 100 against the new message's own size (target: at most
+  twice, flat in the thread's length).
+
 Targets: ahead of the framework's store on every row (ratio >= 1), the fork at least 50 times.
 The framework is imported when its rows run, so the suite needs its extra installed.
 """
@@ -41,10 +51,11 @@ class Sizes:
     fork_items: int  # items of the forked session, and of the on-disk size rows
     calls: int  # reads or forks per round
     budget_s: float
+    lg_steps: int = 2_000  # checkpoints of the LangGraph thread
 
 
 FULL = Sizes(rounds=9, turns=40, big=10_000, fork_items=2_000, calls=50, budget_s=90)
-QUICK = Sizes(rounds=3, turns=10, big=1_000, fork_items=400, calls=10, budget_s=20)
+QUICK = Sizes(rounds=3, turns=10, big=1_000, fork_items=400, calls=10, budget_s=20, lg_steps=300)
 
 AHEAD = Target("ratio", 1.0)
 FORK_TARGET = Target("ratio", 50.0)
@@ -572,6 +583,211 @@ def adk_list(ctx: Context) -> list[Result]:
     return [result]
 
 
+# LangGraph
+
+
+def _lg_message(step: int) -> Any:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    kind = HumanMessage if step % 2 == 0 else AIMessage
+    text = f"step {step}: the weather in Oslo is sunny, 21 degrees, light wind from the west. "
+    return kind(content=text * 3, id=f"m-{step}")
+
+
+class _LgThread:
+    """Feeds a saver the checkpoints of one growing thread, as a graph's steps would."""
+
+    def __init__(self, saver: Any, thread_id: str) -> None:
+        self.saver, self.thread_id = saver, thread_id
+        self.messages: list[Any] = []
+        self.config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+    def step(self) -> None:
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        self.messages = [*self.messages, _lg_message(len(self.messages))]
+        checkpoint = empty_checkpoint()
+        version = len(self.messages)
+        checkpoint["channel_values"] = {"messages": self.messages, "step": version}
+        checkpoint["channel_versions"] = {"messages": version, "step": version}
+        metadata = {"source": "loop", "step": version, "parents": {}}
+        self.config = self.saver.put(
+            self.config, checkpoint, metadata, {"messages": version, "step": version}
+        )
+
+
+def _lg_pair(ctx: Context, name: str) -> tuple[Any, Any, Path]:
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from integrations.langgraph import SessionlogSaver
+
+    root = ctx.tmp / name
+    root.mkdir(parents=True, exist_ok=True)
+    ours = SessionlogSaver(root / "sessionlog")
+    theirs = SqliteSaver(sqlite3.connect(root / "lg.db", check_same_thread=False))
+    return ours, theirs, root
+
+
+def _lg_close(ours: Any, theirs: Any, root: Path) -> None:
+    ours.store.close()
+    theirs.conn.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _lg_grown(ctx: Context, name: str) -> tuple[Any, Any, Path, list[_LgThread]]:
+    ours, theirs, root = _lg_pair(ctx, name)
+    threads = [_LgThread(saver, "t") for saver in (ours, theirs)]
+    for _ in range(ctx.sizes.lg_steps):
+        for thread in threads:
+            thread.step()
+    return ours, theirs, root, threads
+
+
+def _plain(call: Callable[[], Any], count: int) -> Sample:
+    with Stopwatch() as watch:
+        for _ in range(count):
+            call()
+    return watch.sample(count)
+
+
+def lg_put(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    ours, theirs, root, threads = _lg_grown(ctx, "lg_put")
+    try:
+        result = compare(
+            name="lg_put",
+            description=f"LangGraph put, durable, on a thread of {sizes.lg_steps:,}+ checkpoints",
+            unit="puts/s",
+            baseline=lambda: _plain(threads[1].step, sizes.turns),
+            subject=lambda: _plain(threads[0].step, sizes.turns),
+            baseline_description="LangGraph's SqliteSaver on a file (WAL, its defaults)",
+            rounds=sizes.rounds,
+            target=AHEAD,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+    finally:
+        _lg_close(ours, theirs, root)
+    return [result]
+
+
+def lg_latest(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    ours, theirs, root, _ = _lg_grown(ctx, "lg_latest")
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    try:
+        got = [s.get_tuple(config).checkpoint["channel_values"]["messages"] for s in (ours, theirs)]
+        assert got[0] == got[1] and len(got[0]) == sizes.lg_steps
+        result = compare(
+            name="lg_latest",
+            description=f"LangGraph get_tuple, latest of {sizes.lg_steps:,} checkpoints",
+            unit="reads/s",
+            baseline=lambda: _plain(lambda: theirs.get_tuple(config), sizes.calls // 5 or 1),
+            subject=lambda: _plain(lambda: ours.get_tuple(config), sizes.calls // 5 or 1),
+            baseline_description="LangGraph's SqliteSaver",
+            rounds=sizes.rounds,
+            target=AHEAD,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "read"
+    finally:
+        _lg_close(ours, theirs, root)
+    return [result]
+
+
+def lg_copy(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    ours, theirs, root, _ = _lg_grown(ctx, "lg_copy")
+    source = {"configurable": {"thread_id": "t"}}
+    copies = [0]
+
+    def copy() -> None:  # SqliteSaver cannot copy a thread: read each checkpoint, put it again
+        copies[0] += 1
+        target = f"copy-{copies[0]}"
+        for found in reversed(list(theirs.list(source))):
+            parent = (
+                found.parent_config["configurable"]["checkpoint_id"]
+                if found.parent_config
+                else None
+            )
+            config = {"configurable": {"thread_id": target, "checkpoint_ns": ""}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            versions = found.checkpoint["channel_versions"]
+            theirs.put(config, found.checkpoint, found.metadata, versions)
+
+    def fork() -> None:
+        copies[0] += 1
+        ours.copy_thread("t", f"copy-{copies[0]}")
+
+    try:
+        result = compare(
+            name="lg_copy",
+            description=f"LangGraph copy_thread of a {sizes.lg_steps:,}-checkpoint thread",
+            unit="copies/s",
+            baseline=lambda: _plain(copy, 1),
+            subject=lambda: _plain(fork, sizes.calls // 5 or 1),
+            baseline_description="reading every SqliteSaver checkpoint and putting it again",
+            rounds=min(sizes.rounds, 5),
+            target=FORK_TARGET,
+            warmup=0,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.per = "copy"
+    finally:
+        _lg_close(ours, theirs, root)
+    return [result]
+
+
+def lg_bytes(ctx: Context) -> list[Result]:
+    import msgspec
+
+    from integrations.langgraph import thread_key
+
+    sizes = ctx.sizes
+    ours, theirs, root = _lg_pair(ctx, "lg_bytes")
+    threads = [_LgThread(saver, "t") for saver in (ours, theirs)]
+    data = root / "sessionlog" / "data.mdb"
+    try:
+        for step in range(sizes.lg_steps):
+            if step == sizes.lg_steps - 100:
+                before = data.stat().st_blocks * 512
+            for thread in threads:
+                thread.step()
+        growth = (data.stat().st_blocks * 512 - before) / 100
+        last = ours.store.messages(thread_key("t"), last=1)[0]["item"]
+        item_bytes = len(msgspec.msgpack.encode(last))
+        new_message = len(ours.serde.dumps_typed([_lg_message(sizes.lg_steps - 1)])[1])
+        ours.store.close()
+        theirs.conn.close()
+        ours_bytes = disk_bytes(root / "sessionlog")
+        theirs_bytes = disk_bytes(root) - ours_bytes
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result = _bytes_result(
+        "lg_bytes",
+        "LangGraph",
+        sizes.lg_steps,
+        ours_bytes,
+        theirs_bytes,
+        "LangGraph's SqliteSaver file (and its WAL)",
+    )
+    result.unit = "checkpoints/MB"
+    result.notes.update(
+        {
+            "ours_disk_growth_per_checkpoint_last_100": growth,
+            "ours_item_bytes_last_checkpoint": item_bytes,
+            "new_message_serialized_bytes": new_message,
+            "item_to_message_ratio": item_bytes / new_message,
+        }
+    )
+    return [result]
+
+
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "oa_append": oa_append,
     "oa_last20": oa_last20,
@@ -582,6 +798,10 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "adk_fork": adk_fork,
     "adk_bytes": adk_bytes,
     "adk_list": adk_list,
+    "lg_put": lg_put,
+    "lg_latest": lg_latest,
+    "lg_copy": lg_copy,
+    "lg_bytes": lg_bytes,
 }
 
 
