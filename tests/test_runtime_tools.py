@@ -235,6 +235,8 @@ def test_tool_errors_and_unknown_tools_reach_the_model(store: SessionStore) -> N
 
     result = asyncio.run(body())
     assert result["text"] == "all done"
+    _, turns = to_anthropic(provider.seen[1][0], "check")
+    assert [block.get("is_error") for block in turns[-1]["content"]] == [True, True]
     results = [m["content"] for m in provider.seen[1][0] if m["role"] == "tool"]
     assert results == [
         "error: ValueError: disk on fire",

@@ -271,13 +271,14 @@ def to_anthropic(
             blocks = _assistant_blocks(message, where)
             turn_role = "assistant"
         elif role == "tool" or message.get("tool_call_id") is not None:
-            blocks = [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": message.get("tool_call_id"),
-                    "content": _wire.text_of(message.get("content")),
-                }
-            ]
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": message.get("tool_call_id"),
+                "content": _wire.text_of(message.get("content")),
+            }
+            if (message.get("metadata") or {}).get("tool_error"):
+                result["is_error"] = True
+            blocks = [result]
             turn_role = "user"
         else:
             blocks = _user_blocks(message, where)

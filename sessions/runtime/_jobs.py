@@ -195,6 +195,7 @@ def answer_open_calls(runtime: rt.RuntimeState, kind: str, why: str) -> list[ev.
                 name=call.get("name"),
                 content=f"error: the tool call did not finish ({why})",
                 synthetic=True,
+                metadata={"tool_error": kind},
             ),
             error=why,
             kind=kind,

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from sessions.runtime._runtime import Runtime, _Flight
 
 ToolCallHook = Callable[[dict[str, Any]], object]
+TOOL_ERROR = "tool_error"
+"""The metadata key of a tool result that is an error (its kind): the Anthropic API gets
+``is_error``."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -404,7 +407,13 @@ class PromptLoop:
     def _finished(
         self, call_id: str, name: str, text: str, error: str | None, kind: str | None
     ) -> ev.ToolCallFinished:
-        result = ev.Message(role="tool", tool_call_id=call_id, name=name, content=text)
+        result = ev.Message(
+            role="tool",
+            tool_call_id=call_id,
+            name=name,
+            content=text,
+            metadata={} if error is None else {TOOL_ERROR: kind or "tool_error"},
+        )
         return ev.ToolCallFinished(
             request_id=self.rid,
             call_id=call_id,
