@@ -1,10 +1,14 @@
 """Pure folds from events to read models, persisted next to the log in the same transactions.
 
 Imports only `eventlog`. `project` is the log's projector; the query functions read the state it
-keeps; `rebuild` and `catch_up` recompute it from the log.
+keeps (sessions, their transcripts, children, bearer tokens, the runtime's records, the context
+view's prunes); `rebuild` and `catch_up` recompute it from the log. `KEY_PREFIXES` and `KEYS` are
+the one table of what the projection key space holds.
 """
 
 from projections._check import check, verify, verify_files
+from projections._context import load_prunes, prune_version
+from projections._context_read import Ref, is_checkpoint, read_span, read_tail
 from projections._fold import (
     SYSTEM_STREAM_PREFIX,
     apply,
@@ -14,6 +18,7 @@ from projections._fold import (
     project,
     slice_ranges,
 )
+from projections._keys import KEY_PREFIXES, KEYS, kind_of
 from projections._queries import (
     active_count,
     catch_up,
@@ -27,6 +32,22 @@ from projections._queries import (
     read_messages,
     rebuild,
 )
+from projections._runtime import BUSY as RUNTIME_BUSY
+from projections._runtime import (
+    CONTEXT_LENGTH,
+    LoopRecord,
+    LoopUsage,
+    RuntimeState,
+    busy_ids,
+    load_loop,
+    load_loops,
+    load_runtime,
+    loop_usage,
+    open_runtime_count,
+    open_runtime_ids,
+    total_usage,
+)
+from projections._runtime import FAILED as RUNTIME_FAILED
 from projections._state import (
     ACTIVE,
     CLOSED,
@@ -48,32 +69,55 @@ __all__ = [
     "BEARER_STREAM_PREFIX",
     "BearerRecord",
     "CLOSED",
+    "CONTEXT_LENGTH",
     "DELETED",
-    "SYSTEM_STREAM_PREFIX",
+    "KEYS",
+    "KEY_PREFIXES",
     "LiveClient",
+    "LoopRecord",
+    "LoopUsage",
+    "RUNTIME_BUSY",
+    "RUNTIME_FAILED",
+    "Ref",
+    "RuntimeState",
+    "SYSTEM_STREAM_PREFIX",
     "SessionState",
     "Transcript",
     "active_count",
     "apply",
     "bearer_stream",
+    "busy_ids",
     "catch_up",
     "check",
     "check_current",
     "child_ids",
     "dump",
     "idempotency_key",
+    "is_checkpoint",
     "iter_states",
+    "kind_of",
+    "load_loop",
+    "load_loops",
+    "load_prunes",
     "load_record",
+    "load_runtime",
     "load_state",
     "load_transcript",
+    "loop_usage",
     "message_of",
+    "open_runtime_count",
+    "open_runtime_ids",
     "project",
     "projected_position",
+    "prune_version",
     "ranges_added",
     "ranges_window",
     "read_messages",
+    "read_span",
+    "read_tail",
     "rebuild",
     "slice_ranges",
+    "total_usage",
     "verify",
     "verify_files",
 ]

@@ -25,8 +25,8 @@ from eventlog import (
     VerifyReport,
 )
 from eventlog._walk import emit, report_fields
+from projections import _keys as keys
 from projections import _kv
-from projections import _state as st
 from projections._queries import _rebuild_in
 
 # Keys compared per scan: bounds the memory of one step of the comparison.
@@ -77,7 +77,7 @@ def _keys(view: LogView) -> Iterator[tuple[bytes, bytes]]:
 
 
 def _changed(stored: LogView, key: bytes, value: bytes, expected: bytes) -> str:
-    if key == st.POSITION_KEY:
+    if key == keys.POSITION_KEY:
         behind = int.from_bytes(value, "big") if len(value) == 8 else None
         return (
             f"the projections reflect position {behind}, the log's head is {stored.head}: they "

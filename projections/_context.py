@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from eventlog import Envelope, LogView, StructCodec, Transaction
 from eventlog import events as ev
+from projections import _keys as keys
 from projections import _kv
 from projections import _state as st
 
-PRUNE_PREFIX = b"cx/p/"
-PRUNE_VERSION_PREFIX = b"cx/v/"
+PRUNE_PREFIX = keys.PRUNE_PREFIX
+PRUNE_VERSION_PREFIX = keys.PRUNE_VERSION_PREFIX
 PRUNED_CODEC = StructCodec(ev.PrunedResult, "pruned result")
 
 Ref = tuple[int, int]

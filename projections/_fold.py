@@ -15,6 +15,7 @@ import msgspec
 
 from eventlog import Envelope, IntegrityError, LogView, Transaction
 from eventlog import events as ev
+from projections import _keys as keys
 from projections import _kv
 from projections import _runtime as rt
 from projections import _state as st
@@ -74,7 +75,7 @@ def project(tx: Transaction, envelopes: list[Envelope]) -> None:
         apply(tx, envelopes[0])
     else:
         _apply_runs(tx, envelopes)
-    _kv.defer(tx, st.POSITION_KEY, envelopes[-1].position, _int8)
+    _kv.defer(tx, keys.POSITION_KEY, envelopes[-1].position, _int8)
 
 
 def _apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
@@ -154,7 +155,7 @@ def _touch(transcript: Transcript, envelope: Envelope) -> Transcript:
 
 def _write_state_change(tx: Transaction, before: SessionState, after: SessionState) -> None:
     if before.status == ACTIVE and after.status != ACTIVE:
-        _count(tx, st.ACTIVE_COUNT_KEY, -1)
+        _count(tx, keys.ACTIVE_COUNT_KEY, -1)
     _save_state(tx, after)
 
 
@@ -240,7 +241,7 @@ def _begin_incarnation(
                 _kv.delete(tx, key)
     _save_state(tx, state)
     _save_transcript(tx, state.session_id, transcript)
-    _count(tx, st.ACTIVE_COUNT_KEY, +1)
+    _count(tx, keys.ACTIVE_COUNT_KEY, +1)
     forked = state.parent_id is not None
     rt.begin(
         tx, state.session_id, state.metadata, state.parent_spawn_ref, first=first, forked=forked
@@ -370,9 +371,9 @@ def message_of(data: ev.Event, index: int) -> ev.Message:
 
 
 def _new_segment(tx: Transaction) -> int:
-    current = _kv.get(tx, st.SEGMENT_COUNTER_KEY)
+    current = _kv.get(tx, keys.SEGMENT_COUNTER_KEY)
     segment = int.from_bytes(current, "big") + 1 if current else 1
-    _kv.put(tx, st.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
+    _kv.put(tx, keys.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
     return segment
 
 

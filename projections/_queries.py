@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 from eventlog import EventLog, IntegrityError, LogView, StorageError, Transaction, limits
 from eventlog import events as ev
+from projections import _keys as keys
 from projections import _kv
 from projections import _state as st
 from projections._fold import apply, messages_at
@@ -119,17 +120,17 @@ def iter_states(
 ) -> Iterator[SessionState]:
     """Session states in id order, starting after the session id `after`."""
     start = st.state_key(after) + b"\x00" if after is not None else None
-    for _, value in _kv.scan(view, st.STATE_PREFIX, start=start, limit=limit):
+    for _, value in _kv.scan(view, keys.STATE_PREFIX, start=start, limit=limit):
         yield STATE_CODEC.decode(value)
 
 
 def active_count(view: LogView) -> int:
-    value = _kv.get(view, st.ACTIVE_COUNT_KEY)
+    value = _kv.get(view, keys.ACTIVE_COUNT_KEY)
     return int.from_bytes(value, "big") if value else 0
 
 
 def projected_position(view: LogView) -> int:
-    value = _kv.get(view, st.POSITION_KEY)
+    value = _kv.get(view, keys.POSITION_KEY)
     return int.from_bytes(value, "big") if value else 0
 
 
@@ -157,7 +158,7 @@ def _apply_after(
         for envelope in page:
             apply(tx, envelope)
         position = page[-1].position
-        _kv.put(tx, st.POSITION_KEY, position.to_bytes(8, "big"))
+        _kv.put(tx, keys.POSITION_KEY, position.to_bytes(8, "big"))
         if progress is not None:
             progress(position, head)
 
@@ -170,7 +171,7 @@ def catch_up(log: EventLog) -> int:
     """
     with log.view() as view:
         done, head = projected_position(view), view.head
-        layout = _kv.get(view, st.LAYOUT_KEY)
+        layout = _kv.get(view, keys.LAYOUT_KEY)
     if done == head and layout == st.LAYOUT_VERSION:
         return 0
     if done > head:
@@ -178,7 +179,7 @@ def catch_up(log: EventLog) -> int:
             f"the projection reflects position {done}, but the log ends at {head}", head
         )
     with log.transaction() as tx:
-        if _kv.get(tx, st.LAYOUT_KEY) != st.LAYOUT_VERSION:
+        if _kv.get(tx, keys.LAYOUT_KEY) != st.LAYOUT_VERSION:
             # Written by another version of this code (or never): its keys mean something else.
             return _rebuild_in(tx)
         start = projected_position(tx)
@@ -190,7 +191,7 @@ def check_current(log: EventLog) -> None:
     layout: bringing it up to date is a write."""
     with log.view() as view:
         done, head = projected_position(view), view.head
-        layout = _kv.get(view, st.LAYOUT_KEY)
+        layout = _kv.get(view, keys.LAYOUT_KEY)
     if done == head and (layout == st.LAYOUT_VERSION or head == 0):
         return
     raise StorageError(
@@ -209,5 +210,5 @@ def rebuild(log: EventLog, *, progress: Callable[[int, int], object] | None = No
 
 def _rebuild_in(tx: Transaction, progress: Callable[[int, int], object] | None = None) -> int:
     _kv.clear(tx)
-    _kv.put(tx, st.LAYOUT_KEY, st.LAYOUT_VERSION)
+    _kv.put(tx, keys.LAYOUT_KEY, st.LAYOUT_VERSION)
     return _apply_after(tx, 0, progress)

@@ -6,7 +6,7 @@ A session is a runtime session when the metadata it was opened with names a `pro
 fold, every function is total and reads no clock: an event that does not fit the current state (a
 completion for a request that is not in flight) changes nothing, so a rebuild never fails half way.
 
-Key layout (beside the session projection's keys in `_state.py`):
+Key layout (see the table in `_keys.py`):
   rt/s/<sid>                  RuntimeState of the session's current incarnation
   rt/l/<sid>\\0<position:8>    LoopRecord of the prompt started at that log position
   rt/i/<sid>\\0<loop_id>       that position (8), by loop id
@@ -26,6 +26,7 @@ import msgspec
 
 from eventlog import Envelope, LogView, StructCodec, Transaction, limits
 from eventlog import events as ev
+from projections import _keys as keys
 from projections import _kv
 from projections import _state as st
 
@@ -38,15 +39,15 @@ RUNNING = "running"
 COMPLETED = "completed"
 CANCELLED = "cancelled"
 
-_STATE = b"rt/s/"
-_LOOP = b"rt/l/"
-_LOOP_ID = b"rt/i/"
+_STATE = keys.RUNTIME_STATE_PREFIX
+_LOOP = keys.RUNTIME_LOOP_PREFIX
+_LOOP_ID = keys.RUNTIME_LOOP_ID_PREFIX
 CONTEXT_LENGTH = "context_length"
 """The `prompt_failed` kind of a provider's refusal of the context as too long."""
-_OPEN = b"rt/o/"
-_BUSY = b"rt/b/"
-_OPEN_COUNT = b"rt/n"
-_USAGE = b"rt/u"
+_OPEN = keys.RUNTIME_OPEN_PREFIX
+_BUSY = keys.RUNTIME_BUSY_PREFIX
+_OPEN_COUNT = keys.RUNTIME_OPEN_COUNT_KEY
+_USAGE = keys.RUNTIME_USAGE_KEY
 
 
 class LoopUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):

@@ -28,20 +28,18 @@ import blake3
 import msgspec
 
 from eventlog import StructCodec
+from projections._keys import (
+    CHILD_PREFIX,
+    IDEMPOTENCY_PREFIX,
+    REF_PREFIX,
+    STATE_PREFIX,
+    TRANSCRIPT_PREFIX,
+)
 
-POSITION_KEY = b"P"
-LAYOUT_KEY = b"V"
 LAYOUT_VERSION = b"\x04"
 """Version 2 packs a segment's message references into chunks (version 1: one key per message);
 version 3 adds the runtime's status, loop and usage records (`_runtime.py`, keys under rt/);
 version 4 drops the segment-length keys (G/), which the last chunk of a segment already gives."""
-SEGMENT_COUNTER_KEY = b"#seg"
-ACTIVE_COUNT_KEY = b"n/active"
-STATE_PREFIX = b"h/"
-TRANSCRIPT_PREFIX = b"t/"
-REF_PREFIX = b"g/"
-CHILD_PREFIX = b"c/"
-IDEMPOTENCY_PREFIX = b"i/"
 
 ACTIVE = "active"
 CLOSED = "closed"

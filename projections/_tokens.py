@@ -14,13 +14,14 @@ import msgspec
 
 from eventlog import Envelope, LogView, StructCodec, Transaction
 from eventlog import events as ev
+from projections import _keys as keys
 from projections import _kv
 
 BEARER_STREAM_PREFIX = "$bearer/"
 """A bearer session's stream is this followed by its handle. The `$` keeps it out of the session
 namespace: session ids never start with it (see `SYSTEM_STREAM_PREFIX`)."""
 
-RECORD_PREFIX = b"b/"
+RECORD_PREFIX = keys.BEARER_PREFIX
 """Key of a record: this followed by the handle (ASCII hex)."""
 
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 import projections as pj
 from eventlog import LogView, Transaction
 from eventlog import events as ev
-from projections import _context as cx
-from projections._context_read import Ref, is_checkpoint, read_span, read_tail
+from projections import Ref, is_checkpoint, read_span, read_tail
 from sessions import _context_plan as plan
 from sessions._context_policy import (
     ContextPolicy,
@@ -133,7 +132,7 @@ class ContextVerbs:
     def _context_view(self, view: LogView, state: pj.SessionState) -> ContextView:
         sid = state.session_id
         transcript = pj.load_transcript(view, sid) or pj.Transcript()
-        pruned_at = cx.prune_version(view, sid)
+        pruned_at = pj.prune_version(view, sid)
         hit = self._context_views.get(sid)
         found = None
         if hit is not None and hit.generation == state.generation:
@@ -144,7 +143,7 @@ class ContextVerbs:
         if found is None:
             start, messages, refs = read_tail(view, transcript)
             oldest = min((position for position, _ in refs), default=0)
-            prunes = cx.load_prunes(view, sid, state.generation, from_position=oldest)
+            prunes = pj.load_prunes(view, sid, state.generation, from_position=oldest)
             found = ContextView(
                 generation=state.generation,
                 version=transcript.version,

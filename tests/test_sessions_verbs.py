@@ -918,7 +918,7 @@ def test_a_damaged_reference_chunk_is_reported_and_rebuild_repairs_it(tmp_path: 
         filled(store, "a", 200)
         want = contents(store, "a")
         with store.log.transaction() as tx:
-            key = tx.kv_scan(projections._state.REF_PREFIX)[-1][0]  # the chunk being filled
+            key = tx.kv_scan(projections._keys.REF_PREFIX)[-1][0]  # the chunk being filled
             tx.kv_put(key, b"\x00" * 15)  # of the wrong size
         with pytest.raises(sessions.IntegrityError, match="rebuild the projection"):
             store.snapshot("a")
@@ -936,8 +936,8 @@ def test_opening_a_store_with_another_projection_layout_rebuilds_it(tmp_path: Pa
         expected = dump(store)
         with store.log.transaction() as tx:  # what an older version would have left behind
             tx.kv_clear()
-            tx.kv_put(projections._state.LAYOUT_KEY, b"\x01")
-            tx.kv_put(projections._state.POSITION_KEY, store.log.head.to_bytes(8, "big"))
+            tx.kv_put(projections._keys.LAYOUT_KEY, b"\x01")
+            tx.kv_put(projections._keys.POSITION_KEY, store.log.head.to_bytes(8, "big"))
             tx.kv_put(b"g/stale", b"junk")
     with SessionStore.open(path) as store:
         assert dump(store) == expected
