@@ -358,3 +358,27 @@ def test_agents_toml_errors_name_the_key(tmp_path: Path) -> None:
     assert helper.providers["echo"].defaults == {"max_tokens": 2, "system_prompt": "Be brief."}
     assert isinstance(helper.tools[0], Tool) and helper.tools[0].fn is word_count
     assert config.reap_interval_s == 5
+
+
+def test_an_agent_with_tools_runs_the_loop_through_the_bridge(store: SessionStore) -> None:
+    from tests._runtime_providers import FINAL_ANSWER, ScriptedProvider, calls
+
+    model = ScriptedProvider([calls(("word_count", {"text": "one two three"})), FINAL_ANSWER],
+                             name="helper:scripted")  # fmt: skip
+    tool = Tool("word_count", word_count, {"type": "object", "properties": {}})
+    agent = Agent(id="helper", providers={"scripted": model}, default_provider="scripted",
+                  tools=[tool])  # fmt: skip
+
+    async def body() -> dict[str, Any]:
+        bridge = http_bridge(store, config_of(agent, max_steps=4))
+        async with bridge as (url, token), http_client(url, token) as client:
+            return await call(client, "tasks_delegate", agentId="helper", prompt="count")
+
+    result = asyncio.run(body())
+    assert result["text"] == "all done" and result["stopReason"] == "end_turn"
+    assert result["usage"] == {"inputTokens": 40, "outputTokens": 5}
+    (_, tools), _ = model.seen
+    assert tools == [tool.spec()]
+    assert model.seen[1][0][-1] == {
+        "role": "tool", "content": "3", "tool_call_id": "c1", "name": "word_count"
+    }  # fmt: skip

@@ -503,3 +503,40 @@ def test_a_missing_model_is_a_configuration_error() -> None:
     provider = OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key=KEY)
     with pytest.raises(ConfigurationError, match="no `model`"):
         provider.request_body(USER, {}, ())
+
+
+@pytest.mark.parametrize("which", ["openai", "anthropic"])
+def test_whole_answers_with_parallel_tool_calls(which: str) -> None:
+    async def body() -> Any:
+        async with StubServer() as stub:
+            if which == "openai":
+                stub.script(Reply(body=openai_whole(tool_calls=CALLS, finish="tool_calls")))
+                provider: Any = openai(stub, stream=False)
+            else:
+                stub.script(Reply(body=anthropic_whole("checking", tool_calls=CALLS,
+                                                       stop="tool_use")))  # fmt: skip
+                provider = anthropic(stub, stream=False)
+            done = await provider.complete(USER, {"model": "m"}, tools=[{"name": "grep"}])
+            await provider.aclose()
+            return done, stub.requests[0].json
+
+    done, sent = run(body)
+    assert done.stop_reason == "tool_use"
+    assert [dict(call) for call in done.tool_calls] == CALLS
+    assert len(sent["tools"]) == 1
+
+
+def test_one_provider_serves_one_event_loop_after_another() -> None:
+    """A client belongs to the loop it first ran on; the next `asyncio.run` gets its own."""
+    provider = OpenAIProvider(api_key=KEY, settings=FAST, stream=False)
+
+    async def body(text: str) -> str:
+        async with StubServer() as stub:
+            stub.script(Reply(body=openai_whole(text)))
+            provider.url = stub.url + "/chat/completions"
+            done = await provider.complete(USER, {"model": "m"})
+            await provider.aclose()  # closes this loop's client only
+            return done.text
+
+    assert run(lambda: body("one")) == "one"
+    assert run(lambda: body("two")) == "two"

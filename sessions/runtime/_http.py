@@ -18,6 +18,7 @@ import email.utils
 import os
 import random
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +160,10 @@ class Transport:
     def __init__(self, settings: HttpSettings, secret: str | None) -> None:
         self.settings = settings
         self._secret = secret
-        self._clients: dict[int, httpx.AsyncClient] = {}
+        # By loop, weakly: a client is bound to the loop it first ran on, and a loop that is
+        # gone must not hand its client (or its id) to the next one.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]
+        self._clients = weakref.WeakKeyDictionary()
 
     def client(self) -> httpx.AsyncClient:
         try:
@@ -168,7 +172,7 @@ class Transport:
             raise ConfigurationError(
                 "HTTP providers need httpx: pip install 'sessionlog-engine[runtime]'"
             ) from exc
-        loop = id(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
         found = self._clients.get(loop)
         if found is None or found.is_closed:
             timeout = httpx.Timeout(
@@ -179,7 +183,7 @@ class Transport:
 
     async def aclose(self) -> None:
         """Close the client of the running loop (the others belong to loops already gone)."""
-        found = self._clients.pop(id(asyncio.get_running_loop()), None)
+        found = self._clients.pop(asyncio.get_running_loop(), None)
         if found is not None:
             await found.aclose()
 
