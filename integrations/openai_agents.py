@@ -5,6 +5,10 @@ adds is stored verbatim as one transcript item, so `get_items` gives back exactl
 `add_items` is one atomic commit carrying an idempotency key, retried under the same key when the
 outcome of a commit is unknown, so a batch is stored whole or not at all and never twice.
 `fork(at_item=...)` returns a new session sharing the history's prefix without copying it.
+With `compaction=ContextPolicy(summarizer=...)`, the SDK's compaction hook (`run_compaction`, called
+after a turn) writes a summarization checkpoint when the history passes the policy's threshold, and
+`get_items` gives the model the history from the latest checkpoint on (its summary, then the newer
+items); the store keeps every item.
 
 Every method accepts the SDK's optional `wrapper` (the run's context); give `route` to pick the
 stored session from it, e.g. one per tenant: ``route=lambda w, sid: f"{w.context.tenant}/{sid}"``.
@@ -14,14 +18,17 @@ is made.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from eventlog import OutcomeUnknownError
 from integrations._common import async_store, require
-from sessions import InvalidArgumentError, SessionStore, UnknownSessionError
+from sessions import ContextPolicy, InvalidArgumentError, SessionStore, UnknownSessionError
 from sessions.aio import AsyncSessionStore
 
 if TYPE_CHECKING:
@@ -44,6 +51,7 @@ class SessionlogSession:
         store: SessionStore | AsyncSessionStore | str | os.PathLike[str],
         session_settings: SessionSettings | dict[str, Any] | None = None,
         route: Route | None = None,
+        compaction: ContextPolicy | None = None,
     ) -> None:
         require("agents", "openai-agents")
         from agents.memory import SessionSettings
@@ -61,6 +69,7 @@ class SessionlogSession:
         )
         self.store = async_store(store)
         self.route = route
+        self.compaction = None if compaction is None else _for_items(compaction)
         self._opened: set[str] = set()
 
     def _sid(self, wrapper: RunContextWrapper[Any] | None) -> str:
@@ -80,7 +89,12 @@ class SessionlogSession:
             limit = self.session_settings.limit
         sid = self._sid(wrapper)
         try:
-            entries = await self.store.messages(sid, last=limit)
+            if self.compaction is None:
+                entries = await self.store.messages(sid, last=limit)
+            else:  # the context view: from the latest summarization checkpoint on
+                entries = await self.store.run(self.store.store.context, sid)
+                if limit is not None:
+                    entries = entries[max(len(entries) - limit, 0) :] if limit > 0 else []
         except UnknownSessionError:
             return []
         return [_item_of(entry) for entry in entries]
@@ -99,7 +113,7 @@ class SessionlogSession:
             return
         sid = self._sid(wrapper)
         key = idempotency_key or uuid.uuid4().hex
-        entries = [{"item": item} for item in items]
+        entries = [{"role": _role(item), "item": item} for item in items]
         for attempt in range(_ATTEMPTS):
             try:
                 await self._ensure(sid)
@@ -131,6 +145,24 @@ class SessionlogSession:
         except UnknownSessionError:
             return
 
+    async def run_compaction(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        """The SDK's compaction hook: with a `compaction` policy, summarize the older turns into
+        a checkpoint when the history is over the policy's threshold (`store.maintain_context`);
+        without one, nothing. The summarizer is given SDK items and returns the summary text."""
+        if self.compaction is None:
+            return
+        try:
+            await self.store.run(
+                self.store.store.maintain_context, self._sid(wrapper), policy=self.compaction
+            )
+        except UnknownSessionError:
+            return
+
     async def fork(
         self,
         *,
@@ -147,11 +179,40 @@ class SessionlogSession:
         else:
             child = await self.store.fork_at(source, at_item, session_id)
         forked = SessionlogSession(child, store=self.store, session_settings=self.session_settings)
+        forked.compaction = self.compaction
         forked._opened.add(child)
         return forked
 
 
 def _item_of(entry: dict[str, Any]) -> Any:
-    """The SDK item an entry holds; a chat message written by other code is given as it is
-    (a role and content dict is an input item too)."""
-    return entry.get("item", entry)
+    """The SDK item an entry holds; a chat message (a checkpoint's summary, or one written by
+    other code) is given as a role and content input item."""
+    if "item" in entry:
+        return entry["item"]
+    return {"role": entry["role"], "content": entry.get("content") or ""}
+
+
+def _role(item: object) -> str:
+    """An item's role when it has one (turns start at user items), else ``item``."""
+    role = item.get("role") if isinstance(item, Mapping) else None
+    return role if isinstance(role, str) and role.strip() else "item"
+
+
+def _item_tokens(entry: Mapping[str, Any]) -> int:
+    """About four characters per token of the item's JSON (or the message's text)."""
+    if "item" in entry:
+        return (len(msgspec.json.encode(entry["item"])) + 3) // 4
+    return (len(str(entry.get("content") or "")) + 3) // 4
+
+
+def _for_items(policy: ContextPolicy) -> ContextPolicy:
+    """`policy` with its summarizer given SDK items and its tokens counted on items."""
+    summarize = policy.summarizer
+    if summarize is None:
+        raise InvalidArgumentError("SessionlogSession: `compaction` needs a summarizer")
+
+    def on_items(messages: list[dict[str, Any]], **options: Any) -> Any:
+        return summarize([_item_of(m) for m in messages], **options)
+
+    counter = policy.token_counter or _item_tokens
+    return dataclasses.replace(policy, summarizer=on_items, token_counter=counter)

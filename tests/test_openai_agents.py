@@ -26,7 +26,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from eventlog import OutcomeUnknownError
 from integrations.openai_agents import SessionlogSession, async_store
-from sessions import InvalidArgumentError, SessionStore
+from sessions import ContextPolicy, InvalidArgumentError, SessionStore
 
 set_tracing_disabled(True)  # no tracing exporter: the tests talk to no service
 WORKER = Path(__file__).with_name("_openai_agents_worker.py")
@@ -232,3 +232,45 @@ def test_a_run_killed_mid_tool_call_resumes_with_no_orphan_call(tmp_path: Path) 
     assert calls == outputs == {"call-9"}  # every call has its output: no orphan
     with SessionStore.open(tmp_path / "store") as store:
         assert store.verify(projections=True).ok
+
+
+def test_run_compaction_writes_a_summary_checkpoint_the_model_then_sees(tmp_path: Path) -> None:
+    summarized: list[list[Any]] = []
+
+    def summarizer(items: list[Any], **options: Any) -> str:
+        summarized.append(items)
+        return f"summary of {len(items)} items"
+
+    policy = ContextPolicy(
+        window_tokens=400,
+        summarize_ratio=0.5,
+        summarize_messages_min=4,
+        keep_turns=1,
+        summarizer=summarizer,
+    )
+
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store", compaction=policy)
+        steps = [
+            [assistant_message(f"answer {i} " + "z" * 300, item_id=f"a-{i}")] for i in range(4)
+        ]
+        model = ScriptedModel(steps)
+        agent = Agent(name="a", model=model)
+        for i in range(4):
+            await Runner.run(agent, f"question {i} " + "q" * 300, session=session)
+        assert summarized, "the runner's compaction hook never summarized"
+        assert summarized[0][0] == {"role": "user", "content": "question 0 " + "q" * 300}
+        seen = await session.get_items()
+        assert seen[0]["role"] == "user" and "context checkpoint" in seen[0]["content"]
+        assert seen[1] == {
+            "role": "assistant",
+            "content": f"summary of {len(summarized[-1])} items",
+        }
+        assert seen[-1]["id"] == "a-3"
+        # the model's last call was given the checkpoint, not the whole history
+        assert "context checkpoint" in str(model.calls[-1].input[0])
+        store = session.store.store
+        assert len(store.messages("s")) == 8 + 2 * len(summarized)  # every item kept
+        assert await session.get_items(1) == [seen[-1]]
+
+    asyncio.run(main())
