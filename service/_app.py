@@ -1,9 +1,10 @@
 """The application: Starlette routes behind `sessions.asgi.BearerAuth`, errors as problem+json,
 and the parts (writer, hub) started and stopped with the app.
 
-`create_app(store, api_keys=...)` returns a plain ASGI app for any server. `/v1/health` and
-`/v1/openapi.json` answer without credentials; everything else needs an API key or a live bearer
-session. The app never closes the store it was given.
+`create_app(store, api_keys=...)` returns a plain ASGI app for any server. `/v1/health`,
+`/v1/openapi.json` and the viewer's static files (`/`, `/viewer/...`: no data in them) answer
+without credentials; everything else needs an API key or a live bearer session. The app never
+closes the store it was given.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from service._problems import HTTPProblem
 from service._request import Service
 from service._serve import draining_on_signals
 from service._writer import Writer
+from service.viewer import ROUTES as VIEWER_ROUTES
+from service.viewer import is_public as viewer_file
 from sessions import SessionStore
 from sessions.asgi import BearerAuth, Message, Receive, Scope, Send
 
@@ -65,6 +68,7 @@ def create_app(
             *_routes.ROUTES,
             *_routes_log.ROUTES,
             Route("/v1/openapi.json", openapi, methods=["GET"]),
+            *VIEWER_ROUTES,
         ],
         exception_handlers={
             SessionLogError: _problem,
@@ -127,7 +131,8 @@ class Gate:
                 scope.get("path", ""),
             )
             return
-        if scope.get("path") in PUBLIC_PATHS:
+        path = scope.get("path", "")
+        if path in PUBLIC_PATHS or (scope.get("method") == "GET" and viewer_file(path)):
             await self.app(scope, receive, send)
             return
         await self.guarded(scope, receive, send)

@@ -1,0 +1,400 @@
+"""The read endpoints the viewer needs beyond the session API: a searchable list with each
+session's source and owner, a session's header without its transcript (now or as it was at one
+of its versions), message pages of a past state, the pruned results of the context view, the
+family tree (forks and sub-agent sessions), the diff of two branches, and the log's head.
+
+Every handler checks who may see what exactly as the session routes do (an unseen session is
+unknown); none of them writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from eventlog import InvalidArgumentError, UnknownSessionError
+from service import _limits
+from service._access import OWNER_KEY, Caller, check_visible, may_see, owner_of
+from service._request import caller, read, respond, service
+from service._routes import _int_query, _visible
+from sessions import SessionStore
+
+SOURCES = ("seeded", "imported", "runtime", "api")
+"""Where a session came from: `seed_from_jsonl`, an imported agent log, the runtime (its metadata
+names a provider), or anything else (made through the API or the library)."""
+
+_SCAN_PAGES_MAX = 20
+_TREE_NODES_MAX = 500
+"""A family larger than this is cut (the answer says so): the picture would be unreadable."""
+_DIFF_MESSAGES_MAX = 200
+_COMPARE_PAGE_MESSAGES = 1_000
+_PRUNED_MAX = 2_000
+_PAST_STORES_MAX = 4
+"""Past states kept built: moving the slider back and forth rebuilds nothing it saw last."""
+
+
+def source_of(summary: dict[str, Any]) -> str:
+    metadata = summary.get("metadata") or {}
+    if isinstance(metadata.get("agent_log"), dict):
+        return "imported"
+    if "seeded_from" in metadata:
+        return "seeded"
+    if isinstance(metadata.get("provider"), str):
+        return "runtime"
+    return "api"
+
+
+# The list
+
+
+async def list_sessions(request: Request) -> Response:
+    store, who = service(request).store, caller(request)
+    limit = _int_query(request, "limit", 50, 1, 200)
+    assert limit is not None
+    query = request.query_params
+    status = query.get("status") or None
+    source = query.get("source") or None
+    if source is not None and source not in SOURCES:
+        raise InvalidArgumentError(f"query `source`: expected one of {', '.join(SOURCES)}")
+    text = (query.get("q") or "").strip().lower()
+    cursor = query.get("cursor") or None
+
+    def scan() -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+        after = cursor
+        for _ in range(_SCAN_PAGES_MAX):
+            page = store.list_sessions(cursor=after, limit=limit, status=status)
+            for item in page["sessions"]:
+                after = item["session_id"]
+                row = _row(store, who, item, text, source)
+                if row is not None:
+                    found.append(row)
+                if len(found) == limit:
+                    more = item is not page["sessions"][-1] or page["next_cursor"] is not None
+                    return {"data": found, "next_cursor": after if more else None}
+            if page["next_cursor"] is None:
+                return {"data": found, "next_cursor": None}
+        return {"data": found, "next_cursor": after}
+
+    return respond(await read(scan))
+
+
+def _row(
+    store: SessionStore, who: Caller, item: dict[str, Any], text: str, source: str | None
+) -> dict[str, Any] | None:
+    sid = item["session_id"]
+    if text and text not in sid.lower() and text not in (item.get("title") or "").lower():
+        return None
+    if not who.all_sessions and not may_see(store, who, sid):
+        return None
+    summary = store.summary(sid) or {}
+    kind = source_of(summary)
+    if source is not None and kind != source:
+        return None
+    return {**item, "source": kind, "principal": owner_of(store, sid)}
+
+
+# One session
+
+
+def _header(store: SessionStore, sid: str) -> dict[str, Any]:
+    summary = store.summary(sid)
+    if summary is None:
+        raise UnknownSessionError(sid, "read")
+    summary["source"] = source_of(summary)
+    summary["principal"] = (summary.get("metadata") or {}).get(OWNER_KEY) or owner_of(store, sid)
+    summary["events"] = store.log.stream_version(sid)
+    return summary
+
+
+async def get_session(request: Request) -> Response:
+    store, _, sid = await _visible(request, "read")
+    version = _int_query(request, "version", None, 1, 2**62)
+
+    def header() -> dict[str, Any]:
+        events = store.log.stream_version(sid)
+        if version is None:
+            answer = _header(store, sid)
+            answer["as_of"] = None
+        else:
+            position = _position_of(store, sid, version, events)
+            answer = _header(_past(request, store, position), sid)
+            answer["as_of"] = position
+            answer["as_of_version"] = version
+        answer["events"] = events
+        answer["head"] = store.log.head
+        return answer
+
+    return respond(await read(header))
+
+
+def _position_of(store: SessionStore, sid: str, version: int, events: int) -> int:
+    if version > events:
+        raise InvalidArgumentError(
+            f"query `version`: session `{sid}` has {events} events, got {version}"
+        )
+    page = store.log.read_stream(sid, after=version - 1, limit=1)
+    return page[0].position
+
+
+class _PastStores:
+    """The few past states the viewer looked at last, by log position."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stores: OrderedDict[int, SessionStore] = OrderedDict()
+
+    def get(self, store: SessionStore, position: int) -> SessionStore:
+        with self.lock:
+            hit = self.stores.get(position)
+            if hit is not None:
+                self.stores.move_to_end(position)
+                return hit
+        past = store.as_of(position)
+        with self.lock:
+            self.stores[position] = past
+            while len(self.stores) > _PAST_STORES_MAX:
+                self.stores.popitem(last=False)
+        return past
+
+
+def _past(request: Request, store: SessionStore, position: int) -> SessionStore:
+    state = request.app.state
+    cache: _PastStores | None = getattr(state, "viewer_past", None)
+    if cache is None:
+        cache = _PastStores()
+        state.viewer_past = cache
+    return cache.get(store, position)
+
+
+async def list_messages(request: Request) -> Response:
+    """A page of messages, of now or (with `as_of`, a log position) of a past state."""
+    store, _, sid = await _visible(request, "messages")
+    after = _int_query(request, "after", 0, 0, 2**62) or 0
+    limit = _int_query(
+        request, "limit", _limits.page_messages_default, 1, _limits.page_messages_max
+    )
+    as_of = _int_query(request, "as_of", None, 0, 2**62)
+
+    def page() -> dict[str, Any]:
+        source = store if as_of is None else _past(request, store, as_of)
+        if source.summary(sid) is None:
+            raise UnknownSessionError(sid, "messages")
+        data = source.messages(sid, after=after, limit=limit)
+        return {"data": data, "after": after, "length": source.length(sid), "as_of": as_of}
+
+    return respond(await read(page))
+
+
+async def pruned(request: Request) -> Response:
+    """The messages the context view shows pruned (by transcript index) with what it shows."""
+    store, _, sid = await _visible(request, "context")
+
+    def find() -> dict[str, Any]:
+        for _ in range(3):  # the transcript may grow between the two reads: read again
+            length = store.length(sid)
+            try:
+                shown = store.context(sid)
+            except UnknownSessionError:  # a closed session has no context view
+                return {"data": [], "start": length}
+            start = length - len(shown)
+            if start < 0:
+                continue
+            recorded = store.messages(sid, after=start, limit=len(shown))
+            if len(recorded) != len(shown):
+                continue
+            data = [
+                {"index": start + i, "shown": view.get("content")}
+                for i, (view, kept) in enumerate(zip(shown, recorded, strict=True))
+                if view != kept and not view.get("summary")
+            ]
+            return {"data": data[:_PRUNED_MAX], "start": start}
+        return {"data": [], "start": None}
+
+    return respond(await read(find))
+
+
+# The family tree
+
+
+def _up(store: SessionStore, sid: str) -> str | None:
+    summary = store.summary(sid) or {}
+    parent = summary.get("parent_id")
+    if parent is None:
+        ref = summary.get("parent_spawn_ref") or {}
+        parent = ref.get("session_id") if isinstance(ref.get("session_id"), str) else None
+    return parent
+
+
+def _spawned(store: SessionStore, summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Sub-agent sessions started from this one: ``(session id, tool call id)`` each."""
+    about = (summary.get("metadata") or {}).get("agent_log") or {}
+    found: list[tuple[str, Any]] = [
+        (child, None) for child in about.get("children") or () if isinstance(child, str)
+    ]
+    if isinstance((summary.get("metadata") or {}).get("provider"), str):
+        from sessions.runtime._recorder import read_record
+
+        with store.log.view() as view:
+            record = read_record(view, summary["session_id"])
+        for loop in record.loops if record is not None else ():
+            found += [
+                (ref["session_id"], ref.get("tool_call_id")) for ref in loop["child_loop_refs"]
+            ]
+    return found
+
+
+def _node(summary: dict[str, Any], kind: str, parent: str | None, at: Any) -> dict[str, Any]:
+    return {
+        "id": summary["session_id"],
+        "title": summary.get("title"),
+        "status": summary.get("status"),
+        "length": summary.get("length"),
+        "created_at": summary.get("created_at"),
+        "parent_id": parent,
+        "kind": kind,
+        "at": at,
+    }
+
+
+def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
+    root = sid
+    for _ in range(64):
+        parent = _up(store, root)
+        if parent is None or not may_see(store, who, parent):
+            break
+        root = parent
+    nodes: list[dict[str, Any]] = []
+    queue: list[tuple[str, str, str | None, Any]] = [(root, "root", None, None)]
+    seen: set[str] = set()
+    while queue and len(nodes) < _TREE_NODES_MAX:
+        node_id, kind, parent, at = queue.pop(0)
+        if node_id in seen or not may_see(store, who, node_id):
+            continue
+        summary = store.summary(node_id)
+        if summary is None:
+            continue
+        seen.add(node_id)
+        nodes.append(_node(summary, kind, parent, at))
+        if kind == "fork":
+            nodes[-1]["at"] = summary.get("branched_at_event_index")
+        queue += [(child, "fork", node_id, None) for child in summary.get("child_ids") or ()]
+        queue += [(c, "subagent", node_id, call) for c, call in _spawned(store, summary)]
+    return {"root_id": root, "nodes": nodes, "cut": bool(queue)}
+
+
+async def tree(request: Request) -> Response:
+    store, who, sid = await _visible(request, "ancestry")
+    return respond(await read(family, store, who, sid))
+
+
+# Two branches
+
+
+def _common_prefix(store: SessionStore, a: str, b: str, hint: int) -> int:
+    """How many first messages `a` and `b` share: `hint` (where the fork tree says they part)
+    when the messages there agree, else found by comparing them page by page."""
+    la, lb = store.length(a), store.length(b)
+    hint = min(hint, la, lb)
+    if hint > 0:
+        left = store.messages(a, after=hint - 1, limit=2)
+        right = store.messages(b, after=hint - 1, limit=2)
+        if left[0] == right[0] and (len(left) < 2 or len(right) < 2 or left[1] != right[1]):
+            return hint
+    shared = 0
+    while shared < min(la, lb):
+        left = store.messages(a, after=shared, limit=_COMPARE_PAGE_MESSAGES)
+        right = store.messages(b, after=shared, limit=_COMPARE_PAGE_MESSAGES)
+        for x, y in zip(left, right, strict=False):
+            if x != y:
+                return shared
+            shared += 1
+        if len(left) < _COMPARE_PAGE_MESSAGES or len(right) < _COMPARE_PAGE_MESSAGES:
+            break
+    return shared
+
+
+def _hint(store: SessionStore, a: str, b: str) -> int:
+    """The fork point of `a` and `b` by their ancestry: the smallest branch index on the way
+    from their nearest common ancestor down to either."""
+
+    def chain(sid: str) -> list[tuple[str, int | None]]:
+        out: list[tuple[str, int | None]] = []
+        current: str | None = sid
+        while current is not None and len(out) < 64:
+            summary = store.summary(current) or {}
+            out.append((current, summary.get("branched_at_event_index")))
+            current = summary.get("parent_id")
+        return out
+
+    up_a, up_b = chain(a), chain(b)
+    ids_b = [s for s, _ in up_b]
+    for depth, (sid, _) in enumerate(up_a):
+        if sid in ids_b:
+            below = up_a[:depth] + up_b[: ids_b.index(sid)]
+            marks = [at for _, at in below if at is not None]
+            return min(marks) if marks else store.length(sid)
+    return 0
+
+
+def diff(store: SessionStore, a: str, b: str) -> dict[str, Any]:
+    shared = _common_prefix(store, a, b, _hint(store, a, b))
+
+    def side(sid: str) -> dict[str, Any]:
+        return {
+            "id": sid,
+            "length": store.length(sid),
+            "messages": store.messages(sid, after=shared, limit=_DIFF_MESSAGES_MAX),
+        }
+
+    return {"shared": shared, "a": side(a), "b": side(b), "limit": _DIFF_MESSAGES_MAX}
+
+
+async def diff_route(request: Request) -> Response:
+    store, who = service(request).store, caller(request)
+    ids = [request.query_params.get(name) for name in ("a", "b")]
+    for name, sid in zip(("a", "b"), ids, strict=True):
+        if not sid:
+            raise InvalidArgumentError(f"query `{name}`: a session id is needed")
+        await read(check_visible, store, who, sid, "diff")
+    a, b = ids
+    assert a is not None and b is not None
+    return respond(await read(diff, store, a, b))
+
+
+# The log
+
+
+async def status(request: Request) -> Response:
+    store, who = service(request).store, caller(request)
+
+    def head() -> dict[str, Any]:
+        with store.log.view() as view:
+            position = view.head
+            page = view.read(after=position - 1, limit=1) if position else []
+        return {
+            "head": position,
+            "head_hash": page[0].hash.hex() if page else None,
+            "principal": who.principal,
+            "admin": who.admin,
+        }
+
+    return respond(await read(head))
+
+
+_S = "/v1/viewer/sessions/{session_id}"
+
+ROUTES = [
+    Route("/v1/viewer/status", status, methods=["GET"]),
+    Route("/v1/viewer/sessions", list_sessions, methods=["GET"]),
+    Route("/v1/viewer/diff", diff_route, methods=["GET"]),
+    Route(_S, get_session, methods=["GET"]),
+    Route(_S + "/messages", list_messages, methods=["GET"]),
+    Route(_S + "/pruned", pruned, methods=["GET"]),
+    Route(_S + "/tree", tree, methods=["GET"]),
+]

@@ -1,0 +1,50 @@
+"""The distribution's headless Chromium driven by Playwright, for the viewer's browser tests.
+
+The browser is the one the system's package manager installed (`chromium` on PATH); Playwright
+never downloads one. Without it the browser tests fail with one line saying how to install it
+(CI installs it in `.ci/run`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "var" / "screenshots"
+
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def chromium_path() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise RuntimeError(
+        "the viewer's browser tests need the distribution's Chromium on PATH "
+        "(Debian/Ubuntu: apt-get install -y chromium); .ci/run installs it"
+    )
+
+
+def launch(playwright: Any) -> Any:
+    # Playwright must not look for (or fetch) browsers of its own.
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    return playwright.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+
+
+def screenshot(page: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
