@@ -65,8 +65,13 @@ class Suite:
     checks: Callable[[list[Result]], list[engine_bench.Check]] = lambda results: []
 
 
-def _run_log(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
-    return log_bench.run(log_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet), names)
+def _plain(module: Any) -> Callable[[Path, Any, argparse.Namespace, list[str]], list[Result]]:
+    """The runner of a suite whose context is the shared one (`bench/_scaffold.py`)."""
+
+    def run(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
+        return module.run(module.Context(tmp=tmp, sizes=sizes, progress=not args.quiet), names)
+
+    return run
 
 
 def _run_engine(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
@@ -81,46 +86,8 @@ def _run_engine(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str
     return engine_bench.run(ctx, names)
 
 
-def _run_replay(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
-    ctx = replay_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
-    return replay_bench.run(ctx, names)
-
-
-def _run_tokens(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
-    ctx = tokens_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
-    return tokens_bench.run(ctx, names)
-
-
-def _run_runtime(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
-    ctx = runtime_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
-    return runtime_bench.run(ctx, names)
-
-
-def _run_context(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
-    ctx = context_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
-    return context_bench.run(ctx, names)
-
-
-def _run_integrations(
-    tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
-) -> list[Result]:
-    ctx = integrations_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
-    return integrations_bench.run(ctx, names)
-
-
-def _run_service(tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]) -> list[Result]:
-    ctx = service_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet)
-    return service_bench.run(ctx, names)
-
-
-def _run_postgres(
-    tmp: Path, sizes: Any, args: argparse.Namespace, names: list[str]
-) -> list[Result]:
-    return pg_bench.run(pg_bench.Context(tmp=tmp, sizes=sizes, progress=not args.quiet), names)
-
-
 SUITES = (
-    Suite("log", list(log_bench.BENCHMARKS), log_bench.FULL, log_bench.QUICK, _run_log),
+    Suite("log", list(log_bench.BENCHMARKS), log_bench.FULL, log_bench.QUICK, _plain(log_bench)),
     Suite(
         "engine",
         list(engine_bench.BENCHMARKS),
@@ -135,7 +102,7 @@ SUITES = (
         list(replay_bench.BENCHMARKS),
         replay_bench.FULL,
         replay_bench.QUICK,
-        _run_replay,
+        _plain(replay_bench),
         summary=replay_bench.summary,
     ),
     Suite(
@@ -143,14 +110,14 @@ SUITES = (
         list(tokens_bench.BENCHMARKS),
         tokens_bench.FULL,
         tokens_bench.QUICK,
-        _run_tokens,
+        _plain(tokens_bench),
     ),
     Suite(
         "runtime",
         list(runtime_bench.BENCHMARKS),
         runtime_bench.FULL,
         runtime_bench.QUICK,
-        _run_runtime,
+        _plain(runtime_bench),
         summary=runtime_bench.summary,
     ),
     Suite(
@@ -158,21 +125,21 @@ SUITES = (
         list(context_bench.BENCHMARKS),
         context_bench.FULL,
         context_bench.QUICK,
-        _run_context,
+        _plain(context_bench),
     ),
     Suite(
         "integrations",
         list(integrations_bench.BENCHMARKS),
         integrations_bench.FULL,
         integrations_bench.QUICK,
-        _run_integrations,
+        _plain(integrations_bench),
     ),
     Suite(
         "service",
         list(service_bench.BENCHMARKS),
         service_bench.FULL,
         service_bench.QUICK,
-        _run_service,
+        _plain(service_bench),
         summary=service_bench.summary,
     ),
     Suite(
@@ -180,7 +147,7 @@ SUITES = (
         list(pg_bench.BENCHMARKS),
         pg_bench.FULL,
         pg_bench.QUICK,
-        _run_postgres,
+        _plain(pg_bench),
     ),
 )
 ALL_BENCHMARKS = [name for suite in SUITES for name in suite.benchmarks]

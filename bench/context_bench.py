@@ -17,35 +17,25 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from sessions import ContextPolicy, SessionStore
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     messages: int  # messages in the benchmarked session
     big_chars: int  # every fifth tool output has this many characters, the others 2,000
     calls: int  # views per round
-    budget_s: float
 
 
 FULL = Sizes(rounds=9, messages=10_000, big_chars=60_000, calls=50, budget_s=60)
 QUICK = Sizes(rounds=3, messages=1_000, big_chars=20_000, calls=10, budget_s=15)
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 def _build(store: SessionStore, sizes: Sizes, *, maintain: bool) -> str:
@@ -166,8 +156,4 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names)

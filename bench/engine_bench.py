@@ -71,6 +71,7 @@ import lmdb
 import msgspec
 
 import projections as pj
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import (
     _fit,
@@ -94,9 +95,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_BATCH = 1_000  # engine commands per transaction when building fixtures
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     round_s: float  # wall time one round aims at where the work per round is calibrated
     fork_messages: tuple[int, ...]  # transcript sizes forked
     forks_per_round: int
@@ -112,7 +112,6 @@ class Sizes:
     open_cold: bool  # also measure with data.mdb evicted from the page cache
     rebuild_events: int
     rebuild_rounds: int
-    budget_s: float  # per benchmark row: past this, stop after three rounds (see `compare`)
 
 
 FULL = Sizes(
@@ -155,19 +154,12 @@ QUICK = Sizes(
 )
 
 
-@dataclass
-class Context:
-    tmp: Path  # this run's scratch directory (deleted afterwards)
+@dataclass(kw_only=True)
+class Context(_scaffold.Context[Sizes]):
     cache_dir: Path  # var/bench-cache
-    sizes: Sizes
     rebuild_cache: bool = False
-    progress: bool = True
     quick: bool = False
     rebuilt: set[str] = field(default_factory=set)  # fixtures already rebuilt by this run
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
 
 
 # Payloads
@@ -1122,12 +1114,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        with _quiet_gc():
-            results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names, around=_quiet_gc)
 
 
 @contextmanager

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import blake3
 import lmdb
 import msgspec
 
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from eventlog import ANY, GENESIS_HASH, Envelope, EventLog
 from eventlog.events import Message, MessageInjected
@@ -39,16 +39,14 @@ _VOCABULARY = (
 _WORDS = _VOCABULARY.split()
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     round_s: float  # wall time one round of an append benchmark aims at (sizes are calibrated)
     durable_appends: tuple[int, int]  # (fewest, most) single-event appends per round
     batch_events: int  # events per append call in `batched_append`
     batches: tuple[int, int]  # (fewest, most) append calls per round in `batched_append`
     read_events: int  # events in the log that `read_all` and `verify` walk
     read_rounds: int
-    budget_s: float  # per benchmark: past this, stop after three rounds (see `compare`)
 
 
 FULL = Sizes(
@@ -79,16 +77,7 @@ def _fit(rate: float, seconds: float, bounds: tuple[int, int], per: int = 1) -> 
     return max(low, min(high, round(rate * seconds / per)))
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    cache: dict[str, Any] = field(default_factory=dict)
-    progress: bool = True
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 # Payloads
@@ -418,13 +407,9 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
     try:
-        for name in names:
-            ctx.note(f"{name}:")
-            results.extend(BENCHMARKS[name](ctx))
+        return _scaffold.run(BENCHMARKS, ctx, names)
     finally:
         fixture = ctx.cache.pop("read_fixture", None)
         if isinstance(fixture, ReadFixture):
             fixture.close()
-    return results

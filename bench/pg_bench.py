@@ -19,11 +19,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, compare
 from eventlog import ANY, EventLog
 from eventlog.events import Message, MessageInjected
@@ -36,9 +36,8 @@ CANDIDATES = (
 _TEXT = "the agent read the file, ran the tests and wrote a short summary of what failed. " * 2
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     round_s: float  # how long each writer appends in one round of a writers benchmark
     writers: tuple[int, ...]
     batch_events: int
@@ -67,18 +66,11 @@ QUICK = Sizes(
 )
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
+@dataclass(kw_only=True)
+class Context(_scaffold.Context[Sizes]):
     admin: str = ""
     database: str = ""
     made: list[str] = field(default_factory=list)
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
 
     def url(self) -> str:
         """A fresh schema in this run's database: an empty PostgreSQL log."""
@@ -257,11 +249,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
     try:
-        for name in names:
-            ctx.note(f"{name}:")
-            results.extend(BENCHMARKS[name](ctx))
+        return _scaffold.run(BENCHMARKS, ctx, names)
     finally:
         ctx.close()
-    return results

@@ -44,7 +44,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ from typing import Any
 import lmdb
 import msgspec
 
-from bench import agentlog_bench
+from bench import _scaffold, agentlog_bench
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import _text
 from replay import export_bundle, export_log, import_log, seed_from_jsonl
@@ -63,28 +63,17 @@ MB = 1_000_000
 TOOLS = ("open_file", "grep", "run_tests", "list_dir", "apply_patch")
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     transcript_bytes: int  # the generated file is at least this big
     log_events: int  # events in the store of `log_io`
-    budget_s: float  # per benchmark row: past this, stop after three rounds (see `compare`)
 
 
 FULL = Sizes(rounds=5, transcript_bytes=50 * MB, log_events=100_000, budget_s=90.0)
 QUICK = Sizes(rounds=3, transcript_bytes=5 * MB, log_events=10_000, budget_s=20.0)
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
-    cache: dict[str, Any] = field(default_factory=dict)
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 # The transcript
@@ -539,11 +528,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names)
 
 
 def summary(results: Sequence[Result]) -> str:

@@ -24,11 +24,10 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from bench import runtime_loop_bench
+from bench import _scaffold, runtime_loop_bench
 from bench._timing import Result, Sample, Stopwatch, compare
 from bench.log_bench import _position_key, _raw_env
 from sessions import SessionStore
@@ -37,13 +36,11 @@ from sessions.runtime import Completion, MockProvider, Runtime
 PROMPT = "Summarize the open issues in the tracker and propose an order to fix them."
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     prompts: int  # sequential round-trips per round
     sessions: int  # concurrent sessions
     turns: int  # prompts per concurrent session per round
-    budget_s: float
     mcp_prompts: int = 200  # sessions_prompt calls per round (mcp_prompt)
     loop_tasks: int = 20  # 10-step tool loops per round (tool_loop_10)
 
@@ -54,16 +51,7 @@ QUICK = Sizes(
 )
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
-    cache: dict[str, Any] = field(default_factory=dict)
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 def _raw_round(ctx: Context, name: str, value_bytes: int) -> Callable[[int], Sample]:
@@ -236,11 +224,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names)
 
 
 def summary(results: Sequence[Result]) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import _fit, _raw_env, durable_puts, record_bytes
 from projections._tokens import record_key
@@ -28,14 +29,12 @@ from sessions._tokens import token_handle
 START = datetime(2026, 5, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     round_s: float  # wall time one round aims at
     sessions: int  # bearer sessions in the store
     gets: tuple[int, int]  # (fewest, most) gets per round
     touches: tuple[int, int]  # (fewest, most) touches per round
-    budget_s: float  # per row: past this, stop after three rounds (see `compare`)
 
 
 FULL = Sizes(
@@ -46,15 +45,7 @@ QUICK = Sizes(
 )
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 def _store_with_sessions(path: Path, count: int) -> tuple[SessionStore, list[str]]:
@@ -188,8 +179,4 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names)
