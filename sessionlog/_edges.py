@@ -32,7 +32,7 @@ from sessionlog._commands import (
     store_path,
 )
 from sessionlog._render import Progress
-from sessions import InvalidArgumentError
+from sessions import InvalidArgumentError, SessionStore
 
 # Seed options that are plain strings, by flag name; the library checks their values.
 SEED_TEXT_OPTIONS = (
@@ -199,13 +199,13 @@ def mcp(args: argparse.Namespace) -> int:
     import asyncio
 
     config = load_agents(args.agents)
-    keys: dict[str, str] = {}
-    if args.api_keys_file is not None:
-        from service._serve import load_api_keys
-
-        keys = load_api_keys(args.api_keys_file)
-    with opened(args, create=True) as store:
+    # Opened in place (created when missing): a server's store must be where it says while it
+    # runs, not built aside and moved at the end like a one-shot command's.
+    with SessionStore.open(store_path(args)) as store:
         if args.http:
+            from service._serve import load_api_keys  # the file, then $SESSIONLOG_API_KEYS
+
+            keys = load_api_keys(args.api_keys_file)
             run = serve_http(store, config, host=args.host, port=args.port, api_keys=keys)
         else:
             run = serve_stdio(store, config)

@@ -382,3 +382,45 @@ def test_an_agent_with_tools_runs_the_loop_through_the_bridge(store: SessionStor
     assert model.seen[1][0][-1] == {
         "role": "tool", "content": "3", "tool_call_id": "c1", "name": "word_count"
     }  # fmt: skip
+
+
+def test_sessionlog_mcp_over_http_with_an_api_key(tmp_path: Path) -> None:
+    import secrets
+    import signal
+    import subprocess
+    import time
+
+    agents = tmp_path / "agents.toml"
+    agents.write_text(AGENTS_TOML)
+    key = secrets.token_urlsafe(32)
+    (tmp_path / "keys.txt").write_text(f"# who=key\ntester={key}\n")
+    sock = free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    command = [sys.executable, "-m", "sessionlog", "--store", str(tmp_path / "store"), "mcp",
+               "--agents", str(agents), "--http", "--port", str(port),
+               "--api-keys-file", str(tmp_path / "keys.txt")]  # fmt: skip
+    with (tmp_path / "err.txt").open("wb") as err:
+        proc = subprocess.Popen(command, cwd=ROOT, stderr=err, env={"PYTHONPATH": str(ROOT),
+                                "PATH": "/usr/bin:/bin"})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "err.txt").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server never listened"
+                time.sleep(0.1)
+
+        async def body() -> dict[str, Any]:
+            async with http_client(f"http://127.0.0.1:{port}/mcp", key) as client:
+                return await call(client, "tasks_delegate", agentId="helper", prompt="hello")
+
+        assert asyncio.run(body())["text"] == "mock reply to: hello"
+        assert (tmp_path / "store" / "data.mdb").is_file()  # the store is in place while serving
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, (tmp_path / "err.txt").read_text()
