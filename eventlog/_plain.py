@@ -47,11 +47,50 @@ def _at(what: str, path: str) -> str:
     return f"{what}{path}"
 
 
+def is_plain(value: object) -> bool:
+    """Whether `value` is certainly plain data, by exact types alone: the fast path of
+    `check_plain`, which builds no path and tracks no container, so large plain values (a message
+    carrying the records it came from) cost one visit per node. False means "look closer", not
+    "refused": a subclass, a tuple, a Mapping or a cycle (which passes the depth bound) are left
+    to the full walk, which judges them and names the path."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    depth_max = limits.value_depth_max
+    while stack:
+        item, depth = pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind is dict:
+            if depth >= depth_max:
+                return False
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                push((child, depth + 1))
+        elif kind is list:
+            if depth >= depth_max:
+                return False
+            for child in item:
+                push((child, depth + 1))
+        else:
+            return False
+    return True
+
+
 def check_plain(value: object, *, what: str) -> None:
     """Refuse `value` unless it is plain data (see the module doc), with an
     `InvalidArgumentError` naming `what` and the path to the first offending part. A value nested
     deeper than `limits.value_depth_max` raises `LimitExceededError`. Iterative, so no input can
     exhaust the interpreter's stack."""
+    if is_plain(value):
+        return
     # (value, path, depth): depth counts the containers around the value, the outermost being 1.
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     open_ids: set[int] = set()  # containers on the current path, to catch a value inside itself

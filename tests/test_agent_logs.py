@@ -40,6 +40,15 @@ def imported(store: SessionStore, path: Path, **options: Any) -> list[dict[str, 
     return [s for s in snapshots if s is not None]
 
 
+def source_texts(message: dict[str, Any]) -> dict[int, str]:
+    """Line -> the original JSON text kept for it, from one message's metadata."""
+    source = message["metadata"]["source"]
+    found = dict(zip(source["lines"], source["records"], strict=False))
+    for item in (*source.get("attached", []), *source.get("attached_after", [])):
+        found[item["line"]] = item["record"]
+    return found
+
+
 def source_lines(message: dict[str, Any]) -> set[int]:
     source = message["metadata"]["source"]
     lines = set(source["lines"])
@@ -90,6 +99,25 @@ def test_every_record_is_kept_and_the_source_is_named(
         document = json.loads(path.read_bytes())
         held = document["messages"] if "messages" in document else document["history"]
         assert covered == set(range(1, len(held) + 1))
+
+
+@pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)
+def test_the_kept_records_are_the_file_line_for_line(
+    store: SessionStore, fmt: str, path: Path
+) -> None:
+    kept: dict[int, str] = {}
+    for snapshot in imported(store, path):
+        for message in snapshot["transcript"]:
+            kept.update(source_texts(message))
+        for item in snapshot["metadata"]["agent_log"].get("attached_records", []):
+            kept[item["line"]] = item["record"]
+    if path.suffix == ".jsonl":  # the very text of each line: the file can be audited byte for byte
+        lines = path.read_text().split("\n")
+        assert kept == {n: line for n, line in enumerate(lines, start=1) if line.strip()}
+    else:  # a document's items, each the same JSON value as in the file
+        document = json.loads(path.read_bytes())
+        held = document["messages"] if "messages" in document else document["history"]
+        assert {n: json.loads(text) for n, text in kept.items()} == dict(enumerate(held, start=1))
 
 
 @pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)
@@ -213,7 +241,7 @@ def test_streamed_assistant_records_merge_into_one_message(store: SessionStore) 
     parent, *_ = imported(store, path)
     merged = [m for m in parent["transcript"] if len(m["metadata"]["source"]["records"]) == 3]
     assert merged, "three records of one streamed message"
-    ids = {r["message"]["id"] for r in merged[0]["metadata"]["source"]["records"]}
+    ids = {json.loads(r)["message"]["id"] for r in merged[0]["metadata"]["source"]["records"]}
     assert len(ids) == 1 and len(merged[0]["tool_calls"]) == 3
 
 

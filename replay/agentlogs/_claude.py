@@ -50,7 +50,7 @@ def looks_like(record: Record) -> bool:
 
 
 def parse(source: Source) -> Parsed:
-    reader = _Reader()
+    reader = _Reader(source)
     source.held = reader.held_bytes
     for line, record in json_lines(source):
         reader.record(line, record)
@@ -58,8 +58,9 @@ def parse(source: Source) -> Parsed:
 
 
 class _Reader:
-    def __init__(self) -> None:
-        self.main = Built(_MAIN)
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.main = Built(_MAIN, source)
         self.sessions: dict[str, Built] = {_MAIN: self.main}
         self.sidechain_of: dict[str, str] = {}  # uuid of a sidechain record -> its session key
         self.held_id: dict[str, object] = {}  # session key -> message.id of its held message
@@ -99,7 +100,7 @@ class _Reader:
         key = self.sidechain_of.get(parent) if isinstance(parent, str) else None
         if key is None:  # a sidechain's root: a new subagent conversation
             key = f"sidechain-{len(self.sessions)}"
-            self.sessions[key] = Built(key)
+            self.sessions[key] = Built(key, self.source)
         uuid = record.get("uuid")
         if isinstance(uuid, str):
             self.sidechain_of[uuid] = key

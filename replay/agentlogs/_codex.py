@@ -45,7 +45,7 @@ def looks_like(record: Record) -> bool:
 
 
 def parse(source: Source) -> Parsed:
-    built = Built("main")
+    built = Built("main", source)
     source.held = built.held_bytes
     about: dict[str, Any] = {}
     records = 0

@@ -69,6 +69,15 @@ class Source:
     skipped: list[tuple[int, str]] = field(default_factory=list)
     size: int = 0
     held: Callable[[], int] = lambda: 0  # bytes the reader keeps so far (for the budget)
+    line: bytes = b""  # the line being read, as the file has it (JSONL)
+    document: bool = False  # the file is one JSON document, not lines
+
+    def record_text(self, record: Record) -> str:
+        """The original JSON of `record`: the current line's own text (a record is always
+        handed on while its line is current), or a document's item encoded again."""
+        if self.document:
+            return _encode(record).decode()
+        return self.line.rstrip(b"\r\n").decode()
 
     def damaged(self, line: int, problem: str) -> None:
         """A damaged line: raise, or (with `skip_bad_lines`) note it and go on."""
@@ -126,6 +135,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                 )
             value = _decoded(source, decode, line, number)
             if value is not None:
+                source.line = line
                 yield number, value
     if source.progress is not None:
         source.progress(size, size)
@@ -190,6 +200,7 @@ def json_document(source: Source) -> Any:
     except OSError as exc:
         raise AgentLogError(source.path, None, f"cannot read: {exc.strerror or exc}") from exc
     source.digest.update(data)
+    source.document = True
     if source.progress is not None:
         source.progress(len(data), len(data))
     if data.startswith(_BOM):
@@ -280,8 +291,9 @@ class Built:
     `attached_after`; in a session without messages: into the session's metadata as
     `attached_records`)."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, source: Source) -> None:
         self.key = key
+        self.text = source.record_text
         self.kept = _Kept()
         self.held: Message | None = None
         self.pending: list[dict[str, Any]] = []
@@ -316,7 +328,8 @@ class Built:
         """Start a new message (finishing the held one); returns it, held, for merging. A
         message made from a record another message already carries passes None."""
         self._flush()
-        source: dict[str, Any] = {"lines": [line], "records": [] if record is None else [record]}
+        texts = [] if record is None else [self.text(record)]
+        source: dict[str, Any] = {"lines": [line], "records": texts}
         if self.pending:
             source["attached"], self.pending = self.pending, []
         message.setdefault("metadata", {})["source"] = source
@@ -336,14 +349,14 @@ class Built:
         assert self.held is not None, "merge() without a held message"
         source = self.held["metadata"]["source"]
         source["lines"].append(line)
-        source["records"].append(record)
+        source["records"].append(self.text(record))
         if self.pending:
             source.setdefault("attached", []).extend(self.pending)
             self.pending = []
         return self.held
 
     def attach(self, line: int, record: Record, *, known: bool = True) -> None:
-        self.pending.append({"line": line, "record": record})
+        self.pending.append({"line": line, "record": self.text(record)})
         if not known:
             self.counts["unknown_records"] += 1
 

@@ -38,7 +38,7 @@ def looks_like_document(document: object) -> bool:
 
 
 def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
-    built = Built("main")
+    built = Built("main", source)
     built.info["document"] = {k: v for k, v in document.items() if k != "messages"}
     records = 0
     for index, message in enumerate(document["messages"], start=1):

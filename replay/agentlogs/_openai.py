@@ -37,7 +37,7 @@ def looks_like_document(document: object) -> bool:
 
 
 def parse_document(source: Source, document: Any) -> Parsed:
-    built = Built("main")
+    built = Built("main", source)
     messages = _messages_of(document) or []
     if isinstance(document, dict):
         key = next(k for k in _ARRAYS if isinstance(document.get(k), list))
