@@ -540,3 +540,22 @@ def test_one_provider_serves_one_event_loop_after_another() -> None:
 
     assert run(lambda: body("one")) == "one"
     assert run(lambda: body("two")) == "two"
+
+
+def test_anthropic_files_in_its_own_form(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("line one")
+    (tmp_path / "dot.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    (tmp_path / "paper.pdf").write_bytes(b"%PDF-1.4 fake")
+    files = [{"path": str(tmp_path / name)} for name in ("notes.txt", "dot.png", "paper.pdf")]
+    provider = AnthropicProvider(base_url="http://127.0.0.1:9/v1", api_key=KEY)
+    sent = provider.request_body(
+        [{"role": "user", "content": "read", "files": files}], {"model": "m"}, ()
+    )
+    text, notes, image, paper = sent["messages"][0]["content"]
+    assert text == {"type": "text", "text": "read"}
+    assert notes["type"] == "document" and notes["source"] == {
+        "type": "text", "media_type": "text/plain", "data": "line one"
+    }  # fmt: skip
+    assert image["type"] == "image" and image["source"]["media_type"] == "image/png"
+    assert paper["type"] == "document" and paper["source"]["media_type"] == "application/pdf"
+    assert paper["title"] == "paper.pdf"
