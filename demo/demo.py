@@ -155,6 +155,8 @@ def explore() -> None:
     print("\nexplore it (the store stays until the next `make demo`):")
     for words in ("ls", f"tree {SESSION}", f"show {SESSION} --limit 5", "tail --follow"):
         print(f"  {command} {words}")
+    # The HTTP service over the same store (the `service` extra); the key is the caller's own.
+    print(f'  SESSIONLOG_API_KEYS="admin=$(openssl rand -hex 32)" {command} serve --port 8700')
 
 
 if __name__ == "__main__":

@@ -60,10 +60,11 @@ def test_make_demo_runs_from_a_clean_clone_twice(tmp_path: Path) -> None:
     assert re.search(r"verify\s+ok: \d+ events, 4 streams", first)
     assert "release-1-at-4" in first and "forked at message 4" in first
     assert re.search(r"head hash\s+[0-9a-f]{64}", first)
-    assert lines[-7].startswith("done in ")
+    assert lines[-8].startswith("done in ")
     explore = lines[lines.index("explore it (the store stays until the next `make demo`):") + 1 :]
-    assert len(explore) == 4 and explore[-1].endswith(" tail --follow")
-    for line in explore[:-1]:  # each printed command runs as printed, from the clone
+    assert len(explore) == 5 and explore[-2].endswith(" tail --follow")
+    assert explore[-1].endswith(" --store var/demo/sessions serve --port 8700")
+    for line in explore[:-2]:  # each printed command runs as printed, from the clone
         words = shlex.split(line)
         assert words[0] == str(Path(sys.prefix) / "bin" / "sessionlog")
         assert words[1:3] == ["--store", "var/demo/sessions"]
