@@ -151,6 +151,19 @@ _NAME_QUALIFIERS = frozenset(
         "mode",
         "provider",
         "header",
+        "counter",
+        "counters",
+        "factory",
+        "schema",
+        "pattern",
+        "regex",
+        "store",
+        "handler",
+        "budget",
+        "estimate",
+        "estimator",
+        "encoder",
+        "decoder",
     )
 )
 _NAME_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -239,19 +252,62 @@ _TEXT_RULES: tuple[tuple[str, str, re.Pattern[str], Callable[[re.Match[str]], bo
         ("home_directory", "/home/", r"/home/[A-Za-z0-9._-]+", _always),
     )
 )
-# `name = value`, `name: value`, `"name": "value"`, `name => value`: found from the separator,
-# the name read backwards from it (on the reversed text), and the name decides.
-_SEPARATOR = re.compile(r"[:=]")
-_NAME_BEFORE = re.compile(r"[ \t]*(?:[\"']\\?)?([\w.-]{1,80})(?![\w.-])")  # reversed: `\"` too
-_VALUE_AFTER = re.compile(
-    r"[=>]?[ \t]*(\\?\"[^\"\r\n]{1,512}?\\?\"|'[^'\r\n]{1,512}'|(?![\[<])[^\s\"',;&]{3,512})"
+# `name = value`, `name: value`, `"name": "value"`, `name => value`, `--name value`: found from
+# the places a credential word could be part of a name (every word and stem of the name rule
+# holds one of these hints), the name read around it, and the name decides.
+_HINTS = (
+    "pass",
+    "secret",
+    "token",
+    "key",
+    "auth",
+    "cred",
+    "cookie",
+    "pwd",
+    "pw",
+    "sess",
+    "jwt",
+    "otp",
+    "mfa",
+    "dsn",
+    "bearer",
+    "signing",
+    "priv",
 )
-# A value that is a call in code (`token = getpass()`, `key = os.environ.get(`), not a secret.
-_CALL = re.compile(r"[A-Za-z_][\w.]*\(")
-# `--password value` on a command line.
-_FLAG = re.compile(
-    r"(?<![A-Za-z0-9])--?([A-Za-z][\w-]{1,80})[ \t]+"
-    r"(\"[^\"\r\n]{1,512}\"|'[^'\r\n]{1,512}'|(?![\[<-])[^\s\"',;&]{3,512})"
+_IDENT = re.compile(r"[\w.-]*")
+_SEPARATOR_AFTER = re.compile(r"(?:\\?[\"'])?[ \t]*(?:=>|:=|:(?![:/])|=(?!=))")
+_VALUE_AT = re.compile(
+    r"[ \t]*(\\?\"[^\"\r\n]{1,512}?\\?\"|'[^'\r\n]{1,512}'|(?![\[<])[^\s\"',;&]{3,512})"
+)
+_FLAG_NAME = re.compile(r"(?:^|-)-[A-Za-z]")
+_FLAG_VALUE_AT = re.compile(
+    r"[ \t]+(\"[^\"\r\n]{1,512}\"|'[^'\r\n]{1,512}'|(?![\[<-])[^\s\"',;&]{3,512})"
+)
+# Unquoted values that are code, not a secret: `token = getpass()`, `key: str`,
+# `self.token = token`, `api_key: Optional[str]`, `key = os.environ[...]`.
+_CODE_VALUE = re.compile(
+    r"(?:self|cls|this|os|env|config|settings|args|kwargs|options|opts|request|params|ctx)\."
+    r"|[A-Za-z_][\w.]*[\[(]|[\w.]*\.[A-Z]\w*$"
+)
+_WORD_VALUES = frozenset(
+    (
+        "str",
+        "int",
+        "bytes",
+        "bool",
+        "float",
+        "none",
+        "null",
+        "true",
+        "false",
+        "undefined",
+        "any",
+        "dict",
+        "list",
+        "string",
+        "number",
+        "object",
+    )
 )
 # `user:password@host`, with or without a scheme: found from the `@`, read backwards.
 _AT = re.compile(r"@")
@@ -423,10 +479,9 @@ def _scan(text: str, depth: int) -> tuple[Hit, ...]:
     for kind, guard, regex, check in _TEXT_RULES:
         if guard in low:
             hits.extend(Hit(m.start(), m.end(), kind) for m in regex.finditer(text) if check(m))
-    if ":" in text or "=" in text:
-        hits.extend(_assignments(text))
-    if "-" in text:
-        hits.extend(_flags(text))
+    spots = _hint_spots(low)
+    if spots:
+        hits.extend(_assignments(text, spots))
     if "@" in text:
         hits.extend(_userinfo(text))
     if "://" in text:
@@ -472,35 +527,60 @@ def _merge(hits: list[Hit]) -> tuple[Hit, ...]:
     return tuple(out)
 
 
-def _value_hit(text: str, name_start: int, after: int) -> Hit | None:
-    match = _VALUE_AFTER.match(text, after)
-    if match is None:
-        return None
-    value = match.group(1).strip("\\\"'").strip()
-    if not value or value.startswith(("[", "<")) or _CALL.match(match.group(1)):
-        return None
-    return Hit(name_start, match.end(), "credential_assignment")
+def _hint_spots(low: str) -> list[int]:
+    """Where in the lower-cased text a credential word could start, in order."""
+    spots: list[int] = []
+    for hint in _HINTS:
+        at = low.find(hint)
+        while at != -1:
+            spots.append(at)
+            at = low.find(hint, at + 1)
+    spots.sort()
+    return spots
 
 
-def _assignments(text: str) -> Iterator[Hit]:
+def _ident_end(text: str, at: int) -> int:
+    """Where the run of name characters (letters, digits, `_.-`) starting at `at` ends."""
+    match = _IDENT.match(text, at)
+    return at if match is None else match.end()
+
+
+def _assignments(text: str, spots: list[int]) -> Iterator[Hit]:
     backwards = text[::-1]
     size = len(text)
-    for separator in _SEPARATOR.finditer(text):
-        at = separator.start()
-        name = _NAME_BEFORE.match(backwards, size - at)
-        if name is None or not credential_name(name.group(1)[::-1].strip(".-")):
+    names_seen: set[int] = set()
+    for at in spots:
+        start = size - _ident_end(backwards, size - at)
+        if start in names_seen:
+            continue  # `access_token_key`: one name, several hints
+        names_seen.add(start)
+        end = _ident_end(text, at)
+        name = text[start:end]
+        if not credential_name(name.strip(".-")):
             continue
-        hit = _value_hit(text, size - name.end(), at + 1)
-        if hit is not None:
-            yield hit
+        separator = _SEPARATOR_AFTER.match(text, end)
+        if separator is not None:
+            value = _VALUE_AT.match(text, separator.end())
+        elif _FLAG_NAME.search(name):  # `--password value`
+            value = _FLAG_VALUE_AT.match(text, end)
+        else:
+            continue
+        if value is not None and _is_secret_value(value.group(1), name):
+            yield Hit(start, value.end(), "credential_assignment")
 
 
-def _flags(text: str) -> Iterator[Hit]:
-    for match in _FLAG.finditer(text):
-        if credential_name(match.group(1)):
-            value = match.group(2).strip("\"'").strip()
-            if value and not value.startswith(("[", "<")):
-                yield Hit(match.start(), match.end(), "credential_assignment")
+def _is_secret_value(raw: str, name: str) -> bool:
+    """Whether what follows `name =` is a value to hide: not empty, not a placeholder, and, when
+    unquoted, not code (a call, a type, an attribute, the name itself)."""
+    value = raw.strip("\\\"'").strip()
+    if not value or value.startswith(("[", "<")):
+        return False
+    if raw[:1] in "\"'\\":
+        return True
+    last = name.rsplit(".", 1)[-1].lstrip("-")
+    if value == last or value.endswith("." + last) or value.lower() in _WORD_VALUES:
+        return False
+    return _CODE_VALUE.match(value) is None
 
 
 def _userinfo(text: str) -> Iterator[Hit]:
@@ -556,6 +636,8 @@ def _classify_word(word: str, depth: int) -> str | None:
         for kind, analyze in _detectors():
             if next(analyze(word), None) is not None:
                 return kind
+    if word.islower() and not any(c.isdigit() for c in word):
+        return None  # a lower-case path or identifier: neither a made token nor an encoding
     if _OWN_BEARER.fullmatch(word) and _random_looking(word):
         return "sessionlog_bearer_token"
     if depth < _DECODE_DEPTH:

@@ -207,7 +207,7 @@ def plant(store: SessionStore, secret: str) -> tuple[str, list[str]]:
             "role": "tool",
             "tool_call_id": "c2",
             "content": "read",
-            "metadata": {"blob": secret.encode()},
+            "item": {"blob": secret.encode()},  # an item is kept verbatim: bytes stay bytes
         },
     )
     multiline = secret.splitlines()
@@ -233,7 +233,7 @@ def plant(store: SessionStore, secret: str) -> tuple[str, list[str]]:
         f"{section}.messages[1].tool_calls[1].input.args[0]",
         f"{section}.messages[1].tool_calls[1].input.opts",
         f"{section}.messages[2].content",
-        f"{section}.messages[3].metadata.blob",
+        f"{section}.messages[3].item.blob",
         "$.tools.calls[0].result",
     ]
     if len(multiline) > 1:
