@@ -370,3 +370,17 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     out, entries = redact({"note": text}, "sanitized")
     assert out == {"note": text}
     assert entries == []
+
+
+def test_every_credential_word_holds_a_hint() -> None:
+    # assignments in text are looked for only where a hint occurs: a word or stem of the name
+    # rule without one would never be found in `NAME=value`
+    from replay import _secrets
+
+    words = set(_secrets._NAME_WORDS) | set(_secrets._NAME_STEMS)
+    assert [w for w in sorted(words) if not any(h in w for h in _secrets._HINTS)] == []
+    for word in sorted(words):
+        text = f"export {word.upper()}=v4lue-{word}"
+        found = find_secrets({"line": text})
+        assert len(found) == 1 and found[0][0] == "$.line", word
+        assert scrub_string(text)[0] == "export " + scrub_string(text)[1][0], word
