@@ -270,6 +270,15 @@ def text_of(blocks: object, kinds: tuple[str, ...] = ("text",)) -> str | None:
     return "\n\n".join(parts) if parts else None
 
 
+def consumed(items: list[Any]) -> Iterator[tuple[int, Any]]:
+    """(1-based index, item) of a document's list, each slot emptied as it is handed out: once a
+    message is kept (re-encoded), its objects are freed, so a document costs about its decoded
+    size once, not that plus everything kept."""
+    for index in range(len(items)):
+        item, items[index] = items[index], None
+        yield index + 1, item
+
+
 def text_or(value: object, default: str) -> str:
     """`value` if it is a non-empty str, else `default`."""
     return value if isinstance(value, str) and value else default

@@ -17,6 +17,7 @@ from replay.agentlogs._common import (
     Parsed,
     Record,
     Source,
+    consumed,
     function_call,
     text_of,
     text_or,
@@ -41,7 +42,7 @@ def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
     built = Built("main", source)
     built.info["document"] = {k: v for k, v in document.items() if k != "messages"}
     records = 0
-    for index, message in enumerate(document["messages"], start=1):
+    for index, message in consumed(document["messages"]):
         records += 1
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "user":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.agentlogs._common import Built, Message, Parsed, Record, Source, text_of
+from replay.agentlogs._common import Built, Message, Parsed, Record, Source, consumed, text_of
 
 NAME = "openai-chat"
 _ARRAYS = ("history", "messages")
@@ -38,11 +38,13 @@ def looks_like_document(document: object) -> bool:
 
 def parse_document(source: Source, document: Any) -> Parsed:
     built = Built("main", source)
-    messages = _messages_of(document) or []
+    messages = document if isinstance(document, list) else []
     if isinstance(document, dict):
         key = next(k for k in _ARRAYS if isinstance(document.get(k), list))
+        messages = document[key]
         built.info["document"] = {k: v for k, v in document.items() if k != key}
-    for index, message in enumerate(messages, start=1):
+    count = len(messages)
+    for index, message in consumed(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             built.attach(index, {"value": message}, known=False)
             continue
@@ -52,7 +54,7 @@ def parse_document(source: Source, document: Any) -> Parsed:
     return Parsed(
         sessions=[built],
         tool_version=_tool_version(document),
-        records=len(messages),
+        records=count,
         extra={"producer": _producer(document)},
     )
 
