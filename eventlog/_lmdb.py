@@ -13,7 +13,6 @@ import functools
 import itertools
 import operator
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from typing import ParamSpec, TypeVar, cast
 import lmdb
 
 from eventlog._disk import NEW_STORE_BYTES_MIN, free_bytes, full, prepare_files
+from eventlog._gate import Gate
 from eventlog._lease import Lease, file_lease
 from eventlog._storage import Buffer, StorageTxn, position_key
 from eventlog.errors import (
@@ -84,41 +84,6 @@ def translate_read(exc: lmdb.Error, doing: str) -> SessionLogError:
     return translate(exc, doing)
 
 
-class _Gate:
-    """Counts this process's open transactions so the map is only resized when there are none,
-    which is what LMDB requires of `mdb_env_set_mapsize`."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._active = 0
-        self._resizing = False
-
-    def enter(self) -> None:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._active += 1
-
-    def leave(self) -> None:
-        with self._cond:
-            self._active -= 1
-            self._cond.notify_all()
-
-    def exclusive(self, action: Callable[[], _T], *, own: int = 0) -> _T:
-        """Run `action` when only `own` transactions (the caller's) are open."""
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._resizing = True
-            try:
-                while self._active > own:
-                    self._cond.wait()
-                return action()
-            finally:
-                self._resizing = False
-                self._cond.notify_all()
-
-
 class LmdbStorage:
     def __init__(
         self,
@@ -136,7 +101,7 @@ class LmdbStorage:
         # the growth after a MapFullError makes room for that transaction when it is retried.
         self.write_bytes = 0
         self.failed_write_bytes = 0
-        self._gate = _Gate()
+        self._gate = Gate()
         self._closed = False
         data_file = self.path / "data.mdb"
         if not readonly:
@@ -349,7 +314,7 @@ def _open_failure(exc: lmdb.Error, path: Path, readonly: bool) -> SessionLogErro
     return translate(exc, f"opening `{path}`")
 
 
-class _LmdbTxn:
+class _LmdbTxn(StorageTxn):
     __slots__ = ("_counted", "_done", "_store", "_txn", "_write")
 
     def __init__(
@@ -458,9 +423,6 @@ class _LmdbTxn:
     def stream_position(self, key: bytes, version: int) -> int | None:
         value = self._txn.get(key + version.to_bytes(8, "big"), db=self._store.streams)
         return None if value is None else int.from_bytes(value, "big")
-
-    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
-        return [self.stream_position(key, version) for key, version in entries]
 
     @_reads
     def index_size(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -60,7 +60,7 @@ class MemoryStorage:
             raise LogClosedError("the in-memory log is closed")
 
 
-class _MemoryTxn:
+class _MemoryTxn(StorageTxn):
     def __init__(
         self, store: MemoryStorage, *, write: bool, parent: _MemoryTxn | None = None
     ) -> None:
@@ -85,21 +85,6 @@ class _MemoryTxn:
         for position in range(after + 1, stop + 1):
             yield position, records[position - 1]
 
-    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
-        return self.store.records[after : after + limit]
-
-    def keys_dense(self, after: int, count: int) -> bool:
-        return after + count <= len(self.store.records)  # a list has no keys to damage
-
-    def records_around(
-        self, positions: Iterable[int]
-    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        last = -2
-        for position in positions:
-            before = None if position == last + 1 or position == 1 else self.record(position - 1)
-            yield before, self.record(position)
-            last = position
-
     def stream_version(self, key: bytes) -> int:
         return len(self.store.index.get(key, ()))
 
@@ -109,9 +94,6 @@ class _MemoryTxn:
     def stream_position(self, key: bytes, version: int) -> int | None:
         positions = self.store.index.get(key, [])
         return positions[version - 1] if 1 <= version <= len(positions) else None
-
-    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
-        return [self.stream_position(key, version) for key, version in entries]
 
     def index_size(self) -> int:
         return sum(map(len, self.store.index.values()))
@@ -150,10 +132,6 @@ class _MemoryTxn:
         store.kv[key] = bytes(value)
         self.undo.append(("kv", key, old))
 
-    def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
-        for key, value in items:
-            self.kv_put(key, value)
-
     def kv_delete(self, key: bytes) -> bool:
         store = self.store
         old = store.kv.pop(key, None)
@@ -162,10 +140,6 @@ class _MemoryTxn:
         del store.kv_keys[bisect.bisect_left(store.kv_keys, key)]
         self.undo.append(("kv", key, old))
         return True
-
-    def kv_clear(self) -> None:
-        for key in list(self.store.kv_keys):
-            self.kv_delete(key)
 
     def kv_scan(
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None

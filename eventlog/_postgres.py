@@ -22,11 +22,11 @@ import psycopg_pool
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from eventlog import _pg_schema
 from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, describe, holder_record
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
     ConcurrencyError,
-    CorruptStoreError,
     LeaseHeldError,
     LogClosedError,
     OutcomeUnknownError,
@@ -34,27 +34,7 @@ from eventlog.errors import (
     StorageError,
 )
 
-FORMAT = "sessionlog-log/1"
-SCHEMA_VERSION = 2
-"""1: events, kv, meta. 2: adds `idempotency`, the keys of commands that may be retried."""
-
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
-        "CREATE TABLE events (position bigint PRIMARY KEY CHECK (position > 0),"
-        ' stream text COLLATE "C" NOT NULL, version bigint NOT NULL CHECK (version > 0),'
-        " record bytea NOT NULL, UNIQUE (stream, version))",
-        # Records are hashed and often already dense; compressing them costs more than it saves.
-        "ALTER TABLE events ALTER COLUMN record SET STORAGE EXTERNAL",
-        "CREATE TABLE kv (key bytea PRIMARY KEY, value bytea NOT NULL)",
-        "ALTER TABLE kv ALTER COLUMN value SET STORAGE EXTERNAL",
-    ),
-    2: (
-        'CREATE TABLE idempotency (key text COLLATE "C" PRIMARY KEY,'
-        ' stream text COLLATE "C" NOT NULL, first_position bigint NOT NULL,'
-        " last_position bigint NOT NULL)",
-    ),
-}
+SCHEMA_VERSION = _pg_schema.SCHEMA_VERSION
 
 CONNECT_TIMEOUT_S = 5
 """A connection attempt to a server that does not answer gives up after this: a down server is an
@@ -139,7 +119,7 @@ class PostgresStorage:
         }
         try:
             with psycopg.connect(conninfo, **self._kwargs) as conn:
-                self.schema = self._setup(conn, schema)
+                self.schema = _pg_schema.setup(conn, schema, self.readonly, self.where)
         except psycopg.Error as exc:
             raise translate(exc, f"opening {self.where}") from exc
         self.channel = f"sessionlog:{self.schema}"[:63]
@@ -168,61 +148,6 @@ class PostgresStorage:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self._search_path)
-
-    def _setup(self, conn: psycopg.Connection[Any], schema: str | None) -> str:
-        """Create or migrate the schema under a lock, so processes opening a new database at
-        the same moment do it once; a schema this code cannot read is refused unchanged."""
-        if schema is None:
-            found = conn.execute("SELECT current_schema()").fetchone()
-            if found is None or found[0] is None:
-                raise StorageError(f"{self.where}: no schema on the search_path; pass ?schema=")
-            schema = str(found[0])
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sessionlog:{schema}",))
-            if not self.readonly:
-                conn.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-                )
-            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
-            version = self._schema_version(conn, schema)
-            if version == SCHEMA_VERSION:
-                return schema
-            if self.readonly:
-                raise CorruptStoreError(
-                    f"{self.where}: schema `{schema}` is at version {version}, this version reads "
-                    f"{SCHEMA_VERSION}; open it once writable to migrate it"
-                )
-            for step in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[step]:
-                    conn.execute(statement.encode())
-            conn.execute(
-                "INSERT INTO meta VALUES ('format', %s), ('schema_version', %s)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (FORMAT, str(SCHEMA_VERSION)),
-            )
-        return schema
-
-    def _schema_version(self, conn: psycopg.Connection[Any], schema: str) -> int:
-        tables = {
-            str(row[0])
-            for row in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
-            )
-        }
-        if "meta" not in tables:
-            if tables & {"events", "kv"}:
-                raise CorruptStoreError(
-                    f"{self.where}: schema `{schema}` has tables but is not a sessionlog log"
-                )
-            return 0
-        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        version = int(rows.get("schema_version", "0"))
-        if rows.get("format") != FORMAT or version > SCHEMA_VERSION:
-            raise CorruptStoreError(
-                f"{self.where}: schema `{schema}` has format {rows.get('format')!r} version "
-                f"{version}; this version reads {FORMAT!r} up to version {SCHEMA_VERSION}"
-            )
-        return version
 
     @contextmanager
     def reader(self) -> Iterator[StorageTxn]:
@@ -347,7 +272,7 @@ class PostgresStorage:
             raise LogClosedError(f"the log at {self.where} is closed")
 
 
-class _PgTxn:
+class _PgTxn(StorageTxn):
     """A transaction on one pooled connection; a child is a savepoint on the same connection."""
 
     __slots__ = ("_depth", "_done", "_head", "_store", "_write", "conn")

@@ -15,7 +15,7 @@ from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import InvalidArgumentError
 
 
-class ScratchTxn:
+class ScratchTxn(StorageTxn):
     """`StorageTxn` whose log is `log_txn` (read-only) and whose projection space is `kv_txn`."""
 
     def __init__(self, log_txn: StorageTxn, kv_txn: StorageTxn) -> None:
@@ -34,9 +34,6 @@ class ScratchTxn:
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         return self._log.values_after(after, limit)
 
-    def keys_dense(self, after: int, count: int) -> bool:
-        return self._log.keys_dense(after, count)
-
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
@@ -50,9 +47,6 @@ class ScratchTxn:
 
     def stream_position(self, key: bytes, version: int) -> int | None:
         return self._log.stream_position(key, version)
-
-    def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
-        return self._log.stream_positions_of(entries)
 
     def index_size(self) -> int:
         return self._log.index_size()

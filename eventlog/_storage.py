@@ -8,6 +8,7 @@ into `eventlog.errors` and never decide anything about events.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
@@ -26,78 +27,118 @@ def stream_key(stream: str) -> bytes:
     return stream.encode("utf-8") + b"\x00"
 
 
-class StorageTxn(Protocol):
-    """One backend transaction. Read-only ones refuse the write methods."""
+class StorageTxn(ABC):
+    """One backend transaction. Read-only ones refuse the write methods.
 
+    A backend implements the abstract methods: the log's records by dense position and its
+    stream index, the ordered key-value space, and nesting. The others are accelerations with
+    defaults built on those; a backend overrides one only where it can do the same in fewer
+    storage calls (a cursor walk, one query)."""
+
+    __slots__ = ()
+
+    # The log: records by position, and the stream index (stream key + version -> position).
+
+    @abstractmethod
     def last_position(self) -> int: ...
 
+    @abstractmethod
     def record(self, position: int) -> Buffer | None: ...
 
-    def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]: ...
+    @abstractmethod
+    def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        """Up to `limit` (position, record) pairs after `after`, in position order."""
+
+    @abstractmethod
+    def stream_version(self, key: bytes) -> int: ...
+
+    @abstractmethod
+    def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]: ...
+
+    @abstractmethod
+    def stream_position(self, key: bytes, version: int) -> int | None: ...
+
+    @abstractmethod
+    def index_size(self) -> int: ...
+
+    @abstractmethod
+    def put_records(
+        self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
+    ) -> None: ...
+
+    @abstractmethod
+    def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
+        """The stream and first and last positions of the append that carried this key."""
+
+    @abstractmethod
+    def remember_idempotency_key(
+        self, idempotency_key: str, stream: str, first: int, last: int
+    ) -> None: ...
+
+    # The ordered key-value space of the projections.
+
+    @abstractmethod
+    def kv_get(self, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def kv_put(self, key: bytes, value: Buffer) -> None: ...
+
+    @abstractmethod
+    def kv_delete(self, key: bytes) -> bool: ...
+
+    @abstractmethod
+    def kv_scan(
+        self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
+    ) -> list[tuple[bytes, bytes]]: ...
+
+    # Transactions.
+
+    @abstractmethod
+    def child(self) -> StorageTxn: ...
+
+    @abstractmethod
+    def commit(self) -> None: ...
+
+    @abstractmethod
+    def abort(self) -> None: ...
+
+    # Accelerations, with their defaults.
 
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         """Records after `after` without their keys: the read path checks positions itself."""
-        ...
+        return [record for _, record in self.records_after(after, limit)]
 
     def keys_dense(self, after: int, count: int) -> bool:
         """Whether the `count` records after `after` sit exactly at positions `after + 1` to
         `after + count`: a damaged key can keep the order and still hide a record from lookups."""
-        ...
+        found = [position for position, _ in self.records_after(after, count)]
+        return found == list(range(after + 1, after + count + 1))
 
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         """For each position: the record before it (None when it directly follows the previous
         position asked for, or is position 1) and the record itself (None when missing)."""
-        ...
-
-    def stream_version(self, key: bytes) -> int: ...
-
-    def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]: ...
-
-    def stream_position(self, key: bytes, version: int) -> int | None: ...
+        last = -2
+        for position in positions:
+            follows = position == last + 1 or position == 1
+            yield None if follows else self.record(position - 1), self.record(position)
+            last = position
 
     def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
-        """`stream_position` of each (stream key, version), in one call where the backend can."""
-        ...
-
-    def index_size(self) -> int: ...
-
-    def put_records(
-        self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
-    ) -> None: ...
-
-    def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
-        """The stream and first and last positions of the append that carried this key."""
-        ...
-
-    def remember_idempotency_key(
-        self, idempotency_key: str, stream: str, first: int, last: int
-    ) -> None: ...
-
-    def kv_get(self, key: bytes) -> bytes | None: ...
-
-    def kv_put(self, key: bytes, value: Buffer) -> None: ...
+        """`stream_position` of each (stream key, version)."""
+        return [self.stream_position(key, version) for key, version in entries]
 
     def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
-        """`kv_put` of each pair, in one storage call where the backend has one."""
-        ...
-
-    def kv_delete(self, key: bytes) -> bool: ...
+        """`kv_put` of each pair."""
+        for key, value in items:
+            self.kv_put(key, value)
 
     def kv_clear(self) -> None:
         """Delete every projection key (the log is untouched)."""
-        ...
-
-    def kv_scan(
-        self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
-    ) -> list[tuple[bytes, bytes]]: ...
-
-    def child(self) -> StorageTxn: ...
-
-    def commit(self) -> None: ...
-
-    def abort(self) -> None: ...
+        while page := self.kv_scan(b"", None, False, 1024):
+            for key, _ in page:
+                self.kv_delete(key)
 
 
 class Storage(Protocol):
