@@ -23,6 +23,7 @@ from eventlog import (
     EventLog,
     IntegrityError,
     SessionLogError,
+    limits,
 )
 from eventlog._codec import BODY_START, HASH_START, chain_hash
 from eventlog.events import Message, MessageInjected
@@ -351,3 +352,49 @@ def test_a_foreign_lmdb_store_is_refused_and_left_alone(
         assert str(path) in str(raised.value)
     with raw(path) as env, env.begin() as txn:
         assert (env.dbs(txn), list(txn.cursor())) == before, "the foreign store was changed"
+
+
+# (d) the last event of a verify page, and the newest event, are index-checked like the rest
+
+WALK_PAGE = limits.read_page_events_max  # the events `verify` checks per read transaction
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Envelope]]:
+    """A log one full verify page and a few events long, over three streams."""
+    path = tmp_path_factory.mktemp("paged") / "log"
+    with EventLog.open(path, sync=False) as log:
+        for start in range(0, WALK_PAGE + 3, 2_000):
+            with log.transaction() as tx:
+                for k in range(start, min(start + 2_000, WALK_PAGE + 3)):
+                    message = Message(role="user", content=str(k))
+                    tx.append(
+                        f"s-{k % 3}", [MessageInjected(message=message)], expected_version=ANY
+                    )
+        envelopes = list(log.iter_all())
+    assert len(envelopes) == WALK_PAGE + 3
+    return path, envelopes
+
+
+@pytest.mark.parametrize(
+    "victim_at",
+    [WALK_PAGE, WALK_PAGE + 3, 1],
+    ids=["last of a full page", "newest event", "first event"],
+)
+def test_an_index_entry_at_the_edge_of_a_page_pointing_elsewhere_is_reported(
+    paged: tuple[Path, list[Envelope]], tmp_path: Path, victim_at: int
+) -> None:
+    source, envelopes = paged
+    path = tmp_path / "log"
+    path.mkdir()
+    (path / "data.mdb").write_bytes((source / "data.mdb").read_bytes())
+    victim = envelopes[victim_at - 1]
+    elsewhere = next(e for e in envelopes if e.stream != victim.stream)
+    with raw(path) as env, env.begin(write=True) as txn:
+        streams = env.open_db(b"streams", txn=txn)
+        txn.put(index_key(victim.stream, victim.version), key(elsewhere.position), db=streams)
+    with EventLog.open(path) as log:
+        report = log.verify()
+    assert not report.ok
+    assert report.first_bad_position == victim.position
+    assert f"is at position {victim.position}" in (report.problem or "")

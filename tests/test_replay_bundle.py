@@ -606,3 +606,49 @@ def test_export_reports_progress_as_it_goes(mode: str) -> None:
     if mode != "local":
         walked = [d for d in dones if events < d < total]
         assert len(walked) >= 5, calls
+
+
+# A session longer than one page of the export's reads, in every kind the bundle carries
+
+PAST_A_PAGE = 1_050  # export reads 1,000 events a page
+
+
+def long_session(store: SessionStore) -> str:
+    """Over a page each of messages, tool calls, live-client events and permission routes."""
+    sid = store.open_session("long", system_prompt="work")
+    store.attach(sid, "tui", {"mode": "controller"})
+    with store.transaction():
+        for turn in range(PAST_A_PAGE):
+            call = f"call-{turn}"
+            store.inject(sid, {"role": "user", "content": f"step {turn}"})
+            store.inject(
+                sid,
+                {"role": "assistant", "tool_calls": [{"id": call, "name": "grep", "args": {}}]},
+            )
+            store.inject(sid, {"role": "tool", "tool_call_id": call, "content": f"out {turn}"})
+            store.heartbeat(sid, "tui")
+            store.route_permission(sid, "tui", {"request_id": f"r-{turn}", "tool": "shell"})
+    return sid
+
+
+def test_a_session_longer_than_a_page_exports_and_imports_whole(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "source", sync=False) as source:
+        sid = long_session(source)
+        version = source.log.stream_version(sid)
+        assert version > 5 * PAST_A_PAGE
+        bundle = export_bundle(source, sid)
+        section = bundle["transcript"]["sections"][0]
+        assert section["messages"] == source.messages(sid)
+        assert len(section["messages"]) == 3 * PAST_A_PAGE
+        assert [e["version"] for e in section["events"]] == list(range(1, version + 1))
+        positions = [e.position for e in source.log.read_stream(sid, limit=10_000)]
+        assert [e["position"] for e in section["events"]] == positions
+        assert len(bundle["tools"]["calls"]) == PAST_A_PAGE
+        assert len(bundle["permissions"]) == PAST_A_PAGE
+        replay = bundle["replay"]
+        assert len(replay["deterministic_events"]) == version
+        assert replay["event_log_pointers"][0]["last_position"] == positions[-1]
+        assert len(replay["live_client_events"]) == PAST_A_PAGE + 1  # the attach, each heartbeat
+        with SessionStore.open(tmp_path / "target", sync=False) as target:
+            assert import_bundle(target, bundle) == sid
+            assert target.messages(sid) == source.messages(sid)

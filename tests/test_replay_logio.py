@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import projections as pj
 import sessions.testing
@@ -761,3 +762,58 @@ def test_import_records_runs_the_projector(tmp_path: Path) -> None:
         target.log.import_records(records)
         assert target.messages("b") == [{"role": "user", "content": "hi"}]
         assert target.snapshot("a") == source.snapshot("a")
+
+
+# Events of several sessions in one import batch: each message is filed under its own session
+
+
+def interleave(store: SessionStore, order: list[int], sessions_count: int) -> None:
+    """Open `sessions_count` sessions, then inject one message at a time in `order` (each entry
+    names a session): single `message_injected` events of different sessions side by side."""
+    for index in range(sessions_count):
+        store.open_session(f"s{index}")
+    for turn, index in enumerate(order):
+        role = "user" if turn % 2 else "assistant"
+        store.inject(f"s{index}", {"role": role, "content": f"s{index} turn {turn}"})
+
+
+def assert_same_transcripts(source: SessionStore, target: SessionStore, count: int) -> None:
+    for index in range(count):
+        sid = f"s{index}"
+        assert target.messages(sid) == source.messages(sid), sid
+        assert target.length(sid) == source.length(sid)
+    assert target.log.head_hash == source.log.head_hash
+
+
+@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+def test_alternating_injects_to_several_sessions_round_trip_session_by_session(
+    tmp_path: Path, kind: str
+) -> None:
+    """`import_log` folds a whole batch of events at once, where runs of one-message events
+    are folded together: a run must never cross from one session into the next."""
+    order = [turn % 3 for turn in range(30)] + [0, 0, 1, 2, 2, 2, 1, 0]
+    with SessionStore.open(tmp_path / "source", sync=False) as source:
+        interleave(source, order, 3)
+        export_log(source, tmp_path / "log.jsonl")
+        with (
+            SessionStore.memory() if kind == "memory" else SessionStore.open(tmp_path / "copy")
+        ) as target:
+            import_log(target, tmp_path / "log.jsonl")
+            assert_same_transcripts(source, target, 3)
+            assert [m["content"] for m in target.messages("s1")][:2] == ["s1 turn 1", "s1 turn 4"]
+            assert target.verify(projections=True).ok
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sessions_count=st.integers(2, 4),
+    order=st.lists(st.integers(0, 3), min_size=2, max_size=40),
+)
+def test_any_interleaving_of_sessions_round_trips(sessions_count: int, order: list[int]) -> None:
+    order = [index % sessions_count for index in order]
+    with SessionStore.memory() as source, SessionStore.memory() as target:
+        interleave(source, order, sessions_count)
+        out = io.BytesIO()
+        export_log(source, out)
+        import_log(target, io.BytesIO(out.getvalue()))
+        assert_same_transcripts(source, target, sessions_count)
