@@ -149,16 +149,40 @@ def wait_for_acks(out_dir: Path, workers: int, count: int, timeout_s: float) -> 
     raise AssertionError(f"workers did not acknowledge {count} commands in {timeout_s} s")
 
 
+def hold_commands_in_flight(server: _pg.PrivateServer, database: str) -> Any:
+    """Lock the table of idempotency keys, which every keyed append writes after its `BEGIN`,
+    and return the holding connection once a writer is provably stuck on it: its transaction has
+    begun, so when the server dies now that command's outcome is unknown to its client, which
+    must retry it (a kill between commands would be absorbed by a fresh `BEGIN`)."""
+    holder = _pg.connect(server.url(database))
+    holder.execute("LOCK TABLE app.idempotency IN EXCLUSIVE MODE")
+    deadline = time.monotonic() + 60
+    with _pg.connect(server.url(database), autocommit=True) as watcher:
+        while time.monotonic() < deadline:
+            (waiting,) = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                " AND wait_event_type = 'Lock' AND query ILIKE %s",
+                (database, "%idempotency%"),
+            ).fetchone()
+            if waiting:
+                return holder
+            time.sleep(0.02)
+    holder.close()
+    raise AssertionError("no writer reached its idempotency key within 60 s")
+
+
 def test_server_killed_mid_workload_loses_no_acknowledged_command(
     private_server: _pg.PrivateServer, tmp_path: Path
 ) -> None:
     url = create_database(private_server, "killed")
     EventLog.open(url).close()
-    workers, rounds = 4, 80
+    workers, rounds = 4, 120  # far from done after 10 each, when the lock is taken
     procs = start_workers("keyed", [url] * workers, rounds, tmp_path)
     try:
         wait_for_acks(tmp_path, workers, 10, 60)
+        holder = hold_commands_in_flight(private_server, "killed")
         private_server.stop("immediate")
+        holder.close()
         time.sleep(1.0)
         private_server.start()
         assert wait_all(procs, 180) == [0] * workers
@@ -178,7 +202,7 @@ def test_server_killed_mid_workload_loses_no_acknowledged_command(
             assert [line["key"] for line in acked] == [f"w{index}-{t}" for t in range(rounds)]
             # Exactly once each, at the position the writer was told, even across retries.
             assert found[f"w{index}"] == [(line["positions"][0], line["key"]) for line in acked]
-        assert retries > 0, "the server was killed while no command was in flight"
+        assert retries > 0, "a command was in flight when the server died, yet none was retried"
         assert log.head == workers * rounds
     with SessionStore.open(url) as store:  # the engine opens the recovered log and writes
         store.open_session("after")
