@@ -11,7 +11,8 @@ a bundle), and `tokens`
 `service` (bench/service_bench.py, the HTTP service against the in-process engine), and
 `postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB), and
 `integrations` (bench/integrations_bench.py, the framework backends against each framework's own
-durable store). `--only` takes
+durable store), and `viewer` (bench/viewer_bench.py, the session viewer in headless Chromium).
+`--only` takes
 benchmark names of any suite and runs only the suites they belong to. Each suite prints one table
 of medians when it ends and writes it as JSON to `var/bench/<suite>.json` (a `--quick` run writes
 `var/bench/<suite>.quick.json`, so a smoke run never replaces real figures).
@@ -47,6 +48,7 @@ from bench import (
     runtime_bench,
     service_bench,
     tokens_bench,
+    viewer_bench,
 )
 from bench._timing import Result, filesystem_of, machine, table
 
@@ -141,6 +143,13 @@ SUITES = (
         service_bench.QUICK,
         _plain(service_bench),
         summary=service_bench.summary,
+    ),
+    Suite(
+        "viewer",
+        list(viewer_bench.BENCHMARKS),
+        viewer_bench.FULL,
+        viewer_bench.QUICK,
+        _plain(viewer_bench),
     ),
     Suite(
         "postgres",

@@ -18,12 +18,17 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 import replay
 from service._access import OWNER_KEY
-from sessions import SessionStore
+from sessions import ContextPolicy, SessionStore
 from tests import _browser
 from tests._service import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "demo" / "sample_transcript.jsonl"
+CLAUDE_LOG = (
+    ROOT
+    / "tests/fixtures/agent-logs/claude-code/sample-project/5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"
+)
+CLAUDE_MAIN = "claude-code-a49e56653b0e387732a88ad4d1b929d5"
 XSS = [
     '<img src=x onerror="window.__xss=1">',
     "<script>window.__xss=2</script>",
@@ -88,11 +93,40 @@ def _build(path: Path) -> dict[str, str]:
                     for n in range(start, start + batch)
                 ],
             )
+        imported = replay.import_agent_log(store, CLAUDE_LOG)
+        assert imported.files[0].sessions[0].session_id == CLAUDE_MAIN
         expires = "2999-01-01T00:00:00Z"
-        return {
+        tokens = {
             "alice": store.tokens.create("alice", expires).token,
             "bob": store.tokens.create("bob", expires).token,
         }
+    _build_context(path)
+    return tokens
+
+
+def _build_context(path: Path) -> None:
+    """A session whose context policy summarized older turns into checkpoints and pruned large
+    tool results from the context view."""
+    policy = ContextPolicy(
+        window_tokens=6_000,
+        summarizer=lambda messages, **_: f"summary of {len(messages)} messages",
+        prunable_chars_min=1_000,
+        aggressive_prunable_chars_min=1_000,
+    )
+    with SessionStore.open(path, context_policy=policy) as store:
+        store.open_session("ctx", title="context maintained")
+        for turn in range(8):
+            call = {"id": f"t{turn}", "type": "function", "function": {"name": "read"}}
+            store.inject_many(
+                "ctx",
+                [
+                    {"role": "user", "content": f"turn {turn}"},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"t{turn}", "content": "x" * 12_000},
+                    {"role": "assistant", "content": f"done {turn}"},
+                ],
+            )
+            store.maintain_context("ctx")
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +202,18 @@ def test_the_list_filters_and_the_transcript_pairs_calls(viewer: dict[str, Any])
         "steps",
         "alice-secret",
         "big",
+        "ctx",
+        CLAUDE_MAIN,
+        CLAUDE_MAIN + ".sidechain-1",
+        CLAUDE_MAIN + ".sidechain-2",
     }
     _browser.screenshot(page, "sessions")
 
     page.select_option("#source", "seeded")  # forks keep their parent's origin
     expect(rows).to_have_count(3, timeout=WAIT_MS)
     assert rows.first.get_attribute("data-id") == "release-1"
+    page.select_option("#source", "imported")
+    expect(rows).to_have_count(3, timeout=WAIT_MS)
     page.select_option("#source", "")
     page.fill("#q", "retry")
     expect(rows).to_have_count(1, timeout=WAIT_MS)
@@ -310,3 +350,51 @@ def test_the_page_is_public_and_locked_down_the_data_is_not(viewer: dict[str, An
         assert as_("bob", f"/v1/viewer/sessions/alice-secret{path}").status_code == 404
         assert as_("alice", f"/v1/viewer/sessions/alice-secret{path}").status_code == 200
     assert as_("bob", "/v1/viewer/diff?a=alice-secret&b=alice-secret").status_code == 404
+
+
+def test_sub_agent_sessions_hang_from_their_parent(viewer: dict[str, Any]) -> None:
+    page = _page(viewer)
+    _open(page, viewer, CLAUDE_MAIN)
+    expect(page.locator("svg.tree g.node")).to_have_count(3, timeout=WAIT_MS)
+    expect(page.locator("svg.tree g.node.subagent")).to_have_count(2)
+    expect(page.locator("svg.tree path.edge.subagent")).to_have_count(2)
+    expect(page.locator(".error-tag").first).to_be_visible()
+    page.click(f"svg.tree g.node[data-id='{CLAUDE_MAIN}.sidechain-1']")
+    expect(page.locator("#view h1")).to_have_attribute("title", CLAUDE_MAIN + ".sidechain-1")
+    page.close()
+
+
+def test_checkpoints_and_pruned_results_are_marked(viewer: dict[str, Any]) -> None:
+    page = _page(viewer)
+    _open(page, viewer, "ctx")
+    checkpoints = page.locator("article.message.checkpoint")
+    expect(checkpoints.first).to_be_visible(timeout=WAIT_MS)
+    assert checkpoints.count() >= 2 and checkpoints.count() % 2 == 0  # a pair each time
+    pruned = page.locator("article.message.pruned")
+    expect(pruned.first).to_be_visible(timeout=WAIT_MS)
+    expect(pruned.first.locator(".pruned-tag")).to_have_text("pruned in context")
+    expect(pruned.first.locator(".pruned-view")).to_contain_text("cleared from the context")
+    _browser.screenshot(page, "checkpoints")
+    page.close()
+
+
+def test_live_tail_resumes_after_the_server_restarts(viewer: dict[str, Any]) -> None:
+    # Last in the module: it restarts the shared server.
+    server: Server = viewer["server"]
+    page = _page(viewer)
+    _open(page, viewer, "steps")
+    state = page.locator(".live-state")
+    expect(state).to_have_text("live", timeout=WAIT_MS)
+    server.stop()
+    expect(state).to_have_text("reconnecting", timeout=WAIT_MS)
+    server.start()
+    expect(state).to_have_text("live", timeout=3 * WAIT_MS)
+    answer = httpx.post(
+        f"{server.url}/v1/sessions/steps/messages",
+        json={"message": {"role": "assistant", "content": "after the restart"}},
+        headers={"authorization": f"Bearer {server.admin_key}"},
+    )
+    assert answer.status_code == 201
+    message = page.locator("article.message", has_text="after the restart")
+    expect(message).to_have_count(1, timeout=WAIT_MS)
+    page.close()

@@ -4,7 +4,7 @@
 import * as api from "./api.js";
 import { clear, h, json, shortId, when } from "./dom.js";
 import { forkTree } from "./tree.js";
-import { contentOf, Transcript } from "./transcript.js";
+import { contentOf, LOOK, PAGE, Transcript } from "./transcript.js";
 
 const $ = (id) => document.getElementById(id);
 const state = { status: null, live: null, cleanup: [] };
@@ -57,28 +57,39 @@ function showHead(head, hash) {
   badge.dataset.head = String(head);
   badge.className = `badge${chain.ok === true ? " ok" : chain.ok === false ? " bad" : ""}`;
   badge.textContent = `${chain.text} · head #${head} ${hash ? hash.slice(0, 16) : "(empty log)"}`;
-  badge.title = hash ? `head hash ${hash}` : "";
+  badge.title = `${hash ? `head hash ${hash}. ` : ""}Click to verify the chain again.`;
 }
 
-async function verifyChain() {
+// The whole chain is verified once per tab (it is walked end to end on the server); the badge
+// says up to which head, and a click verifies again.
+const VERIFIED = "sessionlog.verified";
+
+async function verifyChain(again = false) {
   if (!state.status.admin) {
     chain.text = "chain: verifying needs an API key";
-    showHead(state.status.head, state.status.head_hash);
+    showHead(Number($("badge").dataset.head), state.status.head_hash);
     return;
   }
-  chain.text = "chain: verifying…";
-  showHead(state.status.head, state.status.head_hash);
-  try {
-    const report = await api.get("/v1/verify");
-    chain.ok = report.ok;
-    chain.text = report.ok
-      ? `chain verified (${report.events_checked} events)`
-      : `chain broken at #${report.first_bad_position}`;
-  } catch (error) {
-    chain.text = `chain: ${error.message}`;
+  let report = again ? null : JSON.parse(sessionStorage.getItem(VERIFIED) || "null");
+  if (!report) {
+    chain.text = "chain: verifying…";
+    chain.ok = null;
+    showHead(Number($("badge").dataset.head), state.status.head_hash);
+    try {
+      report = await api.get("/v1/verify");
+      report.head = state.status.head;
+      sessionStorage.setItem(VERIFIED, JSON.stringify(report));
+    } catch (error) {
+      chain.text = `chain: ${error.message}`;
+      showHead(Number($("badge").dataset.head), state.status.head_hash);
+      return;
+    }
   }
-  const badge = $("badge");
-  showHead(Number(badge.dataset.head), state.status.head_hash);
+  chain.ok = report.ok;
+  chain.text = report.ok
+    ? `chain verified to #${report.head}`
+    : `chain broken at #${report.first_bad_position}`;
+  showHead(Number($("badge").dataset.head), state.status.head_hash);
 }
 
 function stopAll() {
@@ -190,11 +201,13 @@ function report(element) {
 
 async function sessionView(view, sid) {
   const base = `/v1/viewer/sessions/${encodeURIComponent(sid)}`;
-  const header = await api.get(base);
   const live = { position: null, version: null };
   const fetchPage = (after, limit) =>
     api.get(`${base}/messages`, { after, limit, as_of: live.position ?? undefined });
-  const transcript = new Transcript(fetchPage, header.length);
+  const first = fetchPage(0, PAGE + LOOK); // the first screen, read beside the header
+  first.catch(() => {});
+  const header = await api.get(base);
+  const transcript = new Transcript(fetchPage, header.length, { first });
   const title = h("h1", { text: header.title || shortId(sid), title: sid });
   const facts = h("dl", { class: "facts" });
   const showFacts = (data) => {
@@ -463,11 +476,17 @@ async function start() {
       route();
     }
   });
+  $("badge").addEventListener("click", () => verifyChain(true));
   if (!api.credential()) {
     showSignIn();
     return;
   }
-  if (await signedIn()) await route();
+  // The view and the credential check start together: a refused credential replaces the view
+  // with the sign-in (nothing is drawn before the first answer anyway).
+  $("view").hidden = false;
+  const checked = signedIn();
+  route();
+  await checked;
 }
 
 start();

@@ -5,15 +5,16 @@
 import { h, json } from "./dom.js";
 
 export const PAGE = 50;
-const LOOK = 16; // messages read on each side of a page, to pair calls with their results
+export const LOOK = 16; // messages read on each side of a page, to pair calls with their results
 const CACHE_PAGES = 40;
 const LONG_CHARS = 600;
 const LONG_LINES = 12;
 
 export class Transcript {
   // fetchPage(after, limit) -> Promise<{data, length}>
-  constructor(fetchPage, length, { pruned } = {}) {
+  constructor(fetchPage, length, { pruned, first } = {}) {
     this.fetchPage = fetchPage;
+    this.first = first; // a read of messages [0, PAGE + LOOK) already under way
     this.length = length;
     this.pruned = pruned || new Map();
     this.pages = new Map(); // page -> {messages, context, start}
@@ -186,7 +187,9 @@ export class Transcript {
     const limit = start - after + PAGE + LOOK;
     this.loading.set(page, true);
     try {
-      const answer = await this.fetchPage(after, limit);
+      const early = page === 0 && this.first;
+      this.first = null;
+      const answer = await (early || this.fetchPage(after, limit));
       if (generation !== this.generation) return;
       this.pages.set(page, { start, after, context: answer.data });
       while (this.pages.size > CACHE_PAGES) this.pages.delete(this.pages.keys().next().value);
