@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventlog import SessionLogError
-from service import _openapi, _problems, _routes, _routes_log
+from eventlog import InvalidArgumentError, SessionLogError
+from service import _limits, _openapi, _problems, _routes, _routes_log
 from service._hub import Hub
 from service._problems import HTTPProblem
 from service._request import Service
@@ -44,11 +44,22 @@ def create_app(
     api_keys: Mapping[str, str] | None = None,
     follow: bool = False,
     poll_interval_s: float = 0.02,
+    heartbeat_interval_s: float = _limits.heartbeat_interval_s,
 ) -> Gate:
     """The service over `store`. `api_keys` maps each static key to its (admin) principal name.
     `follow=True` makes streams see commits of other processes sharing the store (several
-    workers); otherwise they hear this process's commits directly."""
-    hub = Hub(store, follow=follow, poll_interval_s=poll_interval_s)
+    workers); otherwise they hear this process's commits directly. Idle streams get a comment
+    line every `heartbeat_interval_s`."""
+    if not heartbeat_interval_s > 0:
+        raise InvalidArgumentError(
+            f"create_app: heartbeat_interval_s must be > 0, got {heartbeat_interval_s!r}"
+        )
+    hub = Hub(
+        store,
+        follow=follow,
+        poll_interval_s=poll_interval_s,
+        heartbeat_interval_s=heartbeat_interval_s,
+    )
     parts = Service(store=store, writer=Writer(store), hub=hub)
 
     @contextlib.asynccontextmanager

@@ -73,8 +73,16 @@ class Stream:
 class Hub:
     """`hub.open(session_id or None)` registers a stream; `hub.close(stream)` drops it."""
 
-    def __init__(self, store: SessionStore, *, follow: bool, poll_interval_s: float) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        follow: bool,
+        poll_interval_s: float,
+        heartbeat_interval_s: float = _limits.heartbeat_interval_s,
+    ) -> None:
         self.store = store
+        self.heartbeat_interval_s = heartbeat_interval_s
         self.follow = follow
         self.poll_interval_s = poll_interval_s
         self.draining = False
@@ -108,7 +116,7 @@ class Hub:
         """One timer for every stream (a timer per stream costs on every event it waits for):
         each stream is asked for a heartbeat comment every `heartbeat_interval_s`."""
         while True:
-            await asyncio.sleep(_limits.heartbeat_interval_s)
+            await asyncio.sleep(self.heartbeat_interval_s)
             for stream in self._streams():
                 stream.heartbeat_due = True
                 stream.wake.set()

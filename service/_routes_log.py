@@ -21,12 +21,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 import replay
-from eventlog import Envelope, InvalidArgumentError, UnknownSessionError
+from eventlog import Envelope, InvalidArgumentError, LimitExceededError, UnknownSessionError
 from service import _limits
 from service import _schemas as sc
 from service._access import check_visible
-from service._hub import Stream, control_frame, event_dict, frame
-from service._problems import HTTPProblem
+from service._hub import control_frame, event_dict, frame
+from service._problems import HTTPProblem, problem_of
 from service._request import (
     Answer,
     Found,
@@ -117,17 +117,20 @@ def _cursor(request: Request) -> int:
 
 def _sse(request: Request, sid: str | None) -> Response:
     after = _cursor(request)
-    hub = service(request).hub
-    stream = hub.open(sid)
     return StreamingResponse(
-        _frames(request, stream, after),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
+        _frames(request, sid, after), media_type="text/event-stream", headers=SSE_HEADERS
     )
 
 
-async def _frames(request: Request, stream: Stream, after: int) -> AsyncIterator[bytes]:
+async def _frames(request: Request, sid: str | None, after: int) -> AsyncIterator[bytes]:
     svc = service(request)
+    # Registered here, inside the generator, so that its `finally` always unregisters it.
+    try:
+        stream = svc.hub.open(sid)
+    except LimitExceededError as exc:
+        _, answer = problem_of(exc, request.url.path)
+        yield control_frame("error", answer)
+        return
     try:
         head = await read(lambda: svc.store.log.head)
         if after > head:

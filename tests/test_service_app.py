@@ -1,0 +1,76 @@
+"""`service.create_app` as a library: the app on a uvicorn server in a thread of the test, over a
+store the test holds, reached over real HTTP on loopback. Idle streams get heartbeat comments;
+bad settings are refused before anything starts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from eventlog import InvalidArgumentError
+from service import create_app
+from sessions import SessionStore
+from tests._service import free_port, new_key
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[str, str, SessionStore]]:
+    key = new_key()
+    store = SessionStore.open(tmp_path / "store")
+    app = create_app(store, api_keys={key: "admin"}, heartbeat_interval_s=0.2)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}", key, store
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        store.close()
+
+
+def test_idle_streams_get_heartbeats(running: tuple[str, str, SessionStore]) -> None:
+    url, key, store = running
+    store.open_session("quiet")  # written by the test's own handle on the store
+    headers = {"authorization": f"Bearer {key}"}
+    lines: list[str] = []
+    with httpx.stream("GET", f"{url}/v1/sessions/quiet/events/stream", headers=headers) as r:
+        for line in r.iter_lines():
+            lines.append(line)
+            if lines.count(": heartbeat") == 2:
+                break
+    assert lines[:2] == ["id: 1", "event: session_opened"]
+    assert lines.count(": heartbeat") == 2
+
+
+def test_commits_of_the_store_handle_reach_the_streams(
+    running: tuple[str, str, SessionStore],
+) -> None:
+    url, key, store = running
+    store.open_session("shared")
+    headers = {"authorization": f"Bearer {key}", "last-event-id": "1"}
+    with httpx.stream("GET", f"{url}/v1/sessions/shared/events/stream", headers=headers) as r:
+        lines = r.iter_lines()
+        assert next(lines) == ": heartbeat"  # the stream is live: nothing to replay after 1
+        store.inject("shared", {"role": "user", "content": "from the library"})
+        data = next(line for line in lines if line.startswith("data: "))
+    assert "from the library" in data and '"replayed":false' in data
+
+
+def test_bad_settings_are_refused(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "store") as store:
+        with pytest.raises(InvalidArgumentError):
+            create_app(store, heartbeat_interval_s=0)
+        with pytest.raises(InvalidArgumentError):
+            create_app(store, api_keys={"short": "admin"})
