@@ -14,9 +14,7 @@ from projections._fold import (
     apply,
     load_state,
     load_transcript,
-    message_of,
     project,
-    slice_ranges,
 )
 from projections._keys import KEY_PREFIXES, KEYS, kind_of
 from projections._queries import (
@@ -32,6 +30,7 @@ from projections._queries import (
     read_messages,
     rebuild,
 )
+from projections._refs import message_of, slice_ranges
 from projections._runtime import BUSY as RUNTIME_BUSY
 from projections._runtime import (
     CONTEXT_LENGTH,

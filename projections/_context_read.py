@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from eventlog import LogView
 from eventlog import events as ev
-from projections._fold import messages_at, slice_ranges
 from projections._queries import read_refs
+from projections._refs import messages_at, slice_ranges
 from projections._state import Transcript
 
 Ref = tuple[int, int]

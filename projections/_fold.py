@@ -13,10 +13,10 @@ from typing import Any
 
 import msgspec
 
-from eventlog import Envelope, IntegrityError, LogView, Transaction
+from eventlog import Envelope, LogView, Transaction
 from eventlog import events as ev
 from projections import _keys as keys
-from projections import _kv
+from projections import _kv, _refs
 from projections import _runtime as rt
 from projections import _state as st
 from projections._context import apply_pruned
@@ -125,7 +125,7 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
     transcript = _touch(transcript, envelope)
     refs = _message_refs(envelope)
     if refs:
-        transcript = _append_refs(tx, transcript, refs)
+        transcript = _refs.append_refs(tx, transcript, refs)
     shaper = _TRANSCRIPT_CHANGES.get(type(data))
     if shaper is not None:
         transcript = shaper(tx, transcript, envelope)
@@ -199,7 +199,7 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
     ranges = parent_transcript.ranges
     length = parent_transcript.length
     if data.keep_first is not None and data.keep_first < length:
-        ranges = slice_ranges(ranges, 0, data.keep_first)
+        ranges = _refs.slice_ranges(ranges, 0, data.keep_first)
         length = data.keep_first
     base = dict(
         session_id=envelope.stream,
@@ -279,7 +279,7 @@ def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
 def _append_messages(
     tx: Transaction, envelopes: Sequence[Envelope], transcript: Transcript
 ) -> None:
-    """`_touch` + `_append_refs` for one-message events of one session, building one Transcript
+    """`_touch` + `refs.append_refs` for one-message events of one session, building one Transcript
     (the hot path of every inject)."""
     pack = st.REF_FORMAT.pack
     if len(envelopes) == 1:
@@ -288,137 +288,12 @@ def _append_messages(
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
     last = envelopes[-1]
     updated = Transcript(
-        ranges=_extend(tx, transcript.ranges, packed),
+        ranges=_refs.extend(tx, transcript.ranges, packed),
         length=transcript.length + len(envelopes),
         version=last.version,
         last_activity_at=last.recorded_at,
     )
     _save_transcript(tx, last.stream, updated)
-
-
-def _tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
-    """The references in the chunk that slot `end` of `segment` falls in, if `end` is where the
-    segment ends, so appending there extends it in place; None if the segment goes on (a fork
-    that shares it got there first). A segment's length is its last chunk's: no key of its own."""
-    key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
-    state = _kv.pending(tx)
-    cached = None if state is None else state.cache.get(key)
-    value = cached if cached is not None else _kv.get(tx, key)
-    used = (end % st.REFS_PER_CHUNK) * st.REF_BYTES
-    if value is None and used == 0:
-        return b""
-    if value is not None and len(value) >= used:
-        return bytes(value) if len(value) == used else None
-    raise IntegrityError(
-        f"projection: reference chunk {key!r} holds {0 if value is None else len(value)} bytes, "
-        f"fewer than the {used} its transcript has used; rebuild the projection"
-    )
-
-
-def _put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: bytes) -> int:
-    """Write packed references into the slots from `end` on, where the segment ends and `chunk`
-    holds the references before `end` in its chunk; returns the segment's new length. Chunks are
-    rewritten whole, and written once per transaction, at commit."""
-    size, width, slot, offset = st.REFS_PER_CHUNK, st.REF_BYTES, end, 0
-    while offset < len(packed):
-        index, used = divmod(slot, size)
-        piece = packed[offset : offset + (size - used) * width]
-        _kv.defer(tx, st.ref_chunk_key(segment, index), chunk + piece, bytes)
-        chunk = b""  # any further chunk starts empty
-        slot += len(piece) // width
-        offset += len(piece)
-    return slot
-
-
-def messages_at(view: LogView, refs: Sequence[tuple[int, int]]) -> list[ev.Message]:
-    """The messages `refs` (position, index) point at, in order: each event read and hash-checked
-    once, however many of its messages are wanted (a batch holds up to a thousand)."""
-    positions: list[int] = []
-    for position, _ in refs:
-        if not positions or positions[-1] != position:
-            positions.append(position)
-    if len(positions) == len(refs):  # one message per event: the common case
-        envelopes = view.events_at(positions)
-        return [
-            message_of(envelope.data, index)
-            for envelope, (_, index) in zip(envelopes, refs, strict=True)
-        ]
-    events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
-    return [message_of(events[position], index) for position, index in refs]
-
-
-def message_of(data: ev.Event, index: int) -> ev.Message:
-    """The message an event carries at `index` (see `_message_refs` and compaction)."""
-    if isinstance(data, ev.MessageInjected):
-        return data.message
-    if isinstance(data, ev.MessagesInjected):
-        return data.messages[index]
-    if isinstance(data, ev.PromptStarted):
-        return data.prompt
-    if isinstance(data, ev.PromptCompleted):
-        return data.reply
-    if isinstance(data, ev.SessionCompacted):
-        return data.replacement[index]
-    if isinstance(data, ev.DoomLoopDetected):
-        return data.message
-    if isinstance(data, ev.StepCompleted):
-        return data.reply
-    if isinstance(data, ev.ToolCallFinished):
-        return data.result
-    if isinstance(data, ev.ContextCompacted):
-        return data.boundary if index == 0 else data.summary
-    raise AssertionError(f"{type(data).__name__} carries no message")
-
-
-def _new_segment(tx: Transaction) -> int:
-    current = _kv.get(tx, keys.SEGMENT_COUNTER_KEY)
-    segment = int.from_bytes(current, "big") + 1 if current else 1
-    _kv.put(tx, keys.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
-    return segment
-
-
-def _append_refs(
-    tx: Transaction, transcript: Transcript, refs: list[tuple[int, int]], *, fresh: bool = False
-) -> Transcript:
-    """Add messages at the end (`fresh`: in a segment of their own)."""
-    packed = b"".join([st.pack_ref(*ref) for ref in refs])
-    return msgspec.structs.replace(
-        transcript,
-        ranges=_extend(tx, transcript.ranges, packed, fresh=fresh),
-        length=transcript.length + len(refs),
-    )
-
-
-def _extend(
-    tx: Transaction, ranges: tuple[tuple[int, int, int], ...], packed: bytes, *, fresh: bool = False
-) -> tuple[tuple[int, int, int], ...]:
-    """`ranges` with the `packed` references after them. The last segment grows in place only
-    when these ranges end exactly where it ends; otherwise (a fork got there first, or `fresh`) a
-    new segment starts, so nobody sharing the old one ever sees these messages."""
-    segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
-    chunk = _tail_chunk(tx, segment, end) if segment else None
-    if chunk is None:
-        segment, start, end, chunk = _new_segment(tx), 0, 0, b""
-        ranges = (*ranges, (segment, 0, 0))
-    end = _put_refs(tx, segment, end, chunk, packed)
-    return (*ranges[:-1], (segment, start, end))
-
-
-def slice_ranges(
-    ranges: tuple[tuple[int, int, int], ...], start: int, stop: int
-) -> tuple[tuple[int, int, int], ...]:
-    """The ranges covering messages ``[start, stop)`` of a transcript."""
-    out: list[tuple[int, int, int]] = []
-    offset = 0
-    for segment, lo, hi in ranges:
-        size = hi - lo
-        a, b = max(start, offset), min(stop, offset + size)
-        if a < b:
-            out.append((segment, lo + a - offset, lo + b - offset))
-        offset += size
-        if offset >= stop:
-            break
-    return tuple(out)
 
 
 def _reset(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
@@ -429,7 +304,7 @@ def _trim(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transc
     data = envelope.data
     assert isinstance(data, ev.SessionTrimmed)
     keep = min(data.kept_count, transcript.length)
-    ranges = slice_ranges(transcript.ranges, transcript.length - keep, transcript.length)
+    ranges = _refs.slice_ranges(transcript.ranges, transcript.length - keep, transcript.length)
     return msgspec.structs.replace(transcript, ranges=ranges, length=keep)
 
 
@@ -438,7 +313,7 @@ def _rewind(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Tran
     data = envelope.data
     assert isinstance(data, ev.SessionRewound)
     keep = min(max(data.to_length, 0), transcript.length)
-    ranges = slice_ranges(transcript.ranges, 0, keep)
+    ranges = _refs.slice_ranges(transcript.ranges, 0, keep)
     return msgspec.structs.replace(transcript, ranges=ranges, length=keep)
 
 
@@ -448,11 +323,11 @@ def _compact(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Tra
     length = transcript.length
     start = min(max(data.replace_start, 0), length)
     end = min(max(data.replace_end, start), length)
-    head = Transcript(ranges=slice_ranges(transcript.ranges, 0, start), length=start)
+    head = Transcript(ranges=_refs.slice_ranges(transcript.ranges, 0, start), length=start)
     if data.replacement:
         refs = [(envelope.position, index) for index in range(len(data.replacement))]
-        head = _append_refs(tx, head, refs, fresh=True)
-    tail = slice_ranges(transcript.ranges, end, length)
+        head = _refs.append_refs(tx, head, refs, fresh=True)
+    tail = _refs.slice_ranges(transcript.ranges, end, length)
     return msgspec.structs.replace(
         transcript,
         ranges=(*head.ranges, *tail),
@@ -466,9 +341,9 @@ def _checkpoint(tx: Transaction, transcript: Transcript, envelope: Envelope) -> 
     assert isinstance(data, ev.ContextCompacted)
     length = transcript.length
     at = min(max(data.insert_at, 0), length)
-    head = Transcript(ranges=slice_ranges(transcript.ranges, 0, at), length=at)
-    head = _append_refs(tx, head, [(envelope.position, 0), (envelope.position, 1)], fresh=True)
-    tail = slice_ranges(transcript.ranges, at, length)
+    head = Transcript(ranges=_refs.slice_ranges(transcript.ranges, 0, at), length=at)
+    head = _refs.append_refs(tx, head, [(envelope.position, 0), (envelope.position, 1)], fresh=True)
+    tail = _refs.slice_ranges(transcript.ranges, at, length)
     return msgspec.structs.replace(
         transcript, ranges=(*head.ranges, *tail), length=head.length + (length - at)
     )

@@ -14,7 +14,8 @@ from eventlog import events as ev
 from projections import _keys as keys
 from projections import _kv
 from projections import _state as st
-from projections._fold import apply, messages_at
+from projections._fold import apply
+from projections._refs import messages_at
 from projections._state import STATE_CODEC, SessionState, Transcript
 
 Ranges = tuple[tuple[int, int, int], ...]

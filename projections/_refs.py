@@ -1,0 +1,146 @@
+"""Message references: where a transcript's messages are, packed into chunks of segments.
+
+A transcript is a list of ranges of segments; a segment is a run of packed (position, index)
+references stored in chunks of `REFS_PER_CHUNK` under `g/`. Appending extends the last segment in
+place when the transcript ends where it ends, or starts a new one (a fork got there first), so a
+segment shared by forks never changes under any of them. Reading resolves references to the
+messages of the events they point at, each event read and checked once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from eventlog import IntegrityError, LogView, Transaction
+from eventlog import events as ev
+from projections import _keys as keys
+from projections import _kv
+from projections import _state as st
+from projections._state import Transcript
+
+
+def tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
+    """The references in the chunk that slot `end` of `segment` falls in, if `end` is where the
+    segment ends, so appending there extends it in place; None if the segment goes on (a fork
+    that shares it got there first). A segment's length is its last chunk's: no key of its own."""
+    key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
+    state = _kv.pending(tx)
+    cached = None if state is None else state.cache.get(key)
+    value = cached if cached is not None else _kv.get(tx, key)
+    used = (end % st.REFS_PER_CHUNK) * st.REF_BYTES
+    if value is None and used == 0:
+        return b""
+    if value is not None and len(value) >= used:
+        return bytes(value) if len(value) == used else None
+    raise IntegrityError(
+        f"projection: reference chunk {key!r} holds {0 if value is None else len(value)} bytes, "
+        f"fewer than the {used} its transcript has used; rebuild the projection"
+    )
+
+
+def put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: bytes) -> int:
+    """Write packed references into the slots from `end` on, where the segment ends and `chunk`
+    holds the references before `end` in its chunk; returns the segment's new length. Chunks are
+    rewritten whole, and written once per transaction, at commit."""
+    size, width, slot, offset = st.REFS_PER_CHUNK, st.REF_BYTES, end, 0
+    while offset < len(packed):
+        index, used = divmod(slot, size)
+        piece = packed[offset : offset + (size - used) * width]
+        _kv.defer(tx, st.ref_chunk_key(segment, index), chunk + piece, bytes)
+        chunk = b""  # any further chunk starts empty
+        slot += len(piece) // width
+        offset += len(piece)
+    return slot
+
+
+def messages_at(view: LogView, refs: Sequence[tuple[int, int]]) -> list[ev.Message]:
+    """The messages `refs` (position, index) point at, in order: each event read and hash-checked
+    once, however many of its messages are wanted (a batch holds up to a thousand)."""
+    positions: list[int] = []
+    for position, _ in refs:
+        if not positions or positions[-1] != position:
+            positions.append(position)
+    if len(positions) == len(refs):  # one message per event: the common case
+        envelopes = view.events_at(positions)
+        return [
+            message_of(envelope.data, index)
+            for envelope, (_, index) in zip(envelopes, refs, strict=True)
+        ]
+    events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
+    return [message_of(events[position], index) for position, index in refs]
+
+
+def message_of(data: ev.Event, index: int) -> ev.Message:
+    """The message an event carries at `index` (see `_message_refs` and compaction)."""
+    if isinstance(data, ev.MessageInjected):
+        return data.message
+    if isinstance(data, ev.MessagesInjected):
+        return data.messages[index]
+    if isinstance(data, ev.PromptStarted):
+        return data.prompt
+    if isinstance(data, ev.PromptCompleted):
+        return data.reply
+    if isinstance(data, ev.SessionCompacted):
+        return data.replacement[index]
+    if isinstance(data, ev.DoomLoopDetected):
+        return data.message
+    if isinstance(data, ev.StepCompleted):
+        return data.reply
+    if isinstance(data, ev.ToolCallFinished):
+        return data.result
+    if isinstance(data, ev.ContextCompacted):
+        return data.boundary if index == 0 else data.summary
+    raise AssertionError(f"{type(data).__name__} carries no message")
+
+
+def new_segment(tx: Transaction) -> int:
+    current = _kv.get(tx, keys.SEGMENT_COUNTER_KEY)
+    segment = int.from_bytes(current, "big") + 1 if current else 1
+    _kv.put(tx, keys.SEGMENT_COUNTER_KEY, segment.to_bytes(8, "big"))
+    return segment
+
+
+def append_refs(
+    tx: Transaction, transcript: Transcript, refs: list[tuple[int, int]], *, fresh: bool = False
+) -> Transcript:
+    """Add messages at the end (`fresh`: in a segment of their own)."""
+    packed = b"".join([st.pack_ref(*ref) for ref in refs])
+    return msgspec.structs.replace(
+        transcript,
+        ranges=extend(tx, transcript.ranges, packed, fresh=fresh),
+        length=transcript.length + len(refs),
+    )
+
+
+def extend(
+    tx: Transaction, ranges: tuple[tuple[int, int, int], ...], packed: bytes, *, fresh: bool = False
+) -> tuple[tuple[int, int, int], ...]:
+    """`ranges` with the `packed` references after them. The last segment grows in place only
+    when these ranges end exactly where it ends; otherwise (a fork got there first, or `fresh`) a
+    new segment starts, so nobody sharing the old one ever sees these messages."""
+    segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
+    chunk = tail_chunk(tx, segment, end) if segment else None
+    if chunk is None:
+        segment, start, end, chunk = new_segment(tx), 0, 0, b""
+        ranges = (*ranges, (segment, 0, 0))
+    end = put_refs(tx, segment, end, chunk, packed)
+    return (*ranges[:-1], (segment, start, end))
+
+
+def slice_ranges(
+    ranges: tuple[tuple[int, int, int], ...], start: int, stop: int
+) -> tuple[tuple[int, int, int], ...]:
+    """The ranges covering messages ``[start, stop)`` of a transcript."""
+    out: list[tuple[int, int, int]] = []
+    offset = 0
+    for segment, lo, hi in ranges:
+        size = hi - lo
+        a, b = max(start, offset), min(stop, offset + size)
+        if a < b:
+            out.append((segment, lo + a - offset, lo + b - offset))
+        offset += size
+        if offset >= stop:
+            break
+    return tuple(out)
