@@ -227,6 +227,10 @@ def test_the_list_filters_and_the_transcript_pairs_calls(viewer: dict[str, Any])
     expect(page.locator(".clients")).to_contain_text("ui-1")
     expect(page.locator("input[name=mode][value=sanitized]")).to_be_checked()
     _browser.screenshot(page, "session")
+    page.emulate_media(color_scheme="dark")  # the reader's system setting picks the palette
+    dark = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert dark == "rgb(21, 23, 26)"
+    _browser.screenshot(page, "session-dark")
     assert page.errors == []  # type: ignore[attr-defined]
     page.close()
 
@@ -255,7 +259,8 @@ def test_fork_tree_has_every_branch_and_opens_one(viewer: dict[str, Any]) -> Non
     page.click(".diff-form button")
     expect(page.locator(".diff-shared")).to_contain_text("first 4 messages", timeout=WAIT_MS)
 
-    page.click("svg.tree g.node[data-id='release-1-at-4']")
+    page.focus("svg.tree g.node[data-id='release-1-at-4']")  # a bar is a link for the keyboard too
+    page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"#/s/release-1-at-4$"))
     expect(page.locator("article.message")).to_have_count(4, timeout=WAIT_MS)
     page.close()

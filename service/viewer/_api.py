@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +23,8 @@ from service._access import OWNER_KEY, Caller, check_visible, may_see, owner_of
 from service._request import caller, read, respond, service
 from service._routes import _int_query, _visible
 from sessions import SessionStore
+
+T = TypeVar("T")
 
 SOURCES = ("seeded", "imported", "runtime", "api")
 """Where a session came from: `seed_from_jsonl`, an imported agent log, the runtime (its metadata
@@ -36,6 +38,7 @@ _COMPARE_PAGE_MESSAGES = 1_000
 _PRUNED_MAX = 2_000
 _PAST_STORES_MAX = 4
 """Past states kept built: moving the slider back and forth rebuilds nothing it saw last."""
+_RECENT_MAX = 16
 
 
 def source_of(summary: dict[str, Any]) -> str:
@@ -164,12 +167,7 @@ class _PastStores:
 
 
 def _past(request: Request, store: SessionStore, position: int) -> SessionStore:
-    state = request.app.state
-    cache: _PastStores | None = getattr(state, "viewer_past", None)
-    if cache is None:
-        cache = _PastStores()
-        state.viewer_past = cache
-    return cache.get(store, position)
+    return _cache(request, "viewer_past", _PastStores).get(store, position)
 
 
 async def list_messages(request: Request) -> Response:
@@ -192,31 +190,71 @@ async def list_messages(request: Request) -> Response:
 
 
 async def pruned(request: Request) -> Response:
-    """The messages the context view shows pruned (by transcript index) with what it shows."""
+    """The messages the context view shows pruned (by transcript index) with what it shows. The
+    answer is kept per transcript version: finding it reads the whole context view."""
     store, _, sid = await _visible(request, "context")
+    cache = _cache(request, "viewer_pruned", _Recent)
 
     def find() -> dict[str, Any]:
-        for _ in range(3):  # the transcript may grow between the two reads: read again
-            length = store.length(sid)
-            try:
-                shown = store.context(sid)
-            except UnknownSessionError:  # a closed session has no context view
-                return {"data": [], "start": length}
-            start = length - len(shown)
-            if start < 0:
-                continue
-            recorded = store.messages(sid, after=start, limit=len(shown))
-            if len(recorded) != len(shown):
-                continue
-            data = [
-                {"index": start + i, "shown": view.get("content")}
-                for i, (view, kept) in enumerate(zip(shown, recorded, strict=True))
-                if view != kept and not view.get("summary")
-            ]
-            return {"data": data[:_PRUNED_MAX], "start": start}
-        return {"data": [], "start": None}
+        summary = store.summary(sid) or {}
+        key = (sid, summary.get("version"), summary.get("length"))
+        hit: dict[str, Any] | None = cache.get(key)
+        if hit is None:
+            hit = _pruned(store, sid)
+            cache.put(key, hit)
+        return hit
 
     return respond(await read(find))
+
+
+def _pruned(store: SessionStore, sid: str) -> dict[str, Any]:
+    for _ in range(3):  # the transcript may grow between the two reads: read again
+        length = store.length(sid)
+        try:
+            shown = store.context(sid)
+        except UnknownSessionError:  # a closed session has no context view
+            return {"data": [], "start": length}
+        start = length - len(shown)
+        if start < 0:
+            continue
+        recorded = store.messages(sid, after=start, limit=len(shown))
+        if len(recorded) != len(shown):
+            continue
+        data = [
+            {"index": start + i, "shown": view.get("content")}
+            for i, (view, kept) in enumerate(zip(shown, recorded, strict=True))
+            if view != kept and not view.get("summary")
+        ]
+        return {"data": data[:_PRUNED_MAX], "start": start}
+    return {"data": [], "start": None}
+
+
+class _Recent:
+    """A few recent answers by key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: OrderedDict[Any, Any] = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            return self.items.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > _RECENT_MAX:
+                self.items.popitem(last=False)
+
+
+def _cache(request: Request, name: str, kind: type[T]) -> T:
+    state = request.app.state
+    found = getattr(state, name, None)
+    if found is None:
+        found = kind()
+        setattr(state, name, found)
+    assert isinstance(found, kind)
+    return found
 
 
 # The family tree

@@ -261,7 +261,9 @@ async function sessionView(view, sid) {
   );
   transcript.update();
   loadTree(base, sid, treeHost, diffHost);
-  api.get(`${base}/pruned`).then((answer) => {
+  // Pruned results are marked once the first screen is drawn (finding them reads the whole
+  // context view on the server).
+  first.then(() => api.get(`${base}/pruned`)).then((answer) => {
     transcript.setPruned(new Map(answer.data.map((item) => [item.index, item.shown])));
   }).catch(() => {});
   tail(sid, header.head, live, transcript, slider, liveState, follow, base);
