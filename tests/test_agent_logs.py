@@ -406,3 +406,23 @@ def test_a_line_dense_in_objects_is_refused_before_it_is_decoded(
         replay.import_agent_log(store, log)
     assert caught.value.line == 2
     assert store.log.head == 0
+
+
+def test_unknown_record_types_and_fields_are_counted_and_kept(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    lines = (FIXTURES / "codex" / "codex-pomodor-timer.jsonl").read_text().splitlines()
+    novel = json.dumps({"type": "brand_new_kind", "payload": {"x": 1}})
+    widened = json.loads(lines[2])
+    widened["shiny_new_field"] = True
+    path = tmp_path / "future.jsonl"
+    path.write_text("\n".join([lines[0], novel, json.dumps(widened), *lines[3:]]) + "\n")
+    (session,) = imported(store, path)
+    about = session["metadata"]["agent_log"]
+    assert about["counts"]["unknown_records"] == 1
+    assert about["counts"]["unknown_fields"] == 1
+    assert about["unknown_field_names"] == ["shiny_new_field"]
+    kept: dict[int, str] = {}
+    for message in session["transcript"]:
+        kept.update(source_texts(message))
+    assert kept[2] == novel and json.loads(kept[3]) == widened

@@ -29,6 +29,44 @@ _MAIN = "main"
 _KNOWN = frozenset(
     ("user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation")
 )
+_FIELDS = frozenset(
+    (
+        "type",
+        "uuid",
+        "parentUuid",
+        "logicalParentUuid",
+        "isSidechain",
+        "userType",
+        "cwd",
+        "sessionId",
+        "version",
+        "gitBranch",
+        "slug",
+        "agentId",
+        "message",
+        "timestamp",
+        "requestId",
+        "toolUseResult",
+        "isMeta",
+        "isCompactSummary",
+        "compactMetadata",
+        "isApiErrorMessage",
+        "thinkingMetadata",
+        "todos",
+        "summary",
+        "leafUuid",
+        "subtype",
+        "content",
+        "level",
+        "toolUseID",
+        "messageId",
+        "snapshot",
+        "isSnapshotUpdate",
+        "operation",
+        "isVisibleInTranscriptOnly",
+    )
+)
+"""The top-level fields of Claude Code's records; others are counted as unknown."""
 _SPAWNING_TOOLS = frozenset(("Task", "Agent"))
 _WRITING_TOOLS = {
     "Write": "file_path",
@@ -77,6 +115,7 @@ class _Reader:
             if isinstance(record.get(key), str):
                 self.about.setdefault(name, record[key])
         built = self._session_of(record)
+        built.check_fields(record, _FIELDS)
         kind = record.get("type")
         message = record.get("message")
         if kind == "assistant" and isinstance(message, dict):

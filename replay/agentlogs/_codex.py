@@ -28,6 +28,9 @@ from replay.agentlogs._common import (
 
 NAME = "codex"
 _ENVELOPES = frozenset(("session_meta", "response_item", "event_msg", "turn_context", "compacted"))
+_FIELDS = frozenset(("timestamp", "type", "payload"))
+"""The rollout envelope's fields (an older rollout's items are their own records: their fields
+are the item's, and are counted against the envelope as unknown)."""
 _CALLS = frozenset(("function_call", "custom_tool_call", "local_shell_call"))
 _OUTPUTS = frozenset(("function_call_output", "custom_tool_call_output", "local_shell_call_output"))
 _MODEL_SIDE = frozenset(("reasoning", "web_search_call", *_CALLS))
@@ -51,6 +54,7 @@ def parse(source: Source) -> Parsed:
     records = 0
     for line, record in json_lines(source):
         records += 1
+        built.check_fields(record, _FIELDS)
         kind, payload = record.get("type"), record.get("payload")
         if not isinstance(payload, dict):  # an older rollout: the item is the record itself
             kind, payload = ("response_item" if "type" in record else "session_meta"), record

@@ -33,6 +33,7 @@ KIND = "imported agent log"
 _READ_BUFFER_BYTES = 1 << 20
 _PROGRESS_LINES = 2048
 _BOM = b"\xef\xbb\xbf"
+_UNKNOWN_FIELD_NAMES_MAX = 64  # names listed in the metadata; all are counted
 _OBJECT_BYTES_PER_BYTE_MAX = 65  # a `{` costs `decoded_bytes_estimate` 64 bytes and itself
 _encode = msgspec.json.Encoder().encode
 _decode_kept = msgspec.json.Decoder().decode
@@ -316,6 +317,16 @@ class Built:
         self.spawn_ref: dict[str, Any] | None = None
         self.first_prompt: str | None = None
         self.files_written: list[str] = []
+        self.unknown_fields: list[str] = []
+
+    def check_fields(self, record: Record, known: frozenset[str]) -> None:
+        """Count the fields of `record` its format does not define (they stay in the record)."""
+        for key in record:
+            if key not in known:
+                self.counts["unknown_fields"] += 1
+                names = self.unknown_fields
+                if key not in names and len(names) < _UNKNOWN_FIELD_NAMES_MAX:
+                    names.append(key)
 
     def wrote(self, path: object) -> None:
         """Note a file a tool call wrote (created, edited, patched)."""

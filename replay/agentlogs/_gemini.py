@@ -25,6 +25,10 @@ from replay.agentlogs._common import (
 
 NAME = "gemini-cli"
 _NOTES = frozenset(("info", "error", "warning"))
+_FIELDS = frozenset(
+    ("id", "timestamp", "type", "content", "thoughts", "tokens", "model", "toolCalls")
+)
+"""The fields of a Gemini CLI message; others are counted as unknown."""
 _WRITING_TOOLS = frozenset(("write_file", "replace", "edit"))
 
 
@@ -45,6 +49,8 @@ def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
     for index, message in consumed(document["messages"]):
         records += 1
         kind = message.get("type") if isinstance(message, dict) else None
+        if isinstance(message, dict):
+            built.check_fields(message, _FIELDS)
         if kind == "user":
             content = message.get("content")
             text = text_of(content)

@@ -59,7 +59,31 @@ def parse_document(source: Source, document: Any) -> Parsed:
     )
 
 
+_FIELDS = frozenset(
+    (
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "function_call",
+        "refusal",
+        "audio",
+        "cache_control",
+        "tool_call_ids",
+        "agent",
+        "message_type",
+        "thought",
+        "action",
+        "is_demo",
+        "extra",
+    )
+)
+"""OpenAI chat message fields, with SWE-agent's and mini-swe-agent's; others count as unknown."""
+
+
 def _message(built: Built, index: int, message: Record) -> None:
+    built.check_fields(message, _FIELDS)
     role = message["role"] or "user"
     content = message.get("content")
     text = text_of(content)

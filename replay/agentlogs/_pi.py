@@ -42,6 +42,38 @@ _KNOWN = frozenset(
 )
 
 
+_FIELDS = frozenset(
+    (
+        "type",
+        "id",
+        "parentId",
+        "timestamp",
+        "version",
+        "cwd",
+        "provider",
+        "modelId",
+        "thinkingLevel",
+        "parentSession",
+        "message",
+        "summary",
+        "firstKeptEntryId",
+        "firstKeptEntryIndex",
+        "tokensBefore",
+        "details",
+        "fromHook",
+        "fromId",
+        "customType",
+        "data",
+        "content",
+        "display",
+        "targetId",
+        "label",
+        "name",
+    )
+)
+"""The fields of pi's session entries (all entry types); others are counted as unknown."""
+
+
 def looks_like(record: Record) -> bool:
     """pi's header line: `type: session` with the session's id, timestamp and working folder."""
     return record.get("type") == "session" and "id" in record and "cwd" in record
@@ -55,6 +87,7 @@ def parse(source: Source) -> Parsed:
     previous: object = None
     for line, record in json_lines(source):
         records += 1
+        built.check_fields(record, _FIELDS)
         kind = record.get("type")
         parent = record.get("parentId")
         if parent is not None and previous is not None and parent != previous:

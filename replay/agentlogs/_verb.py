@@ -286,6 +286,7 @@ def _open_options(built: Built, about: dict[str, Any], ids: dict[str, str]) -> d
         "roles": dict(built.roles),
         "first_prompt": (built.first_prompt or "")[:_PROMPT_CHARS_MAX] or None,
         "files_written": built.files_written,
+        "unknown_field_names": built.unknown_fields,
         **built.info,
     }
     if built.key == next(iter(ids)):
