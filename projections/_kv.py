@@ -61,7 +61,7 @@ def _pending_for_write(tx: Transaction) -> Pending:
 
 def cached(view: LogView, key: bytes, decode: Callable[[bytes], Any]) -> Any:
     """The value of `key` decoded, or None: from this transaction's cache when it has it."""
-    state = pending(view)
+    state: Pending | None = view.projector_state  # type: ignore[assignment]
     if state is None:
         if not view.writable:
             data = view.kv_get(key)
@@ -82,7 +82,7 @@ def remember(tx: Transaction, key: bytes, value: Any) -> None:
 
 
 def get(view: LogView, key: bytes) -> bytes | None:
-    state = pending(view)
+    state: Pending | None = view.projector_state  # type: ignore[assignment]
     if state is not None:
         deferred = state.deferred.get(key)
         if deferred is not None:
@@ -108,9 +108,10 @@ def scan(
 
 def put(tx: Transaction, key: bytes, value: Buffer) -> None:
     tx.kv_put(key, value)
-    state = pending(tx)
+    state: Pending | None = tx.projector_state  # type: ignore[assignment]
     if state is not None:
-        _forget(state, key)
+        state.cache.pop(key, None)
+        state.deferred.pop(key, None)
 
 
 def put_many(tx: Transaction, items: Sequence[tuple[bytes, Buffer]]) -> None:
@@ -141,7 +142,9 @@ def defer(tx: Transaction, key: bytes, value: Any, encode: Callable[[Any], bytes
         raise InvalidArgumentError(
             f"projection key must be 1 to {limits.kv_key_bytes_max} bytes, got {key!r}"
         )
-    state = _pending_for_write(tx)
+    state: Pending | None = tx.projector_state  # type: ignore[assignment]
+    if state is None:
+        state = tx.projector_state = Pending()
     state.cache[key] = value
     state.deferred[key] = (value, encode)
 
