@@ -7,6 +7,7 @@ sessionStorage). Screenshots of each view go to var/screenshots/ (not committed)
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +65,15 @@ def _build(path: Path) -> dict[str, str]:
                 "tool_calls": [
                     {"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
                 ],
+            },
+        )
+        store.inject(
+            "xss",
+            {
+                "role": "assistant",
+                "content": "counted",
+                "model": "mock-large",
+                "usage": {"input": 12, "output": 34},
             },
         )
         store.inject(
@@ -226,6 +236,12 @@ def test_the_list_filters_and_the_transcript_pairs_calls(viewer: dict[str, Any])
     expect(page.locator("article[data-index='2'] .paired-note")).to_contain_text("read_file")
     expect(page.locator(".clients")).to_contain_text("ui-1")
     expect(page.locator("input[name=mode][value=sanitized]")).to_be_checked()
+    with page.expect_download() as download:
+        page.click(".export button[type=submit]")
+    assert download.value.suggested_filename == "release-1.sanitized.json"
+    bundle = json.loads(Path(download.value.path()).read_text())
+    assert bundle["redaction"]["mode"] == "sanitized"
+    assert "ghx-31415" not in json.dumps(bundle)  # the token in a tool result is redacted
     _browser.screenshot(page, "session")
     page.emulate_media(color_scheme="dark")  # the reader's system setting picks the palette
     dark = page.evaluate("getComputedStyle(document.body).backgroundColor")
@@ -242,6 +258,9 @@ def test_transcript_text_is_shown_as_text_never_run(viewer: dict[str, Any]) -> N
     for index, text in enumerate(XSS):
         expect(page.locator(f"article[data-index='{index}'] .content")).to_have_text(text)
     expect(page.locator(".tool-call.has-error .error-tag")).to_have_count(1)
+    counted = page.locator("article.message", has_text="counted")
+    expect(counted.locator(".model")).to_have_text("mock-large")
+    expect(counted.locator(".usage")).to_have_text("in 12 · out 34")
     assert page.evaluate("window.__xss") is None
     assert page.locator("main img, main script, .transcript svg").count() == 0
     page.close()
@@ -296,6 +315,13 @@ def test_live_tail_shows_an_injected_message(viewer: dict[str, Any]) -> None:
     assert answer.status_code == 201
     expect(page.locator("article.message").last).to_contain_text("arrived live", timeout=WAIT_MS)
     assert int(page.locator("#badge").get_attribute("data-head") or 0) > head
+    answer = httpx.put(
+        f"{server.url}/v1/sessions/steps/scratchpad",
+        json={"scratchpad": {"plan": "<b>written live</b>"}},
+        headers={"authorization": f"Bearer {server.admin_key}"},
+    )
+    assert answer.status_code == 200
+    expect(page.locator(".details")).to_contain_text("<b>written live</b>", timeout=WAIT_MS)
     page.close()
 
 

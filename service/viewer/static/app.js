@@ -266,7 +266,11 @@ async function sessionView(view, sid) {
   first.then(() => api.get(`${base}/pruned`)).then((answer) => {
     transcript.setPruned(new Map(answer.data.map((item) => [item.index, item.shown])));
   }).catch(() => {});
-  tail(sid, header.head, live, transcript, slider, liveState, follow, base);
+  const refresh = (now) => {
+    showFacts(now);
+    details.replaceChildren(...detailsOf(now));
+  };
+  tail(sid, header.head, live, { transcript, slider, liveState, follow, base, refresh });
 }
 
 function timeTravel(header, go) {
@@ -395,7 +399,10 @@ const TRANSCRIPT_EVENTS = new Set([
   "session_rewound", "session_compacted", "doom_loop_detected",
 ]);
 
-function tail(sid, head, live, transcript, slider, liveState, follow, base) {
+// New events of this session as they commit: the transcript, the header and the details follow
+// (unless the slider shows the past).
+function tail(sid, head, live, parts) {
+  const { transcript, slider, liveState, follow, base, refresh } = parts;
   let busy = Promise.resolve();
   const stream = api.stream(`/v1/sessions/${encodeURIComponent(sid)}/events/stream`, {
     after: head,
@@ -407,9 +414,12 @@ function tail(sid, head, live, transcript, slider, liveState, follow, base) {
       if (!event || typeof event !== "object" || event.id === undefined) return;
       showHead(event.id, event.hash);
       const latest = slider.grow(event.sequence);
-      if (!latest || live.position !== null || !TRANSCRIPT_EVENTS.has(event.event)) return;
+      if (!latest || live.position !== null) return;
       busy = busy.then(async () => {
         const now = await api.get(base);
+        if (live.position !== null) return;
+        refresh(now);
+        if (!TRANSCRIPT_EVENTS.has(event.event)) return;
         const grew = event.event === "message_injected" || event.event === "messages_injected";
         const wasAtEnd = transcript.atEnd();
         transcript.setLength(now.length, { reset: !grew });

@@ -189,7 +189,9 @@ export class Transcript {
     try {
       const early = page === 0 && this.first;
       this.first = null;
-      const answer = await (early || this.fetchPage(after, limit));
+      let answer = await (early || this.fetchPage(after, limit));
+      // The early read may predate the header: read again if the transcript changed between.
+      if (early && answer.length !== this.length) answer = await this.fetchPage(after, limit);
       if (generation !== this.generation) return;
       this.pages.set(page, { start, after, context: answer.data });
       while (this.pages.size > CACHE_PAGES) this.pages.delete(this.pages.keys().next().value);
