@@ -232,6 +232,14 @@ class SessionRenamed(Event, tag="session_renamed", frozen=True):
     title: str | None
 
 
+class SessionMetadataSet(Event, tag="session_metadata_set", frozen=True):
+    """Keys of the session's metadata set (`metadata`, merged over what was there) and keys
+    removed (`removed`), as one change."""
+
+    metadata: dict[str, Any] = {}
+    removed: list[str] = []
+
+
 class SessionDeleted(Event, tag="session_deleted", frozen=True):
     """The session is gone from every query; its events stay in the log."""
 
@@ -466,6 +474,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     StepCompleted,
     ToolCallStarted,
     ToolCallFinished,
+    SessionMetadataSet,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

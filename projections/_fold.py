@@ -446,6 +446,15 @@ def _renamed(state: SessionState, envelope: Envelope) -> SessionState:
     return _replace(state, title=data.title)
 
 
+def _metadata_set(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.SessionMetadataSet)
+    merged = {**state.metadata, **data.metadata}
+    for key in data.removed:
+        merged.pop(key, None)
+    return _replace(state, metadata=merged)
+
+
 def _deleted(state: SessionState, envelope: Envelope) -> SessionState:
     if state.status != ACTIVE:
         return state
@@ -476,6 +485,7 @@ _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
     ev.WorkspaceRootAdded: _root_added,
     ev.WorkspaceRootRemoved: _root_removed,
     ev.SessionRenamed: _renamed,
+    ev.SessionMetadataSet: _metadata_set,
     ev.SessionDeleted: _deleted,
     ev.AgentSessionClosed: _closed,
 }

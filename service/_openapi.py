@@ -29,7 +29,7 @@ _OPS: list[tuple[str, str, str, str, Any, dict[int, Any]]] = [
         {201: sc.Session},
     ),
     ("get", _S, "getSession", "The snapshot (as_of: in the past)", None, {200: sc.SessionSnapshot}),
-    ("patch", _S, "patchSession", "Rename", sc.PatchSession, {200: sc.Session}),
+    ("patch", _S, "patchSession", "Rename, change metadata", sc.PatchSession, {200: sc.Session}),
     ("delete", _S, "deleteSession", "Delete (events stay in the log)", None, {204: None}),
     ("post", _S + "/close", "closeSession", "Close", sc.CloseSession, {200: sc.Session}),
     ("post", _S + "/fork", "forkSession", "Fork", sc.ForkSession, {201: sc.Session}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -14,7 +15,7 @@ from starlette.routing import Route
 from eventlog import InvalidArgumentError, LimitExceededError, UnknownSessionError
 from service import _limits
 from service import _schemas as sc
-from service._access import Caller, check_visible, may_see, owned_metadata
+from service._access import OWNER_KEY, Caller, check_visible, may_see, owned_metadata
 from service._request import Answer, Found, caller, read, read_json, respond, service, write
 from sessions import SessionStore
 
@@ -163,11 +164,19 @@ async def get_session(request: Request) -> Response:
 
 
 async def patch_session(request: Request) -> Response:
-    store, _, sid = await _visible(request, "rename")
+    store, who, sid = await _visible(request, "rename")
     body, raw = await read_json(request, sc.PatchSession)
+    changes = {} if isinstance(body.metadata, msgspec.UnsetType) else body.metadata
+    if OWNER_KEY in changes and not who.admin:
+        raise InvalidArgumentError(f"metadata: `{OWNER_KEY}` is set by the service, not the caller")
+    sets = {key: value for key, value in changes.items() if value is not None}
+    removed = [key for key, value in changes.items() if value is None]
 
-    def act() -> Answer:
-        store.rename(sid, body.title)
+    def act() -> Answer:  # both changes in one savepoint: all of it or nothing
+        if not isinstance(body.title, msgspec.UnsetType):
+            store.rename(sid, body.title)
+        if changes:
+            store.update_metadata(sid, sets, remove=removed)
         return 200, _resource(store, sid)
 
     return await write(request, act, again=lambda _: (200, _resource(store, sid)), raw=raw)

@@ -42,9 +42,11 @@ class CreateSession(_Request):
 
 
 class PatchSession(_Request):
-    """`PATCH /v1/sessions/{id}`: a new title (null removes it)."""
+    """`PATCH /v1/sessions/{id}`: a new `title` (null removes it) and changes to `metadata` as a
+    JSON merge patch (RFC 7396): each key is set, or removed when its value is null."""
 
-    title: str | None
+    title: str | msgspec.UnsetType | None = msgspec.UNSET
+    metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class CloseSession(_Request):

@@ -130,6 +130,18 @@ class Client:
     def rename(self, session_id: str, title: str | None) -> None:
         self.request("PATCH", f"/v1/sessions/{session_id}", json_body={"title": title})
 
+    def update_metadata(
+        self,
+        session_id: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        remove: list[str] | tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """Set keys and remove keys of the session's metadata; returns the metadata after."""
+        patch = {**dict(metadata or {}), **dict.fromkeys(remove)}
+        found = self._json("PATCH", f"/v1/sessions/{session_id}", json_body={"metadata": patch})
+        return dict(found["metadata"])
+
     def close_session(self, session_id: str, reason: str | None = None) -> None:
         self.request("POST", f"/v1/sessions/{session_id}/close", json_body={"reason": reason})
 

@@ -331,6 +331,29 @@ class SessionStore(LiveVerbs, ContextVerbs):
         with self._command("rename", session_id) as (tx, state, _):
             self._emit(tx, state.session_id, [ev.SessionRenamed(title=title)])
 
+    def update_metadata(
+        self,
+        session_id: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        remove: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """Set the keys of `metadata` (merged over the session's) and drop the keys in `remove`,
+        as one event; returns the metadata after. A key both set and removed is refused."""
+        verb = "update_metadata"
+        changes = check_dict(metadata, "metadata", verb)
+        if isinstance(remove, (str, bytes)) or not all(isinstance(k, str) for k in remove):
+            raise InvalidArgumentError(f"{verb}: `remove` must be a list of keys, got {remove!r}")
+        both = sorted(set(changes) & set(remove))
+        if both:
+            raise InvalidArgumentError(f"{verb}: keys both set and removed: {', '.join(both)}")
+        with self._command(verb, session_id) as (tx, state, _):
+            event = ev.SessionMetadataSet(metadata=changes, removed=list(remove))
+            self._emit(tx, state.session_id, [event])
+            after = pj.load_state(tx, state.session_id)
+        assert after is not None, "the projection did not fold session_metadata_set"
+        return dict(to_builtins(after.metadata))
+
     def inject(
         self,
         session_id: str,

@@ -260,6 +260,7 @@ SAMPLES: list[tuple[str, ev.Event]] = [
             loop_id="l-c1",
         ),
     ),
+    ("s-1", ev.SessionMetadataSet(metadata={"team": "red"}, removed=["stale"])),
 ]
 
 

@@ -379,3 +379,24 @@ def test_openapi_document_is_served_and_current(server: Server) -> None:
     assert "/v1/sessions/{session_id}/events/stream" in served["paths"]
     written = json.loads((Path(__file__).parent.parent / "docs" / "openapi.json").read_text())
     assert served == written, "run `python docs/generate.py` to rewrite docs/openapi.json"
+
+
+def test_patch_metadata_is_a_merge_patch(server: Server, admin: Client, http: httpx.Client) -> None:
+    sid = admin.open_session("meta", metadata={"keep": 1, "drop": 2})
+    patched = http.patch(
+        f"/v1/sessions/{sid}", json={"title": "t", "metadata": {"new": "x", "drop": None}}
+    )
+    assert patched.status_code == 200
+    assert patched.json()["metadata"] == {"keep": 1, "new": "x"} and patched.json()["title"] == "t"
+    assert admin.update_metadata(sid, {"more": True}, remove=["keep"]) == {"new": "x", "more": True}
+    problem(http.patch(f"/v1/sessions/{sid}", json={"metadata": [1]}), 422, "invalid-argument")
+    (token,) = tokens_for(admin, "mallory")
+    with server.client(token) as mallory:
+        own = mallory.open_session("mallory-1")
+        with pytest.raises(ServiceError) as taken:
+            mallory.update_metadata(own, {"sessionlog.owner": "alice"})
+        assert taken.value.status == 422
+        with pytest.raises(ServiceError) as dropped:
+            mallory.update_metadata(own, remove=["sessionlog.owner"])
+        assert dropped.value.status == 422
+        assert mallory.summary(own)["metadata"] == {"sessionlog.owner": "mallory"}  # type: ignore[index]
