@@ -167,6 +167,13 @@ def _page(viewer: dict[str, Any], token: str | None = None) -> Page:
     return page
 
 
+def _close(page: Page) -> None:
+    """Close a page, failing the test if any script on it raised."""
+    errors = getattr(page, "errors", [])
+    page.close()
+    assert errors == [], errors
+
+
 def _open(page: Page, viewer: dict[str, Any], sid: str) -> None:
     page.goto(f"{viewer['server'].url}/#/s/{sid}")
     expect(page.locator("article.message").first).to_be_visible(timeout=WAIT_MS)
@@ -195,8 +202,8 @@ def test_sign_in_is_required_and_the_credential_stays_in_the_tab(viewer: dict[st
 
     linked = _page(viewer)  # a #token= link signs in, then the token leaves the address bar
     assert "token" not in linked.url and server.admin_key not in linked.url
-    page.close()
-    linked.close()
+    _close(page)
+    _close(linked)
 
 
 def test_the_list_filters_and_the_transcript_pairs_calls(viewer: dict[str, Any]) -> None:
@@ -247,8 +254,7 @@ def test_the_list_filters_and_the_transcript_pairs_calls(viewer: dict[str, Any])
     dark = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert dark == "rgb(21, 23, 26)"
     _browser.screenshot(page, "session-dark")
-    assert page.errors == []  # type: ignore[attr-defined]
-    page.close()
+    _close(page)
 
 
 def test_transcript_text_is_shown_as_text_never_run(viewer: dict[str, Any]) -> None:
@@ -263,7 +269,7 @@ def test_transcript_text_is_shown_as_text_never_run(viewer: dict[str, Any]) -> N
     expect(counted.locator(".usage")).to_have_text("in 12 · out 34")
     assert page.evaluate("window.__xss") is None
     assert page.locator("main img, main script, .transcript svg").count() == 0
-    page.close()
+    _close(page)
 
 
 def test_fork_tree_has_every_branch_and_opens_one(viewer: dict[str, Any]) -> None:
@@ -282,7 +288,7 @@ def test_fork_tree_has_every_branch_and_opens_one(viewer: dict[str, Any]) -> Non
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"#/s/release-1-at-4$"))
     expect(page.locator("article.message")).to_have_count(4, timeout=WAIT_MS)
-    page.close()
+    _close(page)
 
 
 def test_time_travel_shows_an_earlier_state(viewer: dict[str, Any]) -> None:
@@ -298,7 +304,7 @@ def test_time_travel_shows_an_earlier_state(viewer: dict[str, Any]) -> None:
     _browser.screenshot(page, "time-travel")
     page.click(".time-travel button")
     expect(page.locator("article.message")).to_have_count(3, timeout=WAIT_MS)
-    page.close()
+    _close(page)
 
 
 def test_live_tail_shows_an_injected_message(viewer: dict[str, Any]) -> None:
@@ -322,7 +328,7 @@ def test_live_tail_shows_an_injected_message(viewer: dict[str, Any]) -> None:
     )
     assert answer.status_code == 200
     expect(page.locator(".details")).to_contain_text("<b>written live</b>", timeout=WAIT_MS)
-    page.close()
+    _close(page)
 
 
 def test_a_principal_without_rights_sees_nothing_of_a_session(viewer: dict[str, Any]) -> None:
@@ -332,14 +338,14 @@ def test_a_principal_without_rights_sees_nothing_of_a_session(viewer: dict[str, 
     expect(bob.locator("#view .error")).to_contain_text("alice-secret", timeout=WAIT_MS)
     assert bob.locator("article.message").count() == 0
     assert "plan of alice" not in bob.content()
-    bob.close()
+    _close(bob)
 
     alice = _page(viewer, viewer["tokens"]["alice"])
     rows = alice.locator("table.sessions tbody tr")
     expect(rows).to_have_count(1, timeout=WAIT_MS)
     _open(alice, viewer, "alice-secret")
     expect(alice.locator("article.message .content")).to_have_text("the plan of alice")
-    alice.close()
+    _close(alice)
 
 
 def test_a_session_of_100000_messages_opens_and_scrolls(viewer: dict[str, Any]) -> None:
@@ -353,7 +359,7 @@ def test_a_session_of_100000_messages_opens_and_scrolls(viewer: dict[str, Any]) 
     expect(last).to_have_text(f"message {BIG}", timeout=WAIT_MS)
     assert page.locator("article.message").count() <= 200
     _browser.screenshot(page, "big-session")
-    page.close()
+    _close(page)
 
 
 def test_the_page_is_public_and_locked_down_the_data_is_not(viewer: dict[str, Any]) -> None:
@@ -392,7 +398,7 @@ def test_sub_agent_sessions_hang_from_their_parent(viewer: dict[str, Any]) -> No
     expect(page.locator(".error-tag").first).to_be_visible()
     page.click(f"svg.tree g.node[data-id='{CLAUDE_MAIN}.sidechain-1']")
     expect(page.locator("#view h1")).to_have_attribute("title", CLAUDE_MAIN + ".sidechain-1")
-    page.close()
+    _close(page)
 
 
 def test_checkpoints_and_pruned_results_are_marked(viewer: dict[str, Any]) -> None:
@@ -406,7 +412,7 @@ def test_checkpoints_and_pruned_results_are_marked(viewer: dict[str, Any]) -> No
     expect(pruned.first.locator(".pruned-tag")).to_have_text("pruned in context")
     expect(pruned.first.locator(".pruned-view")).to_contain_text("cleared from the context")
     _browser.screenshot(page, "checkpoints")
-    page.close()
+    _close(page)
 
 
 def test_live_tail_resumes_after_the_server_restarts(viewer: dict[str, Any]) -> None:
@@ -428,4 +434,4 @@ def test_live_tail_resumes_after_the_server_restarts(viewer: dict[str, Any]) -> 
     assert answer.status_code == 201
     message = page.locator("article.message", has_text="after the restart")
     expect(message).to_have_count(1, timeout=WAIT_MS)
-    page.close()
+    _close(page)
