@@ -389,6 +389,49 @@ def test_the_page_is_public_and_locked_down_the_data_is_not(viewer: dict[str, An
     assert as_("bob", "/v1/viewer/diff?a=alice-secret&b=alice-secret").status_code == 404
 
 
+def test_the_viewer_reads_agree_with_the_session_api(viewer: dict[str, Any]) -> None:
+    server: Server = viewer["server"]
+    auth = {"authorization": f"Bearer {server.admin_key}"}
+
+    def get(path: str, **params: Any) -> httpx.Response:
+        return httpx.get(server.url + path, params=params, headers=auth, timeout=30)
+
+    def every(sid: str) -> list[Any]:
+        return get(f"/v1/sessions/{sid}/messages", limit=1000).json()["data"]
+
+    for a, b in (("release-1", "release-1-at-4"), ("release-1", "release-1-retry")):
+        left, right = every(a), every(b)
+        shared = next(
+            (i for i, (x, y) in enumerate(zip(left, right, strict=False)) if x != y), None
+        )
+        shared = min(len(left), len(right)) if shared is None else shared
+        answer = get("/v1/viewer/diff", a=a, b=b).json()
+        assert answer["shared"] == shared
+        assert (
+            answer["a"]["messages"] == left[shared:] and answer["b"]["messages"] == right[shared:]
+        )
+
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = get("/v1/viewer/sessions", limit=2, cursor=cursor or "").json()
+        seen += [row["session_id"] for row in page["data"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    everyone = get("/v1/sessions", limit=200).json()["data"]
+    assert seen == sorted(seen) and seen == [row["id"] for row in everyone]
+
+    past = get("/v1/viewer/sessions/steps", version=2).json()
+    assert past["length"] == 1 and past["as_of"] >= 1
+    assert get("/v1/viewer/sessions/steps/messages", as_of=past["as_of"]).json()["data"] == [
+        {"role": "user", "content": "step number 1"}
+    ]
+    wrong = get("/v1/viewer/sessions/steps", version=999)
+    assert wrong.status_code == 422 and "version" in wrong.json()["detail"]
+    assert get("/v1/viewer/sessions", source="elsewhere").status_code == 422
+
+
 def test_sub_agent_sessions_hang_from_their_parent(viewer: dict[str, Any]) -> None:
     page = _page(viewer)
     _open(page, viewer, CLAUDE_MAIN)
