@@ -8,6 +8,7 @@ to the owner of their root. Must never trust a client to name its own principal.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ class Caller:
     all_sessions: bool
 
     @classmethod
-    def of(cls, scope: dict[str, Any]) -> Caller:
+    def of(cls, scope: Mapping[str, Any]) -> Caller:
         admin = scope.get(AUTH_METHOD) == "api_key"
         record = scope.get(SESSION)
         attributes = getattr(record, "attributes", None) or {}

@@ -49,7 +49,7 @@ def service(request: Request) -> Service:
 
 
 def caller(request: Request) -> Caller:
-    return Caller.of(dict(request.scope))
+    return Caller.of(request.scope)
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -18,6 +18,7 @@ from typing import Any
 
 from eventlog import InvalidArgumentError
 from sessions import SessionStore
+from sessions.asgi import check_api_keys
 
 API_KEYS_ENV = "SESSIONLOG_API_KEYS"
 """`name=key` pairs separated by commas or newlines; the same shape as an API keys file."""
@@ -77,10 +78,15 @@ def serve(
 
     if workers < 1:
         raise InvalidArgumentError(f"serve: --workers must be >= 1, got {workers}")
-    if not load_api_keys(api_keys_file):
+    keys = load_api_keys(api_keys_file)
+    if not keys:
         raise InvalidArgumentError(
             f"serve: no API key: give --api-keys-file or set ${API_KEYS_ENV} (name=key lines)"
         )
+    try:
+        check_api_keys(keys)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"serve: {exc}".replace("BearerAuth: ", "")) from exc
     os.environ[_WORKER_ENV] = json.dumps(
         {"store": store, "api_keys_file": api_keys_file, "workers": workers}
     )

@@ -146,6 +146,13 @@ def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
 
 
+def check_api_keys(api_keys: Mapping[str, str] | None) -> dict[str, str]:
+    """`api_keys` as `BearerAuth` accepts them, checked before anything starts (a server checks
+    its keys before it binds a port); raises `InvalidArgumentError` naming the entry, never the
+    key."""
+    return _check_keys(api_keys)
+
+
 def _check_keys(api_keys: Mapping[str, str] | None) -> dict[str, str]:
     """Static keys are credentials too: each must be a high-entropy token with a name."""
     keys = dict(api_keys or {})

@@ -36,14 +36,21 @@ def free_port() -> int:
 class Server:
     """`Server(store).start()`; `url`, `admin_key`, `client()`; `stop()` (SIGTERM) or `kill()`."""
 
-    def __init__(self, store: str | Path, *, workers: int = 1, port: int | None = None) -> None:
+    def __init__(
+        self,
+        store: str | Path,
+        *,
+        workers: int = 1,
+        port: int | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.store = str(store)
         self.workers = workers
         self.port = port or free_port()
         self.admin_key = new_key()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = Path(self.store + ".server.log")
+        self.log_path = log_path or Path(self.store + ".server.log")
 
     def start(self, timeout_s: float = 30.0) -> Server:
         env = {**os.environ, "SESSIONLOG_API_KEYS": f"admin={self.admin_key}"}

@@ -74,3 +74,24 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
             create_app(store, heartbeat_interval_s=0)
         with pytest.raises(InvalidArgumentError):
             create_app(store, api_keys={"short": "admin"})
+
+
+def test_serve_refuses_missing_or_weak_keys_before_it_starts(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests._service import ROOT
+
+    command = [sys.executable, "-m", "sessionlog", "--store", str(tmp_path / "s"), "serve"]
+    for keys, words in ((None, "no API key"), ("admin=password", "api_keys entry 0")):
+        env = {k: v for k, v in os.environ.items() if k != "SESSIONLOG_API_KEYS"}
+        if keys is not None:
+            env["SESSIONLOG_API_KEYS"] = keys
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("sessionlog: serve: ") and words in done.stderr
+        assert "password" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "s").exists()  # nothing was created

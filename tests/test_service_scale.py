@@ -84,9 +84,23 @@ def two_workers(tmp_path: Path) -> Iterator[Server]:
 
 
 def test_a_stream_on_any_worker_sees_every_worker(two_workers: Server) -> None:
+    streams_see_every_worker(two_workers)
+
+
+def test_workers_over_one_postgresql_database(tmp_path: Path) -> None:
+    from tests import _pg
+
+    url = _pg.fresh_schema_url()
+    server = Server(url, workers=2, log_path=tmp_path / "server.log").start()
+    try:
+        streams_see_every_worker(server)
+    finally:
+        server.stop()
+
+
+def streams_see_every_worker(server: Server) -> None:
     from tests.test_service_log import Tail
 
-    server = two_workers
     with server.client() as admin, server.client() as watcher:
         sid = admin.open_session("shared")
         tail = Tail(watcher, sid)
