@@ -12,6 +12,7 @@ from eventlog._codec import (
     StructCodec,
     check_encodable,
     convert,
+    json_copy,
     to_builtins,
 )
 from eventlog._lease import Lease
@@ -74,6 +75,7 @@ __all__ = [
     "check_encodable",
     "check_plain",
     "convert",
+    "json_copy",
     "events",
     "limits",
     "to_builtins",

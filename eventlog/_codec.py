@@ -202,6 +202,15 @@ def to_builtins(value: object) -> Any:
     return msgspec.to_builtins(value)
 
 
+def json_copy(value: object, *, what: str) -> Any:
+    """A deep copy of `value` as JSON would carry it (tuples become lists, bytes base64 text);
+    raises `InvalidArgumentError` naming `what` for what JSON cannot carry."""
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise InvalidArgumentError(f"{what} cannot be written as JSON: {exc}") from exc
+
+
 def check_encodable(value: object, *, what: str, plain: bool = True) -> int:
     """The encoded size of `value`; raises `InvalidArgumentError` if it cannot be stored or (with
     `plain`, for anything read back as JSON-like dicts) is not plain data (`check_plain`)."""

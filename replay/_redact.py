@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import msgspec
-
+from eventlog import json_copy
 from replay._secrets import (
     BLOCK_KINDS,
     continues_block,
@@ -429,11 +428,8 @@ def _withhold(value: Any, path: str, entries: list[RedactionEntry]) -> Any:
 
 def plain_copy(body: Any) -> Any:
     """A deep copy of `body` as JSON would carry it (tuples become lists, bytes base64).
-    Raises `ValueError` for what JSON cannot carry."""
-    try:
-        return msgspec.json.decode(msgspec.json.encode(body))
-    except msgspec.MsgspecError as exc:
-        raise ValueError(str(exc)) from exc
+    Raises `InvalidArgumentError` for what JSON cannot carry."""
+    return json_copy(body, what="bundle")
 
 
 def redact(

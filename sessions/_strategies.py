@@ -97,7 +97,7 @@ def json_values() -> st.SearchStrategy[Any]:
         st.none()
         | st.booleans()
         | st.integers(min_value=-(2**53), max_value=2**53)
-        | st.floats(allow_nan=False)
+        | st.floats(allow_nan=False, allow_infinity=False)
         | short_text()
     )
     return st.recursive(
