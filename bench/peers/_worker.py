@@ -32,8 +32,13 @@ def run(name: str, directory: Path, sizes_name: str, quiet: bool) -> dict[str, A
     module_name, _, class_name = ADAPTERS[name].partition(":")
     try:
         adapter_class = getattr(importlib.import_module(module_name), class_name)
-    except ModuleNotFoundError as error:
-        return {"adapter": name, "missing": f"{error.name} is not installed"}
+    except ImportError as error:
+        # A library that is present but lacks an optional part of its own (google-adk without its
+        # [db] extra) raises ImportError from the ModuleNotFoundError of that part.
+        root = error if isinstance(error, ModuleNotFoundError) else error.__cause__
+        if not isinstance(root, ModuleNotFoundError):
+            raise
+        return {"adapter": name, "missing": f"{root.name} is not installed"}
 
     def note(text: str) -> None:
         if not quiet:
