@@ -26,12 +26,14 @@ what it found and a cursor: a rare filter never makes one request scan the whole
 
 def session_resource(summary: dict[str, Any]) -> dict[str, Any]:
     """The engine's summary as the API shows a session (with the Agents Protocol's fields)."""
-    out = dict(summary)
+    out = {
+        "id": summary["session_id"],
+        "object": "session",
+        "state": "ACTIVE" if summary.get("status") == "active" else "CLOSED",
+        "updated_at": summary.get("last_activity_at"),
+        **summary,
+    }
     out.pop("transcript", None)
-    out["id"] = summary["session_id"]
-    out["object"] = "session"
-    out["state"] = "ACTIVE" if summary.get("status") == "active" else "CLOSED"
-    out["updated_at"] = summary.get("last_activity_at")
     return out
 
 
