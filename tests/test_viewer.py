@@ -399,6 +399,9 @@ def test_the_viewer_reads_agree_with_the_session_api(viewer: dict[str, Any]) -> 
     def every(sid: str) -> list[Any]:
         return get(f"/v1/sessions/{sid}/messages", limit=1000).json()["data"]
 
+    tree = {node["id"]: node for node in get("/v1/viewer/sessions/release-1/tree").json()["nodes"]}
+    assert tree["release-1-at-4"]["at"] == 4 and not tree["release-1-at-4"]["whole"]
+    assert tree["release-1-retry"]["whole"]
     for a, b in (("release-1", "release-1-at-4"), ("release-1", "release-1-retry")):
         left, right = every(a), every(b)
         shared = next(
@@ -410,6 +413,7 @@ def test_the_viewer_reads_agree_with_the_session_api(viewer: dict[str, Any]) -> 
         assert (
             answer["a"]["messages"] == left[shared:] and answer["b"]["messages"] == right[shared:]
         )
+        assert tree[b]["at"] == shared  # where the picture draws the fork
 
     seen: list[str] = []
     cursor = None

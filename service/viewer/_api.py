@@ -36,8 +36,9 @@ _TREE_NODES_MAX = 500
 _DIFF_MESSAGES_MAX = 200
 _COMPARE_PAGE_MESSAGES = 1_000
 _PRUNED_MAX = 2_000
-_PAST_STORES_MAX = 4
-"""Past states kept built: moving the slider back and forth rebuilds nothing it saw last."""
+_PAST_STORES_MAX = 2
+"""Past states kept built, so moving the slider back and forth rebuilds nothing it saw last. Each
+is the log up to its position held in memory (`SessionStore.as_of`): keep few."""
 _RECENT_MAX = 16
 
 
@@ -300,6 +301,34 @@ def _node(summary: dict[str, Any], kind: str, parent: str | None, at: Any) -> di
     }
 
 
+def _fork_point(store: SessionStore, summary: dict[str, Any]) -> int:
+    """Where a fork leaves its parent's timeline: the index it was forked at, or for a fork of
+    the whole transcript (which records none) how many first messages the two still share."""
+    at = summary.get("branched_at_event_index")
+    if at is not None:
+        return int(at)
+    parent, child = summary["parent_id"], summary["session_id"]
+    if store.summary(parent) is None:
+        return 0
+    shortest = min(store.length(parent), summary.get("length") or 0)
+    return _probe_prefix(store, parent, child, shortest)
+
+
+def _probe_prefix(store: SessionStore, a: str, b: str, most: int) -> int:
+    """How many first messages `a` and `b` share, by bisection on single messages: O(log n)
+    reads, for the picture (a coincidence of equal messages past the fork can mislead it; the
+    diff compares every message)."""
+    low, high = 0, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        left = store.messages(a, after=middle - 1, limit=1)
+        if left and left == store.messages(b, after=middle - 1, limit=1):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
     root = sid
     for _ in range(64):
@@ -320,7 +349,8 @@ def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
         seen.add(node_id)
         nodes.append(_node(summary, kind, parent, at))
         if kind == "fork":
-            nodes[-1]["at"] = summary.get("branched_at_event_index")
+            nodes[-1]["at"] = _fork_point(store, summary)
+            nodes[-1]["whole"] = summary.get("branched_at_event_index") is None
         queue += [(child, "fork", node_id, None) for child in summary.get("child_ids") or ()]
         queue += [(c, "subagent", node_id, call) for c, call in _spawned(store, summary)]
     return {"root_id": root, "nodes": nodes, "cut": bool(queue)}

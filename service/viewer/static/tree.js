@@ -23,9 +23,7 @@ export function forkTree(family, current, open) {
     node.depth = depth;
     rows.push(node);
     for (const child of node.children) {
-      // A fork of the whole transcript records no index: it is drawn where the shorter ends.
-      const at = child.at ?? Math.min(child.length ?? 0, node.length ?? 0);
-      const offset = child.kind === "fork" ? Math.min(at, node.length ?? 0) : 0;
+      const offset = child.kind === "fork" ? Math.min(child.at ?? 0, node.length ?? 0) : 0;
       place(child, start + offset, depth + 1);
     }
   };
@@ -68,8 +66,8 @@ function bar(node, x, current, open) {
   const label = node.title ? `${node.title} (${shortId(node.id)})` : shortId(node.id);
   const where =
     node.kind === "fork"
-      ? node.at === null || node.at === undefined
-        ? "fork of the whole transcript"
+      ? node.whole
+        ? `fork of the whole transcript, ${node.at} messages still shared`
         : `fork at message ${node.at}`
       : node.kind === "subagent"
         ? "sub-agent"
