@@ -448,7 +448,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
             if transcript.length == 0:
                 return None
             last = pj.ranges_window(transcript.ranges, transcript.length - 1, 1)
-            popped = to_dicts(pj.read_messages(tx, transcript, ranges=last))[0]
+            popped = to_dicts(pj.read_messages(tx, transcript, ranges=last), fresh=True)[0]
             rewound = ev.SessionRewound(to_length=transcript.length - 1, removed=1, reason="pop")
             self._emit(tx, state.session_id, [rewound])
             return popped
@@ -622,7 +622,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
                 first = max(skip, end - tail)
                 skip, count = first, max(end - first, 0)
             window = pj.ranges_window(transcript.ranges, skip, count)
-            return to_dicts(pj.read_messages(view, transcript, ranges=window))
+            return to_dicts(pj.read_messages(view, transcript, ranges=window), fresh=True)
 
     def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
