@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from eventlog import _codec, _verify, limits
 from eventlog._chain import RecordChecker
@@ -44,6 +44,7 @@ from eventlog.errors import (
 from eventlog.events import Event
 
 logger = logging.getLogger("sessionlog.eventlog")
+_T = TypeVar("_T")
 
 
 _open_logs: weakref.WeakSet[EventLog] = weakref.WeakSet()
@@ -222,46 +223,36 @@ class EventLog:
             return
         if current is not None:
             child = Transaction(current._txn.child(), current, self._projector)
-            with self._pushed(child):
-                try:
-                    yield child
-                except BaseException:
-                    child._txn.abort()
-                    raise
-                if child._broken:
-                    child._txn.abort()
-                    raise StorageError("a write inside this transaction failed; nothing was kept")
-                child._txn.commit()
-                child._merge_into_parent()
+            with self._running(child):
+                yield child
+            child._merge_into_parent()
             return
         with self._writer:
             tx = Transaction(self._storage.begin_write(), None, self._projector)
-            with self._pushed(tx):
-                try:
-                    yield tx
-                except BaseException:
-                    tx._txn.abort()
-                    raise
-                try:
-                    if tx.projector_state is not None:
-                        tx.projector_state.before_commit(tx)
-                except BaseException:
-                    tx._txn.abort()
-                    raise
-                if tx._broken:
-                    tx._txn.abort()
-                    raise StorageError("a write inside this transaction failed; nothing was kept")
-                tx._txn.commit()
+            with self._running(tx):
+                yield tx
             self._deliver(tx)
 
     @contextmanager
-    def _pushed(self, tx: Transaction) -> Iterator[None]:
+    def _running(self, tx: Transaction) -> Iterator[None]:
+        """`tx` on this thread's stack for the block, then committed, or aborted if the block
+        (or, for the outermost, the projector's last writes) raised or a write failed."""
         stack: list[Transaction] | None = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
         stack.append(tx)
         try:
-            yield
+            try:
+                yield
+                if tx._parent is None and tx.projector_state is not None:
+                    tx.projector_state.before_commit(tx)
+            except BaseException:
+                tx._txn.abort()
+                raise
+            if tx._broken:
+                tx._txn.abort()
+                raise StorageError("a write inside this transaction failed; nothing was kept")
+            tx._txn.commit()
         finally:
             stack.pop()
             tx._txn = ENDED  # the storage transaction is over; a kept handle must not reach it
@@ -279,40 +270,31 @@ class EventLog:
 
         Inside `with log.transaction()` the append joins that transaction instead.
         """
-        current = self._current()
-        if current is not None:
-            return current.append(
+        return self._durably(
+            lambda tx: tx.append(
                 stream,
                 events,
                 expected_version=expected_version,
                 meta=meta,
                 recorded_at=recorded_at,
             )
-        for attempt in range(2):
-            try:
-                with self.transaction() as tx:
-                    return tx.append(
-                        stream,
-                        events,
-                        expected_version=expected_version,
-                        meta=meta,
-                        recorded_at=recorded_at,
-                    )
-            except StoreFullError:
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
+        )
 
     def import_records(self, records: Sequence[bytes]) -> list[Envelope]:
         """`Transaction.import_records` in its own durable commit (or the caller's transaction):
         the records, taken byte for byte from another log, follow the head or nothing is written."""
+        return self._durably(lambda tx: tx.import_records(records))
+
+    def _durably(self, write: Callable[[Transaction], _T]) -> _T:
+        """`write` in the caller's transaction, or in one of its own, committed durably and
+        tried once more when the store was full (LMDB grows its map before the retry)."""
         current = self._current()
         if current is not None:
-            return current.import_records(records)
+            return write(current)
         for attempt in range(2):
             try:
                 with self.transaction() as tx:
-                    return tx.import_records(records)
+                    return write(tx)
             except StoreFullError:
                 if attempt:
                     raise

@@ -157,15 +157,8 @@ class Transaction(LogView):
         self._head += len(records)
         self._head_hash = envelopes[-1].hash
         self._versions[key] = version + len(records)
-        self._keep_pending(envelopes, size)
         self._stamp = None
-        projector = self._projector
-        if projector is not None:
-            try:
-                projector(self, envelopes)
-            except BaseException:
-                self._broken = True  # the events are in, their projection is not: never commit
-                raise
+        self._appended(envelopes, size)
         return list(range(first, self._head + 1))
 
     def _appended_before(self, stream: str, idempotency_key: str) -> list[int] | None:
@@ -252,6 +245,11 @@ class Transaction(LogView):
         self._head, self._head_hash = checker.head, checker.head_hash
         for stream, version in checker.versions.items():
             self._versions[stream_key(stream)] = version
+        self._appended(envelopes, size)
+        return envelopes
+
+    def _appended(self, envelopes: list[Envelope], size: int) -> None:
+        """Keep what was just written for delivery, and run the projector over it."""
         self._keep_pending(envelopes, size)
         projector = self._projector
         if projector is not None:
@@ -260,7 +258,6 @@ class Transaction(LogView):
             except BaseException:
                 self._broken = True  # the events are in, their projection is not: never commit
                 raise
-        return envelopes
 
     def _reserve(self, size: int) -> None:
         """Count `size` more bytes against `transaction_bytes_max`, or refuse them."""
