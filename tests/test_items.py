@@ -306,3 +306,26 @@ def test_a_key_longer_than_an_lmdb_key_is_remembered_on_lmdb(tmp_path: Path) -> 
     with SessionStore.open(tmp_path / "s") as again:
         assert again.verify(projections=True).ok
         assert again.length("s") == 1
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "postgres"])
+def test_items_rewinds_and_keys_on_each_durable_backend(kind: str, tmp_path: Path) -> None:
+    from tests.conftest import make_log
+
+    store = SessionStore(make_log(kind, tmp_path))
+    try:
+        store.open_session("s")
+        store.inject_many("s", [{"item": ITEM}, {"item": {"n": 1}}], idempotency_key="k")
+        assert store.inject_many("s", [{"item": ITEM}], idempotency_key="k") == 0
+        before = store.log.head
+        assert store.pop("s") == {"role": "item", "item": {"n": 1}}
+        assert store.messages("s") == [{"role": "item", "item": ITEM}]
+        assert store.as_of(before).length("s") == 2
+        with pytest.raises(LengthConflictError):
+            store.inject("s", {"item": 2}, expected_length=0)
+        store.rebuild()
+        assert store.messages("s", last=1) == [{"role": "item", "item": ITEM}]
+        assert store.inject_many("s", [{"item": ITEM}], idempotency_key="k") == 0
+        assert store.verify(projections=True).ok
+    finally:
+        store.close()
