@@ -8,6 +8,7 @@ const ROW = 46;
 const LEFT = 16;
 const WIDTH = 320;
 const BAR = 10;
+const LABEL = 360; // room right of the longest bar for its label
 
 export function forkTree(family, current, open) {
   const byId = new Map(family.nodes.map((node) => [node.id, { ...node, children: [] }]));
@@ -33,7 +34,7 @@ export function forkTree(family, current, open) {
   const height = rows.length * ROW + 12;
   const picture = svg("svg", {
     class: "tree",
-    viewBox: `0 0 ${LEFT * 2 + WIDTH + 220} ${height}`,
+    viewBox: `0 0 ${LEFT * 2 + WIDTH + LABEL} ${height}`,
     width: "100%",
     preserveAspectRatio: "xMinYMin meet",
     role: "group",
@@ -63,16 +64,17 @@ export function forkTree(family, current, open) {
 function bar(node, x, current, open) {
   const left = x(node.start);
   const width = Math.max(x(node.start + Math.max(node.length || 0, 1)) - left, 4);
-  const label = node.title ? `${node.title} (${shortId(node.id)})` : shortId(node.id);
+  const title = node.title && node.title.length > 24 ? `${node.title.slice(0, 23)}…` : node.title;
+  const label = title ? `${title} (${shortId(node.id)})` : shortId(node.id);
   const where =
     node.kind === "fork"
       ? node.whole
-        ? `fork of the whole transcript, ${node.at} messages still shared`
+        ? `whole fork, ${node.at} shared`
         : `fork at message ${node.at}`
       : node.kind === "subagent"
         ? "sub-agent"
         : "root";
-  const text = `${label} · ${node.length ?? 0} messages · ${where}`;
+  const text = `${label} · ${node.length ?? 0} msgs · ${where}`;
   const group = svg(
     "g",
     {
@@ -89,7 +91,7 @@ function bar(node, x, current, open) {
         }
       },
     },
-    svg("title", {}, `${node.id}\n${text}`),
+    svg("title", {}, `${node.id}\n${node.title || ""}\n${text}`),
     svg("rect", { x: left, y: node.y - BAR / 2, width, height: BAR, rx: 3 }),
     svg("text", { x: left, y: node.y - BAR / 2 - 4 }, text),
   );
