@@ -7,17 +7,29 @@ in turn; a damaged file is a `Failure` with `EXIT_BAD_INPUT` naming its file:lin
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import replay
 from replay.agentlogs import AgentLogImport, ImportedFile
-from sessionlog._commands import EXIT_BAD_INPUT, EXIT_OK, Failure, emit_json, opened
+from sessionlog._commands import (
+    EXIT_BAD_INPUT,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    Failure,
+    emit_json,
+    opened,
+)
 from sessionlog._render import Progress, emit, table
 
 
 def import_agent_log(args: argparse.Namespace) -> int:
     if args.id is not None and len(args.paths) > 1:
-        raise Failure("import-agent-log: --id names one session; give one PATH with it", 2)
+        raise Failure("import-agent-log: --id names one session; give one PATH with it", EXIT_USAGE)
+    missing = [path for path in args.paths if not os.path.exists(path)]
+    if missing:  # checked first: a store is not created for nothing to import
+        raise Failure(f"import-agent-log: no file or folder {missing[0]}", EXIT_NOT_FOUND)
     results: list[AgentLogImport] = []
     with opened(args, create=True) as store, Progress("import") as progress:
         for path in args.paths:

@@ -389,6 +389,9 @@ def test_cli_imports_a_folder_and_prints_the_summary(
     code = main(["--store", store, "import-agent-log", str(broken)])
     err = capsys.readouterr().err
     assert code == 5 and f"{broken}:" in err
+    code = main(["--store", str(tmp_path / "new"), "import-agent-log", str(tmp_path / "nope")])
+    assert code == 3 and "no file or folder" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_line_dense_in_objects_is_refused_before_it_is_decoded(
