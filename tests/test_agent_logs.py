@@ -308,6 +308,9 @@ def test_imported_sessions_verify_fork_redact_and_round_trip(store: SessionStore
     sanitized = replay.export_bundle(store, sid, mode="sanitized")
     assert replay.validate_bundle(sanitized) == []
     assert "/Users/chip" not in json.dumps(sanitized)
+    withheld = replay.export_bundle(store, sid, mode="replay_only")
+    assert replay.validate_bundle(withheld) == []
+    assert "Bash" in json.dumps(withheld)  # the tool calls replay needs are still there
     local = replay.export_bundle(store, sid, mode="local")
     with SessionStore.memory() as other:
         again = replay.import_bundle(other, local)
