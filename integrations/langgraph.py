@@ -152,9 +152,10 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         ):
             cached = self._threads[key] = _Thread(created=summary["created_at"])
         if cached.length < summary["length"]:
-            for entry in self.store.messages(key, after=cached.length):
+            entries = self.store.messages(key, after=cached.length)
+            for entry in entries:  # (another writer may have added more since the summary)
                 cached.fold(entry["item"])
-            cached.length = summary["length"]
+            cached.length += len(entries)
         return cached
 
     def _append(self, thread_id: str, make: Any) -> None:

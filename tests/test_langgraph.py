@@ -172,3 +172,29 @@ def test_a_bad_prune_strategy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="strategy"):
         saver.prune(["t"], strategy="shrink")
     saver.store.close()
+
+
+def test_two_savers_on_one_store_see_each_other_and_never_lose_a_write(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    store = SessionStore.open(tmp_path / "store")
+    one, two = SessionlogSaver(store), SessionlogSaver(store)
+
+    def put(saver: SessionlogSaver, parent: Any, step: int) -> Any:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"n": step}
+        checkpoint["channel_versions"] = {"n": step}
+        return saver.put(parent, checkpoint, {"source": "loop", "step": step}, {"n": step})
+
+    root = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+    first = put(one, root, 1)
+    assert two.get_tuple(first).checkpoint["channel_values"] == {"n": 1}  # type: ignore[union-attr]
+    second = put(two, first, 2)  # `one` has not seen it: its next append must read it first
+    third = put(one, second, 3)
+    for saver in (one, two):
+        steps = [t.metadata["step"] for t in saver.list(root)]
+        assert steps == [3, 2, 1]
+        latest = saver.get_tuple(root)
+        assert latest is not None and latest.config == third
+    assert store.length(thread_key("shared")) == 3
+    store.close()
