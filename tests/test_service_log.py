@@ -205,3 +205,29 @@ def test_verify_and_health(server: Server) -> None:
             frames = list(parse_sse(r.iter_lines()))
         assert frames[-1][0] == "result" and frames[-1][1]["ok"] is True
         assert all(kind == "progress" for kind, _ in frames[:-1])
+
+
+def test_principals_cannot_seed_import_or_read_the_whole_log(server: Server) -> None:
+    with server.client() as admin:
+        token = admin.create_token("pat", "2099-01-01T00:00:00Z")["token"]
+        bundle = admin.export_bundle(admin.open_session("b"), mode="local")
+    with server.client(token) as pat:
+        for call in (
+            lambda: pat.seed(seed_lines("a")),
+            lambda: pat.import_bundle(bundle),
+            pat.events,
+            lambda: next(iter(pat.follow(reconnects_max=0))),
+        ):
+            with pytest.raises(ServiceError) as denied:
+                call()
+            assert denied.value.status == 403 and denied.value.kind == "forbidden"
+
+
+def test_past_states_and_their_bounds(server: Server) -> None:
+    with server.client() as admin:
+        sid = admin.open_session("then")
+        head = admin.health()["head"]
+        with pytest.raises(ServiceError) as future:
+            admin.snapshot(sid, as_of=head + 100)
+        assert future.value.status == 422 and f"from 0 to {head}" in str(future.value)
+        assert admin.snapshot(sid, as_of=head - 1) is None  # it did not exist yet
