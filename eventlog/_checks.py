@@ -98,13 +98,9 @@ def check_events(events: object) -> Sequence[Event]:
         )
     if not events:
         raise InvalidArgumentError("append needs at least one event")
-    if len(events) > limits.events_per_append_max:
-        raise LimitExceededError(
-            "events in one append",
-            "events_per_append_max",
-            limits.events_per_append_max,
-            len(events),
-        )
+    most = limits.events_per_append_max
+    if len(events) > most:
+        raise LimitExceededError("events in one append", "events_per_append_max", most, len(events))
     for index, event in enumerate(events):
         if not isinstance(event, Event):
             raise InvalidArgumentError(

@@ -96,14 +96,13 @@ def scan(
     *,
     start: bytes | None = None,
     stop: bytes | None = None,
-    reverse: bool = False,
     limit: int | None = None,
 ) -> list[tuple[bytes, bytes]]:
-    """`LogView.kv_scan`, after writing what this transaction deferred."""
+    """`LogView.kv_scan` in key order, after writing what this transaction deferred."""
     state = pending(view)
     if state is not None and state.deferred:
         state.before_commit(cast(Transaction, view))  # only a transaction has a `Pending`
-    return view.kv_scan(prefix, start=start, stop=stop, reverse=reverse, limit=limit)
+    return view.kv_scan(prefix, start=start, stop=stop, limit=limit)
 
 
 def put(tx: Transaction, key: bytes, value: Buffer) -> None:

@@ -9,7 +9,8 @@ messages of the events they point at, each event read and checked once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -74,25 +75,25 @@ def messages_at(view: LogView, refs: Sequence[tuple[int, int]]) -> list[ev.Messa
 
 def message_of(data: ev.Event, index: int) -> ev.Message:
     """The message an event carries at `index` (see `_message_refs` and compaction)."""
-    if isinstance(data, ev.MessageInjected):
-        return data.message
-    if isinstance(data, ev.MessagesInjected):
-        return data.messages[index]
-    if isinstance(data, ev.PromptStarted):
-        return data.prompt
-    if isinstance(data, ev.PromptCompleted):
-        return data.reply
-    if isinstance(data, ev.SessionCompacted):
-        return data.replacement[index]
-    if isinstance(data, ev.DoomLoopDetected):
-        return data.message
-    if isinstance(data, ev.StepCompleted):
-        return data.reply
-    if isinstance(data, ev.ToolCallFinished):
-        return data.result
-    if isinstance(data, ev.ContextCompacted):
-        return data.boundary if index == 0 else data.summary
-    raise AssertionError(f"{type(data).__name__} carries no message")
+    take = _MESSAGE_OF.get(type(data))
+    if take is None:
+        raise AssertionError(f"{type(data).__name__} carries no message")
+    message: ev.Message = take(data, index)
+    return message
+
+
+_MESSAGE_OF: dict[type, Callable[[Any, int], ev.Message]] = {
+    ev.MessageInjected: lambda data, index: data.message,
+    ev.MessagesInjected: lambda data, index: data.messages[index],
+    ev.PromptStarted: lambda data, index: data.prompt,
+    ev.PromptCompleted: lambda data, index: data.reply,
+    ev.SessionCompacted: lambda data, index: data.replacement[index],
+    ev.DoomLoopDetected: lambda data, index: data.message,
+    ev.StepCompleted: lambda data, index: data.reply,
+    ev.ToolCallFinished: lambda data, index: data.result,
+    ev.ContextCompacted: lambda data, index: data.summary if index else data.boundary,
+}
+"""What `message_of` reads from each event type that carries messages."""
 
 
 def new_segment(tx: Transaction) -> int:
