@@ -432,3 +432,27 @@ def test_unknown_record_types_and_fields_are_counted_and_kept(
     for message in session["transcript"]:
         kept.update(source_texts(message))
     assert kept[2] == novel and json.loads(kept[3]) == widened
+
+
+def test_a_subagent_file_of_its_own_is_one_session_naming_its_parent(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    lines = (
+        (FIXTURES / "claude-code" / "sample-project" / "5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl")
+        .read_text()
+        .splitlines()
+    )
+    records = [json.loads(line) for line in lines[15:22]]  # the first sidechain, lines 16-22
+    assert all(r["isSidechain"] for r in records)
+    for record in records:
+        record["agentId"] = "a1b2c3"
+    path = tmp_path / "agent-a1b2c3.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (session,) = imported(store, path)
+    assert session["length"] == 6 and session["parent_spawn_ref"] is None
+    about = session["metadata"]["agent_log"]
+    assert about["subagent_of"] == {
+        "source_session_id": "5c0375b4-57a5-4f26-b12d-d022ee4e51b7",
+        "agent_id": "a1b2c3",
+    }
+    assert session["transcript"][0]["content"] == records[0]["message"]["content"]

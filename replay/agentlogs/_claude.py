@@ -104,6 +104,7 @@ class _Reader:
         self.held_id: dict[str, object] = {}  # session key -> message.id of its held message
         self.tasks: list[tuple[str, object]] = []  # (call id, prompt) of the main session's spawns
         self.records = 0
+        self.main_records = 0
         self.about: dict[str, Any] = {}
 
     def held_bytes(self) -> int:
@@ -111,7 +112,12 @@ class _Reader:
 
     def record(self, line: int, record: Record) -> None:
         self.records += 1
-        for key, name in (("version", "version"), ("sessionId", "session_id"), ("cwd", "cwd")):
+        for key, name in (
+            ("version", "version"),
+            ("sessionId", "session_id"),
+            ("cwd", "cwd"),
+            ("agentId", "agent_id"),
+        ):
             if isinstance(record.get(key), str):
                 self.about.setdefault(name, record[key])
         built = self._session_of(record)
@@ -134,6 +140,7 @@ class _Reader:
 
     def _session_of(self, record: Record) -> Built:
         if record.get("isSidechain") is not True:
+            self.main_records += 1
             return self.main
         parent = record.get("parentUuid")
         key = self.sidechain_of.get(parent) if isinstance(parent, str) else None
@@ -229,6 +236,8 @@ class _Reader:
 
     def finish(self) -> Parsed:
         children = [built for key, built in self.sessions.items() if key != _MAIN]
+        if children and not self.main_records:
+            return self._subagent_file(children)
         unused = list(self.tasks)
         for child in children:
             child.title = child.first_prompt
@@ -244,6 +253,25 @@ class _Reader:
         self.main.finish()
         return Parsed(
             sessions=[self.main, *children],
+            tool_version=self.about.get("version"),
+            source_session_id=self.about.get("session_id"),
+            records=self.records,
+            extra={"cwd": self.about.get("cwd")},
+        )
+
+    def _subagent_file(self, children: list[Built]) -> Parsed:
+        """A file holding only sidechain records: a subagent's conversation that newer versions
+        write to a file of its own (`agent-<id>.jsonl`). It becomes the file's session (no empty
+        parent), noting the parent's source session id and the agent id."""
+        for child in children:
+            child.title = child.first_prompt
+            child.info["subagent_of"] = {
+                "source_session_id": self.about.get("session_id"),
+                "agent_id": self.about.get("agent_id"),
+            }
+            child.finish()
+        return Parsed(
+            sessions=children,
             tool_version=self.about.get("version"),
             source_session_id=self.about.get("session_id"),
             records=self.records,
