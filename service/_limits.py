@@ -31,6 +31,11 @@ page_events_max: Final = 1_000
 snapshot_messages_max: Final = 10_000
 """Messages a snapshot (`GET /v1/sessions/{id}`) inlines; a longer transcript is read by pages."""
 
+as_of_position_max: Final = 200_000
+"""The furthest log position a past state (`?as_of=`, a fork `at_event_id`) is shown at. The engine
+rebuilds a past state in memory from the first event on, so one request must not make the server
+fold a log of millions of events; look further back in process with `SessionStore.as_of`."""
+
 stream_buffer_events_max: Final = 1_024
 """Events waiting for one slow SSE consumer. Past it the stream is ended with its cursor, and the
 client resumes from the log: a slow reader never grows the server's memory without bound."""

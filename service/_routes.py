@@ -146,7 +146,7 @@ async def get_session(request: Request) -> Response:
     as_of = _int_query(request, "as_of", None, 0, 2**62)
 
     def snap() -> dict[str, Any]:
-        source = store if as_of is None else store.as_of(as_of)
+        source = store if as_of is None else _past(store, as_of, "snapshot: `as_of`")
         summary = source.summary(sid)
         if summary is None:
             raise UnknownSessionError(sid, "snapshot")
@@ -233,12 +233,18 @@ def _length_at(store: SessionStore, session_id: str, position: int) -> int:
         raise InvalidArgumentError(
             f"fork: `at_event_id` must be a log position >= 1, got {position}"
         )
-    past = store.as_of(position)
+    past = _past(store, position, "fork: `at_event_id`")
     if past.summary(session_id) is None:
         raise InvalidArgumentError(
             f"fork: session `{session_id}` did not exist at event {position}"
         )
     return past.length(session_id)
+
+
+def _past(store: SessionStore, position: int, what: str) -> SessionStore:
+    if position > _limits.as_of_position_max:
+        raise LimitExceededError(what, "as_of_position_max", _limits.as_of_position_max, position)
+    return store.as_of(position)
 
 
 async def ancestry(request: Request) -> Response:

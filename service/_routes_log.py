@@ -78,17 +78,27 @@ def _event_page(page: list[Envelope], limit: int, head: int) -> dict[str, Any]:
 
 
 def _stream_page(store: SessionStore, sid: str, after: int, limit: int) -> list[Envelope]:
-    """Up to `limit` events of session `sid` with positions after `after`. Streams are indexed by
-    version: versions are skipped a page at a time up to the cursor."""
-    found: list[Envelope] = []
-    version = 0
-    while len(found) < limit:
-        page = store.log.read_stream(sid, after=version, limit=_limits.page_events_max)
-        if not page:
-            break
-        found.extend(e for e in page if e.position > after)
-        version = page[-1].version
-    return found[:limit]
+    """Up to `limit` events of session `sid` with positions after `after`."""
+    version = version_after(store, sid, after)
+    return store.log.read_stream(sid, after=version, limit=limit)
+
+
+def version_after(store: SessionStore, sid: str, position: int) -> int:
+    """The version of the last event of stream `sid` at or before log `position` (0 if none).
+
+    Streams are indexed by version and positions grow with versions, so a binary search finds it
+    in a few point reads, however long the stream: resuming near the end of a session of a
+    million events reads about twenty events, not the million before the cursor."""
+    with store.log.view() as view:
+        low, high = 0, view.stream_version(sid)
+        while low < high:  # invariant: versions <= low are at or before `position`
+            middle = (low + high + 1) // 2
+            (event,) = view.read_stream(sid, after=middle - 1, limit=1)
+            if event.position <= position:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
 
 # Live streams
@@ -180,7 +190,7 @@ async def _replay(
     """The events after `after` already in the log, a page at a time, each page read in a
     worker thread."""
     cursor = after
-    version = 0
+    version = 0 if sid is None else await read(version_after, store, sid, after)
     while True:
         page = await read(_replay_page, store, sid, cursor, version)
         if not page:

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eventlog import InvalidArgumentError
 from service import create_app
@@ -95,3 +97,16 @@ def test_serve_refuses_missing_or_weak_keys_before_it_starts(tmp_path: Path) -> 
         assert done.stderr.startswith("sessionlog: serve: ") and words in done.stderr
         assert "password" not in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "s").exists()  # nothing was created
+
+
+@given(st.lists(st.booleans(), max_size=60), st.integers(min_value=0, max_value=70))
+def test_a_stream_cursor_is_found_by_binary_search(streams: list[bool], cursor: int) -> None:
+    from service._routes_log import version_after
+
+    store = SessionStore.memory()
+    store.open_session("a")
+    store.open_session("b")
+    for to_a in streams:
+        store.inject("a" if to_a else "b", {"role": "user", "content": "x"})
+    events = store.log.read_stream("a", limit=1000)
+    assert version_after(store, "a", cursor) == sum(1 for e in events if e.position <= cursor)

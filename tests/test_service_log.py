@@ -231,3 +231,13 @@ def test_past_states_and_their_bounds(server: Server) -> None:
             admin.snapshot(sid, as_of=head + 100)
         assert future.value.status == 422 and f"from 0 to {head}" in str(future.value)
         assert admin.snapshot(sid, as_of=head - 1) is None  # it did not exist yet
+
+
+def test_past_states_are_bounded(server: Server) -> None:
+    from service import _limits
+
+    with server.client() as admin:
+        sid = admin.open_session("far")
+        with pytest.raises(ServiceError) as far:
+            admin.snapshot(sid, as_of=_limits.as_of_position_max + 1)
+        assert far.value.status == 413 and far.value.problem["limit_name"] == "as_of_position_max"
