@@ -49,7 +49,10 @@ def create_app(
     """The service over `store`. `api_keys` maps each static key to its (admin) principal name.
     `follow=True` makes streams see commits of other processes sharing the store (several
     workers); otherwise they hear this process's commits directly. Idle streams get a comment
-    line every `heartbeat_interval_s`."""
+    line every `heartbeat_interval_s`.
+
+    Open `store` with ``hot_sessions=0`` (as `sessionlog serve` does): the app reads from many
+    threads at once, and the engine's cache of decoded transcripts is not shared between threads."""
     if not heartbeat_interval_s > 0:
         raise InvalidArgumentError(
             f"create_app: heartbeat_interval_s must be > 0, got {heartbeat_interval_s!r}"

@@ -24,7 +24,7 @@ from tests._service import free_port, new_key
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[str, str, SessionStore]]:
     key = new_key()
-    store = SessionStore.open(tmp_path / "store")
+    store = SessionStore.open(tmp_path / "store", hot_sessions=0)
     app = create_app(store, api_keys={key: "admin"}, heartbeat_interval_s=0.2)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
