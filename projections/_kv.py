@@ -48,7 +48,7 @@ class Pending:
 
 def pending(view: LogView) -> Pending | None:
     """The projector's `Pending` of `view` when it is a transaction that has one."""
-    return cast("Pending | None", view.projector_state)
+    return view.projector_state  # type: ignore[return-value]
 
 
 def _pending_for_write(tx: Transaction) -> Pending:

@@ -27,7 +27,7 @@ def tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
     segment ends, so appending there extends it in place; None if the segment goes on (a fork
     that shares it got there first). A segment's length is its last chunk's: no key of its own."""
     key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
-    state = _kv.pending(tx)
+    state: _kv.Pending | None = tx.projector_state  # type: ignore[assignment]
     cached = None if state is None else state.cache.get(key)
     value = cached if cached is not None else _kv.get(tx, key)
     used = (end % st.REFS_PER_CHUNK) * st.REF_BYTES
