@@ -13,6 +13,9 @@
   of values of the same sizes in one durable transaction; two rows: ``inject_batched`` is the batched
   verb, `store.inject_many(sid, messages)` of 1,000 messages, and ``inject_batched_calls`` (for
   information) is 1,000 separate `inject` calls inside one `store.transaction()`.
+- ``inject_threads``: 16 threads, each injecting into its own session with one durable `inject`
+  per call, vs one thread doing the same on the same store (target 5x): concurrent writers share
+  group commits (`sessions/_group.py`), so one fsync acknowledges many commands.
 - ``snapshot``: `snapshot()` of a 1,000-message transcript (interleaved with three other sessions in
   the log, as concurrent sessions are), in messages/s: cold (a store with `hot_sessions=0`, so every
   message is read and hash-checked from the log; the OS page cache is warm) vs point reads of the
@@ -59,6 +62,7 @@ import random
 import resource
 import shutil
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -613,6 +617,69 @@ def inject_durable(ctx: Context) -> list[Result]:
         env.close()
 
 
+WRITER_THREADS = 16
+
+
+def inject_threads(ctx: Context) -> list[Result]:
+    """16 threads, one durable `inject` per call each, against one thread doing the same."""
+    sizes = ctx.sizes
+    fx = _inject_store(ctx.tmp / "inject-threads" / "ours", sizes.durable_injects[1], seed=33)
+    store, messages = fx.store, fx.messages
+    sessions = [store.open_session() for _ in range(WRITER_THREADS)]
+    try:
+
+        def threaded(count: int) -> Sample:
+            share = max(count // WRITER_THREADS, 1)
+
+            def write(sid: str) -> None:
+                for index in range(share):
+                    store.inject(sid, messages[index % len(messages)])
+
+            threads = [threading.Thread(target=write, args=(sid,)) for sid in sessions]
+            with Stopwatch() as watch:
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+            return watch.sample(share * WRITER_THREADS)
+
+        def single(count: int) -> Sample:
+            with Stopwatch() as watch:
+                fx.inject(count)
+            return watch.sample(count)
+
+        probe = single(sizes.durable_injects[0])
+        count = _fit(probe.rate, sizes.round_s, sizes.durable_injects)
+        commits, shared = store._group.commits, store._group.shared
+        result = compare(
+            name="inject_threads",
+            description=(
+                f"{WRITER_THREADS} threads, store.inject(sid, message) per call, each thread its "
+                "own session, durable: the threads share group commits"
+            ),
+            unit="injects/s",
+            baseline=lambda: single(count),
+            subject=lambda: threaded(count * 4),
+            baseline_description="one thread doing the same durable injects, same store",
+            rounds=sizes.rounds,
+            target=Target("ratio", 5.0),
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        batches = store._group.commits - commits
+        result.notes = {
+            "injects_per_round_single": count,
+            "injects_per_round_threads": max(count * 4 // WRITER_THREADS, 1) * WRITER_THREADS,
+            "shared_commits": batches,
+            "commands_per_shared_commit": round(
+                (store._group.shared - shared) / max(batches, 1), 1
+            ),
+        }
+        return [result]
+    finally:
+        store.close()
+
+
 def inject_batched(ctx: Context) -> list[Result]:
     sizes = ctx.sizes
     batch = sizes.batch_injects
@@ -1105,6 +1172,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "fork": fork,
     "inject_durable": inject_durable,
     "inject_batched": inject_batched,
+    "inject_threads": inject_threads,
     "snapshot": snapshot,
     "open_snapshot": open_snapshot,
     "rebuild": rebuild,

@@ -43,6 +43,7 @@ from sessions import _compact
 from sessions._checks import check_count, check_dict, check_policy, check_text, client_dict, iso
 from sessions._context import ContextVerbs, ContextView
 from sessions._context_policy import ContextPolicy
+from sessions._group import GroupCommit, grouped
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter, plain_message, to_dicts, to_message
@@ -147,6 +148,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
         ] = OrderedDict()
         self._subscribers: dict[str, list[SessionSubscription]] = {}
         self._log_subscription: Subscription | None = None
+        self._group = GroupCommit(log)
         self.tokens = BearerSessions(self)
         """Durable bearer sessions: `create`, `get`, `touch`, `expire` (see `sessions/_tokens.py`)."""
         log.set_projector(pj.project)
@@ -283,7 +285,8 @@ class SessionStore(LiveVerbs, ContextVerbs):
 
     # Lifecycle
 
-    def open_session(self, session_id: str | None = None, **options: Any) -> str:
+    @grouped
+    def open_session(self, /, session_id: str | None = None, **options: Any) -> str:
         """Open a session, or return `session_id` unchanged if it is already open with the same
         options; an open session with different options is a `SessionExistsError`."""
         self._writable("open_session")
@@ -309,6 +312,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
             self._emit(tx, sid, [opened])
             return sid
 
+    @grouped
     def close_session(self, session_id: str, status: str | Mapping[str, Any] | None = None) -> None:
         """Close a session: it no longer exists for queries or verbs; its history stays."""
         if status is None or isinstance(status, str):
@@ -320,17 +324,20 @@ class SessionStore(LiveVerbs, ContextVerbs):
         with self._command("close_session", session_id) as (tx, state, _):
             self._emit(tx, state.session_id, [ev.AgentSessionClosed(reason=reason, status=detail)])
 
+    @grouped
     def delete(self, session_id: str, *, reason: str | None = None) -> None:
         """Remove a session from every query; its events stay in the log."""
         check_text(reason, "reason", "delete")
         with self._command("delete", session_id) as (tx, state, _):
             self._emit(tx, state.session_id, [ev.SessionDeleted(reason=reason)])
 
+    @grouped
     def rename(self, session_id: str, title: str | None) -> None:
         check_text(title, "title", "rename")
         with self._command("rename", session_id) as (tx, state, _):
             self._emit(tx, state.session_id, [ev.SessionRenamed(title=title)])
 
+    @grouped
     def update_metadata(
         self,
         session_id: str,
@@ -354,6 +361,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
         assert after is not None, "the projection did not fold session_metadata_set"
         return dict(to_builtins(after.metadata))
 
+    @grouped
     def inject(
         self,
         session_id: str,
@@ -382,6 +390,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
             event = ev.MessageInjected(message=parsed, idempotency_key=key)
             self._emit(tx, state.session_id, [event], checked=checked)
 
+    @grouped
     def inject_many(
         self,
         session_id: str,
@@ -439,6 +448,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
     def _seen_key(tx: Transaction, session_id: str, key: str | None) -> bool:
         return key is not None and tx.kv_get(pj.idempotency_key(session_id, key)) is not None
 
+    @grouped
     def pop(self, session_id: str, *, expected_length: int | None = None) -> dict[str, Any] | None:
         """Take the last entry off the transcript and return it (None when it is empty, and
         then nothing is written). Recorded as `session_rewound`: the log keeps the entry."""
@@ -453,6 +463,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
             self._emit(tx, state.session_id, [rewound])
             return popped
 
+    @grouped
     def rewind(
         self,
         session_id: str,
@@ -485,11 +496,13 @@ class SessionStore(LiveVerbs, ContextVerbs):
                 transcript.length + adding,
             )
 
+    @grouped
     def reset(self, session_id: str) -> None:
         """Wipe the transcript; the id, its subscribers and everything else stay."""
         with self._command("reset", session_id) as (tx, state, _):
             self._emit(tx, state.session_id, [ev.SessionReset()])
 
+    @grouped
     def trim(self, session_id: str, keep_last: int) -> int:
         """Keep only the last `keep_last` messages; returns how many are kept."""
         keep = check_count(keep_last, "keep_last", "trim")
@@ -498,10 +511,12 @@ class SessionStore(LiveVerbs, ContextVerbs):
             self._emit(tx, state.session_id, [ev.SessionTrimmed(keep_last=keep, kept_count=kept)])
             return kept
 
+    @grouped
     def fork(self, source_id: str, destination_id: str | None = None) -> str:
         """A child session sharing the whole transcript; subscribers are not copied."""
         return self._fork("fork", source_id, destination_id, None)
 
+    @grouped
     def fork_at(self, source_id: str, keep_first: int, destination_id: str | None = None) -> str:
         """A child session keeping only the first `keep_first` messages."""
         keep = check_count(keep_first, "keep_first", "fork_at")

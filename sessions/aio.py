@@ -1,8 +1,11 @@
 """The session engine for asyncio code: `AsyncSessionStore` awaits each verb of a `SessionStore`.
 
-Every call runs on one worker thread owned by the store, never on the event loop, so an LMDB
-commit (an fsync) or a PostgreSQL round trip never blocks other tasks. Calls run one at a time, in
-the order they were awaited: the engine's read cache is not shared between threads.
+Every call runs on a worker thread owned by the store, never on the event loop, so an LMDB commit
+(an fsync) or a PostgreSQL round trip never blocks other tasks. Reads run one at a time on one
+worker, in the order they were awaited: the engine's read cache is not shared between threads.
+Writes are queued for the store's group commit in the order they were awaited and waited for on a
+pool of threads, so concurrent tasks share durable commits (see `sessions/_group.py`); a write and
+a read awaited concurrently are not ordered between themselves.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from sessions._store import SessionStore
 T = TypeVar("T")
 
 
+WRITE_THREADS = 16
+"""Threads that wait for queued writes (one of them leads each shared commit)."""
+
+
 def _new_worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionlog-aio")
 
@@ -31,6 +38,7 @@ class AsyncSessionStore:
         self.store = store
         """The blocking store underneath (use it only from `run`)."""
         self._worker = worker or _new_worker()
+        self._writers = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="sessionlog-aio-write")
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncSessionStore:
@@ -52,6 +60,14 @@ class AsyncSessionStore:
             self._worker, functools.partial(function, *args, **kwargs)
         )
 
+    async def write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit and
+        await its result (see the module doc)."""
+        group = self.store._group
+        ticket = group.enqueue(functools.partial(verb, *args, **kwargs))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writers, group.wait, ticket)
+
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `function(*args, **kwargs)` on the store's worker thread and wait for it: for
         blocking callers that share the store with asyncio code (never from the worker itself,
@@ -63,9 +79,13 @@ class AsyncSessionStore:
     async def aclose(self) -> None:
         """Close the store (after every call already awaited) and stop the worker."""
         try:
-            await self.run(self.store.close)
+            await self.run(self._close)
         finally:
             self._worker.shutdown(wait=False)
+
+    def _close(self) -> None:
+        self._writers.shutdown(wait=True)  # every queued write is committed or refused first
+        self.store.close()
 
     async def __aenter__(self) -> AsyncSessionStore:
         return self
@@ -76,7 +96,7 @@ class AsyncSessionStore:
     # The verbs, each as its `SessionStore` namesake.
 
     async def open_session(self, session_id: str | None = None, **options: Any) -> str:
-        return await self.run(self.store.open_session, session_id, **options)
+        return await self.write(self.store.open_session, session_id, **options)
 
     async def exists(self, session_id: object) -> bool:
         return await self.run(self.store.exists, session_id)
@@ -89,7 +109,7 @@ class AsyncSessionStore:
         expected_length: int | None = None,
         idempotency_key: str | None = None,
     ) -> None:
-        await self.run(
+        await self.write(
             self.store.inject,
             session_id,
             message,
@@ -105,7 +125,7 @@ class AsyncSessionStore:
         expected_length: int | None = None,
         idempotency_key: str | None = None,
     ) -> int:
-        return await self.run(
+        return await self.write(
             self.store.inject_many,
             session_id,
             messages,
@@ -129,31 +149,31 @@ class AsyncSessionStore:
     async def pop(
         self, session_id: str, *, expected_length: int | None = None
     ) -> dict[str, Any] | None:
-        return await self.run(self.store.pop, session_id, expected_length=expected_length)
+        return await self.write(self.store.pop, session_id, expected_length=expected_length)
 
     async def rewind(
         self, session_id: str, to_length: int, *, expected_length: int | None = None
     ) -> int:
-        return await self.run(
+        return await self.write(
             self.store.rewind, session_id, to_length, expected_length=expected_length
         )
 
     async def reset(self, session_id: str) -> None:
-        await self.run(self.store.reset, session_id)
+        await self.write(self.store.reset, session_id)
 
     async def fork(self, source_id: str, destination_id: str | None = None) -> str:
-        return await self.run(self.store.fork, source_id, destination_id)
+        return await self.write(self.store.fork, source_id, destination_id)
 
     async def fork_at(
         self, source_id: str, keep_first: int, destination_id: str | None = None
     ) -> str:
-        return await self.run(self.store.fork_at, source_id, keep_first, destination_id)
+        return await self.write(self.store.fork_at, source_id, keep_first, destination_id)
 
     async def delete(self, session_id: str, *, reason: str | None = None) -> None:
-        await self.run(self.store.delete, session_id, reason=reason)
+        await self.write(self.store.delete, session_id, reason=reason)
 
     async def close_session(self, session_id: str, status: str | None = None) -> None:
-        await self.run(self.store.close_session, session_id, status)
+        await self.write(self.store.close_session, session_id, status)
 
     async def snapshot(self, session_id: object) -> dict[str, Any] | None:
         return await self.run(self.store.snapshot, session_id)

@@ -1,0 +1,239 @@
+"""Group commit: concurrent writers of one process share durable commits (`sessions/_group.py`).
+
+What must hold: a command in a shared commit behaves as if it ran alone right after the commands
+queued before it (a refusal fails only its own caller and undoes only its own savepoint; the
+transcript's order, `expected_length` and idempotency keys see the earlier commands of the batch);
+and nothing a caller saw acknowledged is lost when the process is SIGKILLed mid-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import projections as pj
+from sessions import LengthConflictError, SessionStore, UnknownSessionError
+from tests._killer import KillPlan, kill_at_random_moment, start_writer
+from tests.conftest import PROFILE
+
+WRITER = Path(__file__).resolve().parent / "_group_crash_writer.py"
+THREADS = 16
+KILLS = {"dev": 3, "ci": 8, "deep": 40}.get(PROFILE, 3)
+PLAN = KillPlan(
+    weights=(0, 3, 7), startup_max_s=0.0, anytime_max_s=0.3, steps=(16, 400), in_step_max_s=0.003
+)
+
+
+def message(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def contents(store: SessionStore, sid: str) -> list[str]:
+    return [m["content"] for m in store.messages(sid)]
+
+
+class Batch:
+    """Holds the store's group commit after a first command, so the commands started meanwhile
+    queue up and then share the next commit."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self.release = threading.Event()
+        self.held = threading.Event()
+        self.outcomes: dict[str, Any] = {}
+        self.threads: list[threading.Thread] = []
+
+        def hold(_: object) -> None:
+            if not self.held.is_set():
+                self.held.set()
+                assert self.release.wait(30)
+
+        self.subscription = store.log.subscribe(hold)  # runs on the leader, after its commit
+
+    def start(self, name: str, command: Callable[[], Any]) -> None:
+        def call() -> None:
+            try:
+                self.outcomes[name] = ("ok", command())
+            except Exception as exc:
+                self.outcomes[name] = ("error", exc)
+
+        thread = threading.Thread(target=call)
+        self.threads.append(thread)
+        waiting = self.store._group.waiting
+        thread.start()
+        deadline = time.monotonic() + 30
+        while self.store._group.waiting <= waiting:  # queued in the order started
+            assert time.monotonic() < deadline, f"{name} never queued"
+            time.sleep(0.001)
+
+    def finish(self) -> dict[str, Any]:
+        self.release.set()
+        for thread in self.threads:
+            thread.join(30)
+        self.subscription.close()
+        return self.outcomes
+
+
+def hold_first_commit(store: SessionStore) -> Batch:
+    batch = Batch(store)
+    first = threading.Thread(target=store.inject, args=("a", message("first")))
+    first.start()
+    assert batch.held.wait(30), "the first commit never happened"
+    batch.threads.append(first)
+    return batch
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    with SessionStore.open(tmp_path / "store") as opened:
+        for sid in ("a", "b"):
+            opened.open_session(sid)
+        yield opened
+
+
+def test_a_refused_command_in_a_shared_commit_fails_only_its_caller(store: SessionStore) -> None:
+    batch = hold_first_commit(store)
+    batch.start("a1", lambda: store.inject("a", message("a1")))
+    batch.start("ghost", lambda: store.inject("ghost", message("lost")))
+    batch.start("stale", lambda: store.inject("b", message("no"), expected_length=5))
+    batch.start("bad", lambda: store.inject("b", {"role": ""}))
+    batch.start("b1", lambda: store.inject("b", message("b1")))
+    commits = store._group.commits
+    outcomes = batch.finish()
+    assert store._group.commits == commits + 1, "the five queued commands did not share a commit"
+    assert outcomes["a1"] == ("ok", None)
+    assert outcomes["b1"] == ("ok", None)
+    assert isinstance(outcomes["ghost"][1], UnknownSessionError)
+    assert isinstance(outcomes["stale"][1], LengthConflictError)
+    assert outcomes["bad"][0] == "error"
+    assert contents(store, "a") == ["first", "a1"]
+    assert contents(store, "b") == ["b1"]
+    assert not store.exists("ghost")
+    assert store.verify(projections=True).ok
+
+
+def test_order_expected_length_and_idempotency_keys_hold_within_a_batch(
+    store: SessionStore,
+) -> None:
+    batch = hold_first_commit(store)
+    batch.start("x", lambda: store.inject("b", message("x"), expected_length=0))
+    batch.start("x-again", lambda: store.inject("b", message("x2"), expected_length=0))
+    batch.start("y", lambda: store.inject("b", message("y"), idempotency_key="k"))
+    batch.start("y-again", lambda: store.inject("b", message("y2"), idempotency_key="k"))
+    batch.start("z", lambda: store.inject("b", message("z"), expected_length=2))
+    batch.start("many", lambda: store.inject_many("b", [message("m1"), message("m2")]))
+    commits = store._group.commits
+    outcomes = batch.finish()
+    assert store._group.commits == commits + 1
+    assert isinstance(outcomes["x-again"][1], LengthConflictError)
+    assert outcomes["y-again"] == ("ok", None)
+    assert outcomes["many"] == ("ok", 2)
+    assert contents(store, "b") == ["x", "y", "z", "m1", "m2"]
+    with store.log.view() as view:
+        assert pj.projected_position(view) == view.head
+    assert store.verify(projections=True).ok
+
+
+def test_sixteen_threads_all_land_in_order(store: SessionStore) -> None:
+    sids = [f"t{k}" for k in range(THREADS)]
+    for sid in sids:
+        store.open_session(sid)
+
+    def write(sid: str) -> None:
+        for index in range(25):
+            store.inject(sid, message(f"{sid}:{index}"))
+
+    threads = [threading.Thread(target=write, args=(sid,)) for sid in sids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for sid in sids:
+        assert contents(store, sid) == [f"{sid}:{index}" for index in range(25)]
+    assert store.log.head == 2 + THREADS + THREADS * 25
+    assert store.verify(projections=True).ok
+
+
+def acknowledged(lines: list[str]) -> dict[int, int]:
+    """Per writer thread, how many injects it saw return."""
+    done: dict[int, int] = {}
+    for line in lines:
+        if line.startswith("ack "):
+            body = json.loads(line[4:])
+            done[body["t"]] = max(done.get(body["t"], 0), body["i"] + 1)
+    return done
+
+
+def test_sigkilled_group_writers_lose_nothing_acknowledged(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    rng = random.Random(20_261_125)
+    total = 0
+    for round_no in range(KILLS):
+        writer = start_writer(WRITER, "cmd", [str(path), str(round_no)], tmp_path / "stderr")
+        kill_at_random_moment(writer, rng, PLAN)
+        acked = acknowledged(writer.lines)
+        total += sum(acked.values())
+        issued = {t: 0 for t in range(THREADS)}
+        for line in writer.lines:
+            if line.startswith("cmd "):
+                body = json.loads(line[4:])
+                issued[body["t"]] = max(issued[body["t"]], body["i"] + 1)
+        with SessionStore.open(path) as store:
+            for thread in range(THREADS):
+                mine = [
+                    text
+                    for text in contents(store, f"t{thread}")
+                    if text.startswith(f"{round_no}:{thread}:")
+                ]
+                # In order, from the first, every acknowledged one, and none never issued.
+                expected = [f"{round_no}:{thread}:{i}" for i in range(len(mine))]
+                assert mine == expected, f"round {round_no} thread {thread}: out of order"
+                assert acked.get(thread, 0) <= len(mine) <= issued[thread], (
+                    f"round {round_no} thread {thread}: acknowledged {acked.get(thread, 0)}, "
+                    f"issued {issued[thread]}, stored {len(mine)}"
+                )
+            report = store.log.verify()
+            assert report.ok, f"round {round_no}: {report}"
+            assert store.verify(projections=True).ok
+    assert total > 0, "no round acknowledged anything: the kills tested nothing"
+
+
+def test_asyncio_tasks_share_commits_in_the_order_they_awaited(tmp_path: Path) -> None:
+    from sessions.aio import AsyncSessionStore
+
+    async def main() -> tuple[list[str], list[list[str]], int, int]:
+        async with await AsyncSessionStore.open(tmp_path / "store") as astore:
+            await astore.open_session("shared")
+            sids = [await astore.open_session(f"task{k}") for k in range(THREADS)]
+            commits = astore.store._group.commits
+
+            async def writer(sid: str) -> None:
+                for index in range(10):
+                    await astore.inject(sid, message(f"{sid}:{index}"))
+
+            await asyncio.gather(*(writer(sid) for sid in sids))
+            # Awaited together: queued, and so committed, in the order they were awaited.
+            await asyncio.gather(*(astore.inject("shared", message(str(k))) for k in range(40)))
+            shared = await astore.messages("shared")
+            each = [await astore.messages(sid) for sid in sids]
+            return (
+                [m["content"] for m in shared],
+                [[m["content"] for m in got] for got in each],
+                astore.store._group.commits - commits,
+                astore.store.log.head,
+            )
+
+    shared, each, commits, head = asyncio.run(main())
+    assert shared == [str(k) for k in range(40)]
+    for k, got in enumerate(each):
+        assert got == [f"task{k}:{index}" for index in range(10)]
+    assert commits >= 1, "concurrent tasks never shared a commit"
+    assert head == 1 + THREADS + THREADS * 10 + 40
