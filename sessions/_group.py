@@ -17,13 +17,12 @@ import contextvars
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from eventlog import EventLog
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-_S = TypeVar("_S", bound="_Grouping")
 
 BATCH_MAX = 256
 """Commands one shared commit carries at most; the rest wait for the next."""
@@ -174,14 +173,15 @@ class _Grouping(Protocol):
     _group: GroupCommit
 
 
-def grouped(verb: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
+def grouped(verb: Callable[_P, _T]) -> Callable[_P, _T]:
     """Make a store's write verb join the group commit when called outside a transaction (inside
     one it runs there, as before)."""
 
     @functools.wraps(verb)
-    def run(store: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        store = cast(_Grouping, args[0])
         if store.log.in_transaction:
-            return verb(store, *args, **kwargs)
-        return store._group.run(lambda: verb(store, *args, **kwargs))
+            return verb(*args, **kwargs)
+        return store._group.run(lambda: verb(*args, **kwargs))
 
     return run

@@ -286,7 +286,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
     # Lifecycle
 
     @grouped
-    def open_session(self, /, session_id: str | None = None, **options: Any) -> str:
+    def open_session(self, session_id: str | None = None, **options: Any) -> str:
         """Open a session, or return `session_id` unchanged if it is already open with the same
         options; an open session with different options is a `SessionExistsError`."""
         self._writable("open_session")

@@ -60,7 +60,7 @@ class AsyncSessionStore:
             self._worker, functools.partial(function, *args, **kwargs)
         )
 
-    async def write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit and
         await its result (see the module doc)."""
         group = self.store._group
@@ -96,7 +96,7 @@ class AsyncSessionStore:
     # The verbs, each as its `SessionStore` namesake.
 
     async def open_session(self, session_id: str | None = None, **options: Any) -> str:
-        return await self.write(self.store.open_session, session_id, **options)
+        return await self._write(self.store.open_session, session_id, **options)
 
     async def exists(self, session_id: object) -> bool:
         return await self.run(self.store.exists, session_id)
@@ -109,7 +109,7 @@ class AsyncSessionStore:
         expected_length: int | None = None,
         idempotency_key: str | None = None,
     ) -> None:
-        await self.write(
+        await self._write(
             self.store.inject,
             session_id,
             message,
@@ -125,7 +125,7 @@ class AsyncSessionStore:
         expected_length: int | None = None,
         idempotency_key: str | None = None,
     ) -> int:
-        return await self.write(
+        return await self._write(
             self.store.inject_many,
             session_id,
             messages,
@@ -149,31 +149,31 @@ class AsyncSessionStore:
     async def pop(
         self, session_id: str, *, expected_length: int | None = None
     ) -> dict[str, Any] | None:
-        return await self.write(self.store.pop, session_id, expected_length=expected_length)
+        return await self._write(self.store.pop, session_id, expected_length=expected_length)
 
     async def rewind(
         self, session_id: str, to_length: int, *, expected_length: int | None = None
     ) -> int:
-        return await self.write(
+        return await self._write(
             self.store.rewind, session_id, to_length, expected_length=expected_length
         )
 
     async def reset(self, session_id: str) -> None:
-        await self.write(self.store.reset, session_id)
+        await self._write(self.store.reset, session_id)
 
     async def fork(self, source_id: str, destination_id: str | None = None) -> str:
-        return await self.write(self.store.fork, source_id, destination_id)
+        return await self._write(self.store.fork, source_id, destination_id)
 
     async def fork_at(
         self, source_id: str, keep_first: int, destination_id: str | None = None
     ) -> str:
-        return await self.write(self.store.fork_at, source_id, keep_first, destination_id)
+        return await self._write(self.store.fork_at, source_id, keep_first, destination_id)
 
     async def delete(self, session_id: str, *, reason: str | None = None) -> None:
-        await self.write(self.store.delete, session_id, reason=reason)
+        await self._write(self.store.delete, session_id, reason=reason)
 
     async def close_session(self, session_id: str, status: str | None = None) -> None:
-        await self.write(self.store.close_session, session_id, status)
+        await self._write(self.store.close_session, session_id, status)
 
     async def snapshot(self, session_id: object) -> dict[str, Any] | None:
         return await self.run(self.store.snapshot, session_id)
