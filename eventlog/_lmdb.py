@@ -435,6 +435,9 @@ class _LmdbTxn(StorageTxn):
         self._store.write_bytes += sum(map(len, records)) + len(records) * (
             len(key) + 24 + 2 * _ENTRY_OVERHEAD_BYTES
         )
+        if len(records) == 1:  # the common append: two puts, no cursors or lists to build
+            self._put_one(first_position.to_bytes(8, "big"), records[0], key, first_version)
+            return
         try:
             positions = [
                 p.to_bytes(8, "big") for p in range(first_position, first_position + len(records))
@@ -452,6 +455,18 @@ class _LmdbTxn(StorageTxn):
             self._store.note_failure(exc)
             raise self._store.write_failure(exc, "writing events") from exc
         if added != len(items) or indexed != len(entries):
+            raise AssertionError("a position or stream version was already taken")
+
+    def _put_one(self, position: bytes, record: Buffer, key: bytes, version: int) -> None:
+        txn, store = self._txn, self._store
+        try:
+            added = txn.put(position, record, db=store.events, append=True, overwrite=False)
+            entry = key + version.to_bytes(8, "big")
+            indexed = txn.put(entry, position, db=store.streams, overwrite=False)
+        except lmdb.Error as exc:
+            store.note_failure(exc)
+            raise store.write_failure(exc, "writing events") from exc
+        if not (added and indexed):
             raise AssertionError("a position or stream version was already taken")
 
     def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:

@@ -194,6 +194,11 @@ class EventLog:
         """Whether the calling thread is inside `transaction()` on this log."""
         return self._current() is not None
 
+    def current_transaction(self) -> Transaction | None:
+        """The calling thread's innermost open transaction on this log, or None: lets a command
+        that would join it (`transaction(join=True)`) skip the block's own bookkeeping."""
+        return self._current()
+
     def _check_usable(self) -> None:
         if self._closed:
             raise LogClosedError(f"the log {self.description} is closed")

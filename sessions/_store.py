@@ -51,6 +51,9 @@ from sessions._tokens import BearerSessions
 
 logger = logging.getLogger("sessionlog.sessions")
 
+_VALID_IDS_MAX = 4096
+"""Session ids `_checked_id` remembers as valid before it starts over."""
+
 OPEN_OPTIONS = frozenset(
     (
         "workspace_anchor",
@@ -149,6 +152,7 @@ class SessionStore(LiveVerbs, ContextVerbs):
         self._subscribers: dict[str, list[SessionSubscription]] = {}
         self._log_subscription: Subscription | None = None
         self._group = GroupCommit(log)
+        self._valid_ids: set[str] = set()
         self.tokens = BearerSessions(self)
         """Durable bearer sessions: `create`, `get`, `touch`, `expire` (see `sessions/_tokens.py`)."""
         log.set_projector(pj.project)
@@ -243,13 +247,34 @@ class SessionStore(LiveVerbs, ContextVerbs):
         self, verb: str, session_id: object
     ) -> Iterator[tuple[Transaction, pj.SessionState, pj.Transcript]]:
         self._writable(verb)
+        sid = self._checked_id(session_id, verb)
+        tx = self.log.current_transaction()
+        if tx is not None and not self.log.closed:  # the common case: join it directly
+            yield self._loaded(tx, sid, verb)
+            return
+        with self.log.transaction() as tx:
+            yield self._loaded(tx, sid, verb)
+
+    @staticmethod
+    def _loaded(
+        tx: Transaction, sid: str, verb: str
+    ) -> tuple[Transaction, pj.SessionState, pj.Transcript]:
+        state = pj.load_state(tx, sid)
+        transcript = pj.load_transcript(tx, sid)
+        if state is None or state.status != pj.ACTIVE or transcript is None:
+            raise UnknownSessionError(sid, verb)
+        return tx, state, transcript
+
+    def _checked_id(self, session_id: object, verb: str) -> str:
+        """`check_session_id`, remembered: a command names the same few sessions again and
+        again, and an id that passed once passes always."""
+        if type(session_id) is str and session_id in self._valid_ids:
+            return session_id
         sid = check_session_id(session_id, where=verb)
-        with self.log.transaction(join=True) as tx:
-            state = pj.load_state(tx, sid)
-            transcript = pj.load_transcript(tx, sid)
-            if state is None or state.status != pj.ACTIVE or transcript is None:
-                raise UnknownSessionError(sid, verb)
-            yield tx, state, transcript
+        if len(self._valid_ids) >= _VALID_IDS_MAX:
+            self._valid_ids.clear()
+        self._valid_ids.add(sid)
+        return sid
 
     @staticmethod
     def _emit(
@@ -388,7 +413,11 @@ class SessionStore(LiveVerbs, ContextVerbs):
             _check_length(transcript, expected, state.session_id, "inject")
             self._check_room(transcript, 1, "inject")
             event = ev.MessageInjected(message=parsed, idempotency_key=key)
-            self._emit(tx, state.session_id, [event], checked=checked)
+            # The transcript's version is its stream's (every event of a session folds into it);
+            # were it ever behind, the append would refuse it, never write at a wrong version.
+            tx.append(
+                state.session_id, [event], expected_version=transcript.version, checked=checked
+            )
 
     @grouped
     def inject_many(
