@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
@@ -26,6 +27,12 @@ _P = ParamSpec("_P")
 
 BATCH_MAX = 256
 """Commands one shared commit carries at most; the rest wait for the next."""
+
+GATHER_S = 0.001
+"""How long a leader waits, at most, for the writers of the previous shared commit to queue their
+next commands. They were all woken at once, and without this wait the first of them back would
+commit alone while the others queue behind it, halving the commands per commit. A writer with
+nobody beside it never waits (its previous commit held only its own command)."""
 
 
 class _Slot:
@@ -38,7 +45,10 @@ class _Slot:
         self.context = contextvars.copy_context()
         self.result: Any = None
         self.error: BaseException | None = None
-        self.woken = threading.Event()
+        self.woken = threading.Lock()
+        """Held until the slot is woken, once: to lead, or because its batch is over (a bare
+        lock is the cheapest way to park a thread and wake it)."""
+        self.woken.acquire()
         self.lead = False
         self.done = False
         self.settled = False
@@ -60,6 +70,9 @@ class GroupCommit:
     def __init__(self, log: EventLog) -> None:
         self._log = log
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._gathering = False
+        self._last_batch = 1
         self._queue: list[_Slot] = []
         self._leading = False
         self._leader: int | None = None
@@ -92,15 +105,16 @@ class GroupCommit:
             self._queue.append(slot)
             if not self._leading:
                 self._leading = slot.lead = True
+            elif self._gathering:
+                self._arrived.notify()
         return Ticket(slot)
 
     def wait(self, ticket: Ticket[_T]) -> _T:
         """The result of a queued command, or its error, once the commit holding it is durable
         (leading that commit if the lead falls to this caller)."""
         slot = ticket.slot
-        while not slot.lead and not slot.done:
-            slot.woken.wait()
-            slot.woken.clear()
+        if not slot.lead:
+            slot.woken.acquire()
         if not slot.done:
             self._lead()
         if slot.error is not None:
@@ -110,7 +124,9 @@ class GroupCommit:
     def _lead(self) -> None:
         """Take the queue, commit it, then hand the lead to the next waiter, if any."""
         with self._lock:
+            self._gather()
             batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
+            self._last_batch = len(batch)
         self._leader = threading.get_ident()
         try:
             self._commit(batch)
@@ -124,13 +140,31 @@ class GroupCommit:
             with self._lock:
                 for slot in batch:
                     slot.done = True
-                    slot.woken.set()
+                    if not slot.lead:  # the one that led is awake already
+                        slot.woken.release()
                 if self._queue:
                     follower = self._queue[0]
                     follower.lead = True
-                    follower.woken.set()
+                    follower.woken.release()
                 else:
                     self._leading = False
+
+    def _gather(self) -> None:
+        """Wait (holding the lock between waits) until as many commands are queued as the last
+        batch held, or `GATHER_S` has passed."""
+        wanted = min(self._last_batch, BATCH_MAX)
+        if len(self._queue) >= wanted:
+            return
+        deadline = time.monotonic() + GATHER_S
+        self._gathering = True
+        try:
+            while len(self._queue) < wanted:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._arrived.wait(left)
+        finally:
+            self._gathering = False
 
     def _commit(self, batch: list[_Slot]) -> None:
         if len(batch) == 1:
