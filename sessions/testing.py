@@ -355,13 +355,26 @@ class SessionMachine(RuleBasedStateMachine):
         if self.model.is_open(sid) and options and self.opened_with.get(sid) != options:
             # Options that may differ from the opening call's: refused as a conflict, or (when
             # they happen to match what a fork copied) the same id back; nothing written.
-            known = sid in self.opened_with
+            # Each option given is compared with the opening call's: one that differs is a
+            # conflict; one the opening call left out is compared with a default the model does
+            # not keep, so either outcome is allowed for it.
+            opened = self.opened_with.get(sid)
+            differs = opened is not None and any(
+                name in opened and opened[name] != value for name, value in options.items()
+            )
+            same = opened is not None and all(
+                opened.get(name) == value for name, value in options.items()
+            )
             try:
                 got = self._expect_no_write(lambda: self.store.open_session(sid, **options))
             except SessionExistsError:
+                if same:
+                    raise AssertionError(
+                        f"open_session({sid!r}, {options}) refused its own options"
+                    ) from None
                 got = sid
             else:
-                if known:
+                if differs:
                     raise AssertionError(f"open_session({sid!r}, {options}) ignored its options")
         elif self.model.is_open(sid):  # idempotent: same id back, nothing written
             got = self._expect_no_write(lambda: self.store.open_session(sid, **options))
