@@ -176,13 +176,7 @@ def seed_from_jsonl(
     `progress(bytes_read, file_bytes)`, if given, follows the reading; it is a hook, not an
     option, and is recorded nowhere.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidArgumentError(
-            f"{_VERB}: path must be a str or path, got {type(path).__name__}"
-        )
-    shown = os.fspath(path)
-    if not isinstance(shown, str) or "\0" in shown:
-        raise InvalidArgumentError(f"{_VERB}: path must be a str path without NUL, got {shown!r}")
+    shown = _checked_path(path)
     opts = _parse_options(options)
     source: dict[str, Any] = {"file": os.path.basename(shown), **opts.provenance}
     try:
@@ -211,7 +205,34 @@ def seed_from_jsonl(
     problem = _invalid(shown, transcript, messages, opts) if opts.validate else None
     if problem is not None:
         return _replace(failed, error=problem)
-    seeded_from = {
+    seeded_from = _seeded_from(source, transcript, partial=partial, truncated=truncated)
+    try:
+        session_id = _commit(store, transcript, messages, opts, seeded_from)
+    except _Refused as refused:
+        return _replace(failed, error=_refusal_text(store, shown, messages, lines, refused))
+    loaded = len(messages)
+    return _replace(
+        failed, ok=True, session_id=session_id, turns_loaded=loaded, messages_loaded=loaded
+    )
+
+
+def _checked_path(path: object) -> str:
+    """`path` as a str, or `InvalidArgumentError` saying why it is not a usable path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"{_VERB}: path must be a str or path, got {type(path).__name__}"
+        )
+    shown = os.fspath(path)
+    if not isinstance(shown, str) or "\0" in shown:
+        raise InvalidArgumentError(f"{_VERB}: path must be a str path without NUL, got {shown!r}")
+    return shown
+
+
+def _seeded_from(
+    source: dict[str, Any], transcript: Any, *, partial: bool, truncated: bool
+) -> dict[str, Any]:
+    """The `seeded_from` metadata: where the messages came from, and what they were."""
+    return {
         **source,
         "source_format": transcript.source_format,
         "source_records": transcript.records,
@@ -221,14 +242,6 @@ def seed_from_jsonl(
         "model": transcript.model,
         "tool_format": transcript.tool_format,
     }
-    try:
-        session_id = _commit(store, transcript, messages, opts, seeded_from)
-    except _Refused as refused:
-        return _replace(failed, error=_refusal_text(store, shown, messages, lines, refused))
-    loaded = len(messages)
-    return _replace(
-        failed, ok=True, session_id=session_id, turns_loaded=loaded, messages_loaded=loaded
-    )
 
 
 def _replace(result: SeedResult, **changes: Any) -> SeedResult:

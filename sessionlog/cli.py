@@ -325,7 +325,18 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
     o.add_argument("--json", action="store_true", help="the seed result as JSON")
 
     _import_agent_log_command(command)
+    _export_command(command)
+    _server_commands(command)
+    o = command("import", "a session bundle into this store", _edges.import_, "import b.json")
+    o.positional("file", metavar="FILE", help="a bundle `export` wrote")
+    o.add_argument(
+        "--allow-secrets",
+        action="store_true",
+        help="accept secret-looking strings in a bundle that is not local",
+    )
 
+
+def _export_command(command: Callable[..., _Command]) -> None:
     o = command(
         "export",
         "a session bundle (v1), or its messages as a model API's request body",
@@ -354,6 +365,8 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
     )
     o.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
 
+
+def _server_commands(command: Callable[..., _Command]) -> None:
     o = command(
         "serve",
         "the store as an HTTP service under /v1 (needs the `service` extra)",
@@ -393,14 +406,6 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
         "--api-keys-file",
         metavar="FILE",
         help="with --http: name=key lines accepted besides bearer sessions",
-    )
-
-    o = command("import", "a session bundle into this store", _edges.import_, "import b.json")
-    o.positional("file", metavar="FILE", help="a bundle `export` wrote")
-    o.add_argument(
-        "--allow-secrets",
-        action="store_true",
-        help="accept secret-looking strings in a bundle that is not local",
     )
 
 

@@ -38,6 +38,17 @@ def check_id(value: object, name: str, where: str) -> str:
     return value
 
 
+def check_loop(
+    loop_id: object, parent_loop_id: object, parallel_group: object, where: str
+) -> tuple[str, str | None, str | None]:
+    """A prompt's loop ids: its own (fresh when not given), its parent's and its group's."""
+    return (
+        check_id(loop_id, "loop_id", where),
+        None if parent_loop_id is None else check_id(parent_loop_id, "parent_loop_id", where),
+        None if parallel_group is None else check_id(parallel_group, "parallel_group", where),
+    )
+
+
 def check_prompt(prompt: object, where: str) -> str:
     if not isinstance(prompt, str) or not prompt:
         raise InvalidArgumentError(f"{where}: `prompt` must be a non-empty str, got {prompt!r:.80}")

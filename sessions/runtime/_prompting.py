@@ -27,6 +27,7 @@ from eventlog import events as ev
 from eventlog.errors import ConfigurationError, PromptCancelledError, ProviderError
 from projections import _runtime as rt
 from sessions._ids import uuid7
+from sessions._messages import to_message
 from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits, _wire
 from sessions.runtime._args import reply_of
@@ -128,6 +129,23 @@ def check_max_steps(value: object, where: str) -> int:
             f"{where}: max_steps", "max_steps_max", _limits.max_steps_max, value
         )
     return value
+
+
+def require_tools(provider: Provider, where: str) -> None:
+    """`ConfigurationError` unless `provider` can be handed tools."""
+    if not takes_tools(provider):
+        raise ConfigurationError(
+            f"{where}: provider `{provider.name}` takes no tools (its `complete` has no "
+            "`tools` argument)"
+        )
+
+
+def user_message(text: str, files: object, where: str) -> ev.Message:
+    """The user's message of a prompt: its text, with the checked `files` attached if any."""
+    attached = check_files(files, where)
+    if not attached:
+        return ev.Message(role="user", content=text)
+    return to_message({"role": "user", "content": text, "files": attached}, where=where)
 
 
 def check_files(files: object, where: str) -> list[dict[str, Any]] | None:

@@ -26,7 +26,6 @@ from eventlog.errors import (
 from projections import _runtime as rt
 from sessions._checks import check_dict, iso
 from sessions._ids import check_session_id
-from sessions._messages import to_message
 from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits
 from sessions.runtime._args import (
@@ -34,6 +33,7 @@ from sessions.runtime._args import (
     call_hook,
     check_hook,
     check_id,
+    check_loop,
     check_now,
     check_prompt,
     check_seconds,
@@ -47,10 +47,10 @@ from sessions.runtime._prompting import (
     PromptLoop,
     Tool,
     ToolCallHook,
-    check_files,
     check_max_steps,
     check_tools,
-    takes_tools,
+    require_tools,
+    user_message,
 )
 from sessions.runtime._providers import (
     Completion,
@@ -487,26 +487,13 @@ class Runtime:
         text = check_prompt(prompt, "prompt")
         params = check_params(runtime_params, "prompt")
         rid = check_id(request_id, "request_id", "prompt")
-        loop = (
-            check_id(loop_id, "loop_id", "prompt"),
-            None
-            if parent_loop_id is None
-            else check_id(parent_loop_id, "parent_loop_id", "prompt"),
-            None
-            if parallel_group is None
-            else check_id(parallel_group, "parallel_group", "prompt"),
-        )
+        loop = check_loop(loop_id, parent_loop_id, parallel_group, "prompt")
         options = LoopOptions(
             tools=check_tools(tools, on_tool_call, "prompt"),
             max_steps=check_max_steps(max_steps, "prompt"),
             on_tool_call=on_tool_call,
         )
-        message = ev.Message(role="user", content=text)
-        attached = check_files(files, "prompt")
-        if attached:
-            message = to_message(
-                {"role": "user", "content": text, "files": attached}, where="prompt"
-            )
+        message = user_message(text, files, "prompt")
         running = self._flights.get(sid)
         if running is not None:
             raise SessionBusyError(sid, running.request_id)
@@ -533,11 +520,7 @@ class Runtime:
         if found is None:
             raise UnknownSessionError(sid, "prompt")
         provider = self.providers.get(found.provider, "prompt")
-        if not takes_tools(provider):
-            raise ConfigurationError(
-                f"prompt: provider `{provider.name}` takes no tools (its `complete` has no "
-                "`tools` argument)"
-            )
+        require_tools(provider, "prompt")
 
     async def _call_before_task(self, info: dict[str, Any]) -> None:
         await call_hook(self._before_task, "before_task", info)
