@@ -40,13 +40,14 @@ from eventlog import (
 )
 from eventlog import events as ev
 from sessions import _compact
-from sessions._checks import check_count, check_dict, check_policy, check_text, client_dict, iso
+from sessions._checks import check_count, check_dict, check_policy, check_text
 from sessions._context import ContextVerbs, ContextView
 from sessions._context_policy import ContextPolicy
 from sessions._group import GroupCommit, grouped
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter, plain_message, to_dicts, to_message
+from sessions._queries import QueryVerbs
 from sessions._tokens import BearerSessions
 
 logger = logging.getLogger("sessionlog.sessions")
@@ -114,7 +115,7 @@ class SessionSubscription:
         self.close()
 
 
-class SessionStore(LiveVerbs, ContextVerbs):
+class SessionStore(QueryVerbs, LiveVerbs, ContextVerbs):
     """Sessions as projections of one event log. Open with `SessionStore.open(path)`."""
 
     def __init__(
@@ -613,179 +614,6 @@ class SessionStore(LiveVerbs, ContextVerbs):
             self._emit(tx, sid, [compacted])
             return kept + now.length - transcript.length
 
-    # Queries
-
-    def exists(self, session_id: object) -> bool:
-        """Whether `session_id` names an open session (never raises for unknown ids)."""
-        sid = _possible_id(session_id)
-        if sid is None:
-            return False
-        with self.log.view() as view:
-            state = pj.load_state(view, sid)
-        return state is not None and state.status == pj.ACTIVE
-
-    def _state(
-        self, view: LogView, session_id: object, verb: str, *, closed: bool = False
-    ) -> pj.SessionState:
-        """The state of an open session (or, with `closed=True`, of a closed one too: reads of a
-        closed session still work; only `delete` makes a session unreadable)."""
-        sid = check_session_id(session_id, where=verb)
-        state = pj.load_state(view, sid)
-        if state is None or not _readable(state, closed):
-            raise UnknownSessionError(sid, verb)
-        return state
-
-    def length(self, session_id: str) -> int:
-        """Number of messages; raises `UnknownSessionError` for an unknown id."""
-        with self.log.view() as view:
-            state = self._state(view, session_id, "length", closed=True)
-            transcript = pj.load_transcript(view, state.session_id)
-        return transcript.length if transcript else 0
-
-    def messages(
-        self,
-        session_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        last: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """The transcript as fresh message dicts; raises for an unknown id. `after` and `limit`
-        give a page: up to `limit` messages following the first `after`, read without the rest.
-        `last` gives the last `last` messages (of that page), read without the ones before."""
-        skip = check_count(after, "after", "messages")
-        count = None if limit is None else check_count(limit, "limit", "messages")
-        tail = None if last is None else check_count(last, "last", "messages")
-        with self.log.view() as view:
-            state = self._state(view, session_id, "messages", closed=True)
-            if skip == 0 and count is None and tail is None:
-                return to_dicts(self._messages(view, state.session_id))
-            transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
-            if tail is not None:
-                end = transcript.length if count is None else min(transcript.length, skip + count)
-                first = max(skip, end - tail)
-                skip, count = first, max(end - first, 0)
-            window = pj.ranges_window(transcript.ranges, skip, count)
-            return to_dicts(pj.read_messages(view, transcript, ranges=window), fresh=True)
-
-    def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
-        transcript = pj.load_transcript(view, session_id) or pj.Transcript()
-        cacheable = self._hot_cap > 0 and not self.log.in_transaction
-        hit = self._hot.get(session_id) if cacheable else None
-        if hit is not None and hit[0] == transcript.version:
-            self._hot.move_to_end(session_id)
-            return hit[2]
-        added = None if hit is None else pj.ranges_added(hit[1], transcript.ranges)
-        if hit is not None and added is not None:
-            # Messages were only appended since: read just those (the inject-then-read loop).
-            messages = hit[2] + pj.read_messages(view, transcript, ranges=added)
-        else:
-            messages = pj.read_messages(view, transcript)
-        if cacheable:
-            self._hot[session_id] = (transcript.version, transcript.ranges, messages)
-            self._hot.move_to_end(session_id)
-            while len(self._hot) > self._hot_cap:
-                self._hot.popitem(last=False)
-        return messages
-
-    def snapshot(self, session_id: object) -> dict[str, Any] | None:
-        """Everything about a session, transcript included; None for an unknown or deleted id. A
-        closed session is still readable: its `status` says `closed`."""
-        sid = _possible_id(session_id)
-        if sid is None:
-            return None
-        with self.log.view() as view:
-            state = pj.load_state(view, sid)
-            if state is None or not _readable(state, True):
-                return None
-            transcript = pj.load_transcript(view, sid) or pj.Transcript()
-            messages = self._messages(view, sid)
-            children = pj.child_ids(view, sid)
-        return _snapshot(state, transcript, messages, children)
-
-    def summary(self, session_id: object) -> dict[str, Any] | None:
-        """The snapshot without its transcript: every other field, read from the projection
-        without touching a message (O(1) in the transcript's length); None for an unknown or
-        deleted id."""
-        sid = _possible_id(session_id)
-        if sid is None:
-            return None
-        with self.log.view() as view:
-            state = pj.load_state(view, sid)
-            if state is None or not _readable(state, True):
-                return None
-            transcript = pj.load_transcript(view, sid) or pj.Transcript()
-            children = pj.child_ids(view, sid)
-        summary = _snapshot(state, transcript, [], children)
-        del summary["transcript"]
-        return summary
-
-    def ancestry(self, session_id: object) -> dict[str, Any] | None:
-        """``{parent_id, child_ids, root_id}``; None for an unknown or deleted id (a closed session
-        keeps its place in its family)."""
-        sid = _possible_id(session_id)
-        if sid is None:
-            return None
-        with self.log.view() as view:
-            state = pj.load_state(view, sid)
-            if state is None or not _readable(state, True):
-                return None
-            root = state.session_id
-            parent_id = state.parent_id
-            seen = {root}
-            while parent_id is not None and parent_id not in seen:
-                parent = pj.load_state(view, parent_id)
-                if parent is None:
-                    break
-                seen.add(parent_id)
-                root, parent_id = parent_id, parent.parent_id
-            return {
-                "parent_id": state.parent_id,
-                "child_ids": pj.child_ids(view, state.session_id),
-                "root_id": root,
-            }
-
-    def list_sessions(
-        self, *, cursor: str | None = None, limit: int = 50, status: str | None = None
-    ) -> dict[str, Any]:
-        """A page of sessions in id order: ``{"sessions": [...], "next_cursor": id or None}``.
-
-        `status` filters (`active`, `closed`, `deleted`); without it, deleted sessions are left out.
-        """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not (1 <= limit <= limits.list_page_sessions_max)
-        ):
-            raise InvalidArgumentError(
-                f"list_sessions: `limit` must be an int from 1 to "
-                f"{limits.list_page_sessions_max}, got {limit!r}"
-            )
-        if status not in (None, pj.ACTIVE, pj.CLOSED, pj.DELETED):
-            raise InvalidArgumentError(
-                f"list_sessions: `status` must be active, closed or deleted, got {status!r}"
-            )
-        if cursor is not None:
-            if not isinstance(cursor, str):
-                raise InvalidArgumentError(
-                    "list_sessions: `cursor` must be a session id from a page"
-                )
-            cursor = check_session_id(cursor, where="list_sessions: `cursor`")
-        page: list[dict[str, Any]] = []
-        last: str | None = None
-        more = False
-        with self.log.view() as view:
-            for state in pj.iter_states(view, after=cursor):
-                if len(page) == limit:
-                    more = True
-                    break
-                last = state.session_id
-                wanted = state.status == status if status else state.status != pj.DELETED
-                if wanted:
-                    transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
-                    page.append(_summary(state, transcript))
-        return {"sessions": page, "next_cursor": last if more else None}
-
     # Subscriptions
 
     def subscribe(
@@ -901,19 +729,6 @@ def _check_length(transcript: pj.Transcript, expected: int | None, sid: str, ver
         raise LengthConflictError(sid, expected, transcript.length, verb)
 
 
-def _readable(state: pj.SessionState, closed: bool) -> bool:
-    return state.status == pj.ACTIVE or (closed and state.status == pj.CLOSED)
-
-
-def _possible_id(session_id: object) -> str | None:
-    """`session_id` if some session could have it, else None: the tolerant queries (`exists`,
-    `snapshot`, `ancestry`) answer "no such session" for ids no session can have."""
-    try:
-        return check_session_id(session_id, where="query")
-    except InvalidArgumentError:
-        return None
-
-
 def _check_same_options(tx: Transaction, state: pj.SessionState, fields: Mapping[str, Any]) -> None:
     """Refuse to reuse an open session for a call that asked for something else: each option
     given is compared with what the session was opened (or forked) with."""
@@ -953,53 +768,6 @@ def _open_fields(options: Mapping[str, Any]) -> dict[str, Any]:
             )
         fields["scope"] = scope
     return fields
-
-
-def _summary(state: pj.SessionState, transcript: pj.Transcript) -> dict[str, Any]:
-    return {
-        "session_id": state.session_id,
-        "title": state.title,
-        "status": state.status,
-        "length": transcript.length,
-        "created_at": iso(state.created_at),
-        "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
-        "parent_id": state.parent_id,
-    }
-
-
-def _snapshot(
-    state: pj.SessionState,
-    transcript: pj.Transcript,
-    messages: list[ev.Message],
-    children: list[str],
-) -> dict[str, Any]:
-    return {
-        "session_id": state.session_id,
-        "transcript": to_dicts(messages),
-        "length": transcript.length,
-        "created_at": iso(state.created_at),
-        "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
-        "title": state.title,
-        "agent_id": state.agent_id,
-        "status": state.status,
-        "system_prompt": state.system_prompt,
-        "tool_format": state.tool_format,
-        "scratchpad": to_builtins(state.scratchpad),
-        "scratchpad_version": state.scratchpad_version,
-        "parent_id": state.parent_id,
-        "child_ids": children,
-        "branched_at_event_index": state.branched_at_event_index,
-        "live_clients": [client_dict(c) for c in state.clients],
-        "live_controller_id": state.controller_id,
-        "workspace_anchor": to_builtins(state.workspace_anchor),
-        "workspace_policy": to_builtins(state.workspace_policy),
-        "roots": to_builtins(state.roots),
-        "metadata": to_builtins(state.metadata),
-        "formation": to_builtins(state.formation),
-        "scope": state.scope,
-        "parent_spawn_ref": to_builtins(state.parent_spawn_ref),
-        "version": transcript.version,
-    }
 
 
 _SIZE_ENCODER = msgspec.msgpack.Encoder()
