@@ -1,0 +1,344 @@
+"""Transcript verbs of `SessionStore`, mixed into it: inject, pop, rewind, reset, trim, fork and
+compact. Each is one command: checked, then written in one transaction, or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+import projections as pj
+from eventlog import (
+    ConcurrencyError,
+    InvalidArgumentError,
+    LengthConflictError,
+    LimitExceededError,
+    LogView,
+    SessionExistsError,
+    Transaction,
+    check_encodable,
+    limits,
+)
+from eventlog import events as ev
+from sessions import _compact
+from sessions._checks import check_count, check_text
+from sessions._group import grouped
+from sessions._ids import check_session_id
+from sessions._messages import plain_message, to_dicts, to_message
+
+
+class TranscriptVerbs:
+    """The verbs that change a transcript; `SessionStore` supplies the plumbing."""
+
+    if TYPE_CHECKING:
+        token_counter: _compact.TokenCounter
+        summarizer: _compact.Summarizer | None
+
+        def _command(
+            self, verb: str, session_id: object
+        ) -> AbstractContextManager[tuple[Transaction, pj.SessionState, pj.Transcript]]: ...
+
+        @staticmethod
+        def _emit(
+            tx: Transaction,
+            session_id: str,
+            events: list[ev.Event],
+            *,
+            meta: dict[str, Any] | None = None,
+            checked: bool = False,
+        ) -> list[int]: ...
+
+        def _state(
+            self, view: LogView, session_id: object, verb: str, *, closed: bool = False
+        ) -> pj.SessionState: ...
+
+        def _view(self) -> AbstractContextManager[LogView]: ...
+
+        def _writable(self, verb: str) -> None: ...
+
+        def _check_capacity(self, tx: Transaction, verb: str) -> None: ...
+
+        def _claim_new_id(self, tx: Transaction, session_id: object, verb: str) -> str: ...
+
+    @grouped
+    def inject(
+        self,
+        session_id: str,
+        message: Mapping[str, Any],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Append one message (a dict with at least a non-empty `role`, or an `item`).
+
+        `expected_length`: write only if the transcript holds exactly that many entries, else
+        raise `LengthConflictError` (optimistic concurrency). `idempotency_key`: a command
+        repeated with a key this session has already seen writes nothing (a retried write
+        whose first attempt did commit is not applied twice)."""
+        expected = _optional_count(expected_length, "expected_length", "inject")
+        key = _check_key(idempotency_key, "inject")
+        parsed = plain_message(message)
+        checked = parsed is not None
+        if parsed is None:
+            parsed = to_message(message, where="inject")
+        with self._command("inject", session_id) as (tx, state, transcript):
+            if self._seen_key(tx, state.session_id, key):
+                return
+            _check_length(transcript, expected, state.session_id, "inject")
+            self._check_room(transcript, 1, "inject")
+            event = ev.MessageInjected(message=parsed, idempotency_key=key)
+            # The transcript's version is its stream's (every event of a session folds into it);
+            # were it ever behind, the append would refuse it, never write at a wrong version.
+            tx.append(
+                state.session_id, [event], expected_version=transcript.version, checked=checked
+            )
+
+    @grouped
+    def inject_many(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Append `messages` in order as one command: all of them or, on any bad message, none.
+
+        They are recorded as `messages_injected` events of up to `messages_per_event_max`
+        messages each (one record and one hash per batch, not per message); each message is
+        still its own transcript entry, as after `inject`. Returns how many were appended; an
+        empty sequence appends nothing (the session must still exist). `expected_length` and
+        `idempotency_key` as for `inject`; a repeated key appends nothing and returns 0.
+        """
+        expected = _optional_count(expected_length, "expected_length", "inject_many")
+        key = _check_key(idempotency_key, "inject_many")
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise InvalidArgumentError(
+                f"inject_many: messages must be a list of message dicts, "
+                f"got {type(messages).__name__}"
+            )
+        parsed: list[ev.Message] = []
+        sizes: list[int] = []
+        checked = True
+        for index, message in enumerate(messages):
+            plain = plain_message(message)
+            if plain is None:
+                checked = False
+                rich = to_message(message, where=f"inject_many: messages[{index}]")
+                parsed.append(rich)
+                sizes.append(len(_SIZE_ENCODER.encode(rich)))
+            else:
+                parsed.append(plain)
+                text = plain.content if isinstance(plain.content, str) else None
+                sizes.append(_text_bytes(text) + len(plain.role))
+        events = _batches(parsed, sizes)
+        if key is not None and events:
+            first = events[0]
+            assert isinstance(first, ev.MessagesInjected)
+            events[0] = ev.MessagesInjected(messages=first.messages, idempotency_key=key)
+        with self._command("inject_many", session_id) as (tx, state, transcript):
+            if self._seen_key(tx, state.session_id, key):
+                return 0
+            _check_length(transcript, expected, state.session_id, "inject_many")
+            self._check_room(transcript, len(parsed), "inject_many")
+            step = limits.events_per_append_max
+            for first_event in range(0, len(events), step):
+                chunk = events[first_event : first_event + step]
+                self._emit(tx, state.session_id, chunk, checked=checked)
+        return len(parsed)
+
+    @staticmethod
+    def _seen_key(tx: Transaction, session_id: str, key: str | None) -> bool:
+        return key is not None and tx.kv_get(pj.idempotency_key(session_id, key)) is not None
+
+    @grouped
+    def pop(self, session_id: str, *, expected_length: int | None = None) -> dict[str, Any] | None:
+        """Take the last entry off the transcript and return it (None when it is empty, and
+        then nothing is written). Recorded as `session_rewound`: the log keeps the entry."""
+        expected = _optional_count(expected_length, "expected_length", "pop")
+        with self._command("pop", session_id) as (tx, state, transcript):
+            _check_length(transcript, expected, state.session_id, "pop")
+            if transcript.length == 0:
+                return None
+            last = pj.ranges_window(transcript.ranges, transcript.length - 1, 1)
+            popped = to_dicts(pj.read_messages(tx, transcript, ranges=last), fresh=True)[0]
+            rewound = ev.SessionRewound(to_length=transcript.length - 1, removed=1, reason="pop")
+            self._emit(tx, state.session_id, [rewound])
+            return popped
+
+    @grouped
+    def rewind(
+        self,
+        session_id: str,
+        to_length: int,
+        *,
+        expected_length: int | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Cut the transcript back to its first `to_length` entries; returns how many left it
+        (0, writing nothing, when it is no longer than that). The log keeps them, and `as_of`
+        a position before the rewind still shows them."""
+        keep = check_count(to_length, "to_length", "rewind")
+        expected = _optional_count(expected_length, "expected_length", "rewind")
+        check_text(reason, "reason", "rewind")
+        with self._command("rewind", session_id) as (tx, state, transcript):
+            _check_length(transcript, expected, state.session_id, "rewind")
+            removed = transcript.length - keep
+            if removed <= 0:
+                return 0
+            rewound = ev.SessionRewound(to_length=keep, removed=removed, reason=reason)
+            self._emit(tx, state.session_id, [rewound])
+            return removed
+
+    def _check_room(self, transcript: pj.Transcript, adding: int, verb: str) -> None:
+        if transcript.length + adding > limits.messages_per_transcript_max:
+            raise LimitExceededError(
+                f"{verb}: transcript length",
+                "messages_per_transcript_max",
+                limits.messages_per_transcript_max,
+                transcript.length + adding,
+            )
+
+    @grouped
+    def reset(self, session_id: str) -> None:
+        """Wipe the transcript; the id, its subscribers and everything else stay."""
+        with self._command("reset", session_id) as (tx, state, _):
+            self._emit(tx, state.session_id, [ev.SessionReset()])
+
+    @grouped
+    def trim(self, session_id: str, keep_last: int) -> int:
+        """Keep only the last `keep_last` messages; returns how many are kept."""
+        keep = check_count(keep_last, "keep_last", "trim")
+        with self._command("trim", session_id) as (tx, state, transcript):
+            kept = min(keep, transcript.length)
+            self._emit(tx, state.session_id, [ev.SessionTrimmed(keep_last=keep, kept_count=kept)])
+            return kept
+
+    @grouped
+    def fork(self, source_id: str, destination_id: str | None = None) -> str:
+        """A child session sharing the whole transcript; subscribers are not copied."""
+        return self._fork("fork", source_id, destination_id, None)
+
+    @grouped
+    def fork_at(self, source_id: str, keep_first: int, destination_id: str | None = None) -> str:
+        """A child session keeping only the first `keep_first` messages."""
+        keep = check_count(keep_first, "keep_first", "fork_at")
+        return self._fork("fork_at", source_id, destination_id, keep)
+
+    def _fork(self, verb: str, source_id: str, destination_id: str | None, keep: int | None) -> str:
+        with self._command(verb, source_id) as (tx, state, transcript):
+            child = self._claim_new_id(tx, destination_id, verb)
+            if child == state.session_id:
+                raise SessionExistsError(f"{verb}: a session cannot be forked onto itself")
+            self._check_capacity(tx, verb)
+            kept = None if keep is None else min(keep, transcript.length)
+            forked = ev.SessionForked(
+                session_id=child,
+                parent_id=state.session_id,
+                parent_version=transcript.version,
+                created_at=datetime.now(UTC),
+                keep_first=kept,
+                branched_at_event_index=kept,
+            )
+            self._emit(tx, child, [forked])
+            return child
+
+    def compact(self, session_id: str, **options: Any) -> int:
+        """Compact the transcript (see `sessions._compact` for the strategies); returns the
+        number of messages kept. The event records the outcome, so replay calls nothing.
+
+        The strategy, and the model or callbacks it calls, runs outside the write transaction on
+        the transcript as read, so nobody waits for a model. The outcome commits if the
+        transcript is still that one, or that one with messages appended (kept after the
+        replaced run); any other change meanwhile (trim, reset, another compaction) raises
+        `ConcurrencyError` and writes nothing.
+        """
+        self._writable("compact")
+        _compact.parse_options(options, self.summarizer)  # refuse bad options before any work
+        sid = check_session_id(session_id, where="compact")
+        with self._view() as view:
+            seen = self._state(view, sid, "compact")
+            transcript = pj.load_transcript(view, sid) or pj.Transcript()
+            expected = view.stream_version(sid)
+            messages = pj.read_messages(view, transcript)
+        plan, kept = _compact.plan(
+            messages, options, token_counter=self.token_counter, summarizer=self.summarizer
+        )
+        if plan is None:
+            return kept
+        with self._command("compact", sid) as (tx, state, now):
+            if state.generation != seen.generation or (
+                pj.ranges_added(transcript.ranges, now.ranges) is None
+            ):
+                conflict = ConcurrencyError(sid, expected, tx.stream_version(sid))
+                conflict.args = (
+                    f"compact: {conflict}: the transcript changed while the strategy ran; "
+                    "nothing was written, compact again",
+                )
+                raise conflict
+            compacted = ev.SessionCompacted(
+                strategy=plan.strategy,
+                replace_start=plan.replace_start,
+                replace_end=plan.replace_end,
+                replacement=plan.replacement,
+                tokens_before=plan.tokens_before,
+                tokens_after=plan.tokens_after,
+            )
+            self._emit(tx, sid, [compacted])
+            return kept + now.length - transcript.length
+
+
+_IDEMPOTENCY_KEY_CHARS_MAX = 512
+
+
+def _optional_count(value: object, name: str, verb: str) -> int | None:
+    return None if value is None else check_count(value, name, verb)
+
+
+def _check_key(value: object, verb: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > _IDEMPOTENCY_KEY_CHARS_MAX:
+        raise InvalidArgumentError(
+            f"{verb}: `idempotency_key` must be a non-empty str of at most "
+            f"{_IDEMPOTENCY_KEY_CHARS_MAX} characters, got {value!r:.80}"
+        )
+    check_encodable(value, what=f"{verb}: `idempotency_key`")
+    return value
+
+
+def _check_length(transcript: pj.Transcript, expected: int | None, sid: str, verb: str) -> None:
+    if expected is not None and transcript.length != expected:
+        raise LengthConflictError(sid, expected, transcript.length, verb)
+
+
+_SIZE_ENCODER = msgspec.msgpack.Encoder()
+# A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
+# and the field names come on top.
+_BATCH_BYTES_MAX = limits.event_bytes_max // 2
+
+
+def _text_bytes(text: str | None) -> int:
+    """An upper bound of the UTF-8 size of `text`, without encoding it."""
+    if not text:
+        return 0
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def _batches(messages: list[ev.Message], sizes: list[int]) -> list[ev.Event]:
+    """`messages_injected` events of consecutive messages, each within the count and size bounds."""
+    events: list[ev.Event] = []
+    start, total = 0, 0
+    for index, size in enumerate(sizes):
+        full = index - start >= limits.messages_per_event_max
+        if index > start and (full or total + size > _BATCH_BYTES_MAX):
+            events.append(ev.MessagesInjected(messages=messages[start:index]))
+            start, total = index, 0
+        total += size + 16
+    if start < len(messages):
+        events.append(ev.MessagesInjected(messages=messages[start:]))
+    return events
