@@ -17,10 +17,10 @@ from functools import lru_cache
 from typing import Any
 
 from eventlog import json_copy
+from replay._secret_names import credential_name
 from replay._secrets import (
     BLOCK_KINDS,
     continues_block,
-    credential_name,
     forget,
     opens_block,
     placeholder_for,

@@ -24,6 +24,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from replay._secret_names import _PLACEHOLDER, credential_name
+
 _CACHE_MAX = 200_000  # distinct strings remembered per process; cleared whole when full
 _DECODE_DEPTH = 2  # base64 inside hex inside text, no deeper
 
@@ -35,154 +37,6 @@ class Hit:
     start: int
     end: int
     kind: str
-
-
-# Names
-
-# A name part that is one of these words names a credential (`api_key`, `X-Auth-Token`, `pass`).
-_NAME_WORDS = frozenset(
-    (
-        "token",
-        "key",
-        "keys",
-        "auth",
-        "authorization",
-        "authentication",
-        "pass",
-        "pwd",
-        "pw",
-        "creds",
-        "cred",
-        "jwt",
-        "otp",
-        "totp",
-        "mfa",
-        "dsn",
-        "sessid",
-        "sessionid",
-        "phpsessid",
-        "jsessionid",
-        "bearer",
-        "signing",
-        "privkey",
-    )
-)
-# A name part that contains one of these names a credential (`PGPASSWORD`, `clientsecret`).
-_NAME_STEMS = (
-    "password",
-    "passwd",
-    "passphrase",
-    "passcode",
-    "secret",
-    "credential",
-    "cookie",
-    "apikey",
-    "accesskey",
-    "privatekey",
-    "secretkey",
-    "authtoken",
-    "accesstoken",
-    "refreshtoken",
-    "idtoken",
-    "sessiontoken",
-    "bearertoken",
-    "csrftoken",
-    "xsrftoken",
-    "pgpass",
-)
-# ...unless another part says the value is about the credential, not the credential itself
-# (`max_token`, `key_path`, `public_key`, `token_type`, `sort_key`, `cookie_name`).
-_NAME_QUALIFIERS = frozenset(
-    (
-        "count",
-        "limit",
-        "max",
-        "min",
-        "length",
-        "len",
-        "size",
-        "type",
-        "kind",
-        "format",
-        "name",
-        "names",
-        "url",
-        "uri",
-        "endpoint",
-        "path",
-        "file",
-        "env",
-        "var",
-        "hint",
-        "policy",
-        "prefix",
-        "expiry",
-        "expires",
-        "expiration",
-        "ttl",
-        "timeout",
-        "usage",
-        "estimated",
-        "public",
-        "primary",
-        "foreign",
-        "sort",
-        "partition",
-        "cache",
-        "idempotency",
-        "dedup",
-        "dedupe",
-        "lookup",
-        "row",
-        "hot",
-        "shortcut",
-        "group",
-        "routing",
-        "shard",
-        "index",
-        "unique",
-        "composite",
-        "order",
-        "join",
-        "required",
-        "enabled",
-        "method",
-        "scheme",
-        "mode",
-        "provider",
-        "header",
-        "counter",
-        "counters",
-        "factory",
-        "schema",
-        "pattern",
-        "regex",
-        "store",
-        "handler",
-        "budget",
-        "estimate",
-        "estimator",
-        "encoder",
-        "decoder",
-    )
-)
-_NAME_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-
-
-@lru_cache(maxsize=65_536)
-def credential_name(name: str) -> bool:
-    """Whether a field, variable or header called `name` holds a credential, whatever its
-    value looks like. Case and separators do not matter: `AWS_SECRET_ACCESS_KEY`,
-    `X-Goog-Api-Key`, `databasePassword` and `PGPASSWORD` all do; `input_tokens`,
-    `public_key`, `session_id` and `keyboard` do not."""
-    if len(name) > 128:
-        return False
-    if "<redacted:" in name:
-        name = _PLACEHOLDER.sub(" ", name)  # a key already redacted names nothing
-    parts = [p.lower() for p in _NAME_SPLIT.split(name) if p]
-    if not parts or any(p in _NAME_QUALIFIERS for p in parts):
-        return False
-    return any(p in _NAME_WORDS or any(s in p for s in _NAME_STEMS) for p in parts)
 
 
 # Text rules of our own, each (kind, regex); the whole match is the secret.
@@ -319,7 +173,6 @@ _URL_SECRET_PARAMS = frozenset(
 )
 # Long words: where token-shaped secrets live.
 _WORD = re.compile(r"[^\s\"'`<>()\[\]{},;|\\]{16,}")
-_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]+:\d+>|\[redacted\]|\[withheld\]")
 
 # Token shapes detect-secrets has no detector for (checked on a long word, first match wins).
 _OWN_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(

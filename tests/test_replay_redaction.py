@@ -375,9 +375,9 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
 def test_every_credential_word_holds_a_hint() -> None:
     # assignments in text are looked for only where a hint occurs: a word or stem of the name
     # rule without one would never be found in `NAME=value`
-    from replay import _secrets
+    from replay import _secret_names, _secrets
 
-    words = set(_secrets._NAME_WORDS) | set(_secrets._NAME_STEMS)
+    words = set(_secret_names._NAME_WORDS) | set(_secret_names._NAME_STEMS)
     assert [w for w in sorted(words) if not any(h in w for h in _secrets._HINTS)] == []
     for word in sorted(words):
         text = f"export {word.upper()}=v4lue-{word}"
