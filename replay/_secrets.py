@@ -20,10 +20,9 @@ import binascii
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from replay._secret_detectors import detectors
 from replay._secret_names import _PLACEHOLDER, credential_name
 
 _CACHE_MAX = 200_000  # distinct strings remembered per process; cleared whole when full
@@ -269,63 +268,6 @@ _PROSE_BYTES = bytes(range(ord("a"), ord("z") + 1)) + b" \t\r\n.,;!?'\"()"
 _GATE_CAPS = re.compile(r"[A-Z]{4}[A-Z0-9]{12}")
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
-
-
-@lru_cache(maxsize=1)
-def _detectors() -> tuple[tuple[str, Callable[[str], Iterator[str]]], ...]:
-    """detect-secrets' token detectors, as (kind, analyze_string)."""
-    from detect_secrets.plugins.artifactory import ArtifactoryDetector
-    from detect_secrets.plugins.aws import AWSKeyDetector
-    from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-    from detect_secrets.plugins.basic_auth import BasicAuthDetector
-    from detect_secrets.plugins.cloudant import CloudantDetector
-    from detect_secrets.plugins.discord import DiscordBotTokenDetector
-    from detect_secrets.plugins.github_token import GitHubTokenDetector
-    from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-    from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
-    from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
-    from detect_secrets.plugins.jwt import JwtTokenDetector
-    from detect_secrets.plugins.mailchimp import MailchimpDetector
-    from detect_secrets.plugins.npm import NpmDetector
-    from detect_secrets.plugins.openai import OpenAIDetector
-    from detect_secrets.plugins.pypi_token import PypiTokenDetector
-    from detect_secrets.plugins.sendgrid import SendGridDetector
-    from detect_secrets.plugins.slack import SlackDetector
-    from detect_secrets.plugins.softlayer import SoftlayerDetector
-    from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-    from detect_secrets.plugins.stripe import StripeDetector
-    from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-    from detect_secrets.plugins.twilio import TwilioKeyDetector
-
-    classes: tuple[Any, ...] = (
-        AWSKeyDetector,
-        ArtifactoryDetector,
-        AzureStorageKeyDetector,
-        BasicAuthDetector,
-        CloudantDetector,
-        DiscordBotTokenDetector,
-        GitHubTokenDetector,
-        GitLabTokenDetector,
-        IbmCloudIamDetector,
-        IbmCosHmacDetector,
-        JwtTokenDetector,
-        MailchimpDetector,
-        NpmDetector,
-        OpenAIDetector,
-        PypiTokenDetector,
-        SendGridDetector,
-        SlackDetector,
-        SoftlayerDetector,
-        SquareOAuthDetector,
-        StripeDetector,
-        TelegramBotTokenDetector,
-        TwilioKeyDetector,
-    )
-    return tuple((_slug(cls.secret_type), cls().analyze_string) for cls in classes)
-
-
 # Scanning
 
 _scanned: dict[str, tuple[Hit, ...]] = {}
@@ -537,7 +479,7 @@ def _classify_word(word: str, depth: int) -> str | None:
         for kind, regex in _OWN_TOKENS:
             if regex.search(word):
                 return kind
-        for kind, analyze in _detectors():
+        for kind, analyze in detectors():
             if next(analyze(word), None) is not None:
                 return kind
     if word.islower() and not any(c.isdigit() for c in word):
