@@ -199,12 +199,14 @@ class Transaction(LogView):
             event = events[failure.index]
             what = f"event {failure.index} ({type(event).__name__}) for stream `{stream}`"
             if failure.cause is None:
-                raise LimitExceededError(
+                too_big = LimitExceededError(
                     what, "event_bytes_max", limits.event_bytes_max, failure.size
-                ) from None
-            raise InvalidArgumentError(f"{what} cannot be stored: {failure.cause}") from (
-                failure.cause
-            )
+                )
+                too_big.index = failure.index
+                raise too_big from None
+            raise InvalidArgumentError(
+                f"{what} cannot be stored: {failure.cause}", index=failure.index
+            ) from failure.cause
 
     def import_records(self, records: Sequence[bytes]) -> list[Envelope]:
         """Append records taken byte for byte from another log (an export), after the head.

@@ -9,7 +9,31 @@ from __future__ import annotations
 
 
 class SessionLogError(Exception):
-    """Root of every error sessionlog raises on purpose."""
+    """Root of every error sessionlog raises on purpose.
+
+    Besides its message, an error carries its facts as fields, None when they do not apply, so a
+    caller reads them instead of parsing the message: `index` (the failing item of a batch, as
+    `inject_many`'s `messages[index]`), `where` (the verb or place that refused), `expected` and
+    `got` (the value asked for or allowed, and the one found)."""
+
+    index: int | None = None
+    where: str | None = None
+    expected: object = None
+    got: object = None
+
+    def __init__(
+        self,
+        *args: object,
+        index: int | None = None,
+        where: str | None = None,
+        expected: object = None,
+        got: object = None,
+    ) -> None:
+        super().__init__(*args)
+        self.index = index
+        self.where = where
+        self.expected = expected
+        self.got = got
 
 
 class InvalidArgumentError(SessionLogError, ValueError):
@@ -24,7 +48,9 @@ class LimitExceededError(InvalidArgumentError):
         self.limit_name = limit_name
         self.limit = limit
         self.actual = actual
-        super().__init__(f"{what}: {actual} exceeds {limit_name} = {limit}")
+        super().__init__(
+            f"{what}: {actual} exceeds {limit_name} = {limit}", expected=limit, got=actual
+        )
 
 
 class ConcurrencyError(SessionLogError):
@@ -35,7 +61,11 @@ class ConcurrencyError(SessionLogError):
         self.expected = expected
         self.actual = actual
         shown = actual if actual else "no stream"
-        super().__init__(f"expected version {expected} for stream `{stream}`, got {shown}")
+        super().__init__(
+            f"expected version {expected} for stream `{stream}`, got {shown}",
+            expected=expected,
+            got=actual,
+        )
 
 
 class LengthConflictError(ConcurrencyError):
@@ -47,6 +77,9 @@ class LengthConflictError(ConcurrencyError):
             self,
             f"{verb}: session `{session_id}` holds {actual} entries, not the expected {expected}; "
             "another writer changed it, nothing was written",
+            where=verb,
+            expected=expected,
+            got=actual,
         )
         self.stream = session_id
         self.session_id = session_id
@@ -96,11 +129,11 @@ class LeaseHeldError(SessionLogError):
 
     def __init__(self, name: str, where: str, holder: str) -> None:
         self.name = name
-        self.where = where
         self.holder = holder
         super().__init__(
             f"{where}: the `{name}` lease is held by {holder}; only one holder at a time, so "
-            "stop that one first"
+            "stop that one first",
+            where=where,
         )
 
 
@@ -110,8 +143,8 @@ class UnknownSessionError(SessionLogError, KeyError):
     def __init__(self, session_id: str, verb: str | None = None) -> None:
         self.session_id = session_id
         self.verb = verb
-        where = f"{verb}: " if verb else ""
-        super().__init__(f"{where}no session `{session_id}`")
+        shown = f"{verb}: " if verb else ""
+        super().__init__(f"{shown}no session `{session_id}`", where=verb)
 
     def __str__(self) -> str:  # KeyError would quote the message otherwise
         return str(self.args[0])

@@ -209,7 +209,7 @@ def seed_from_jsonl(
     try:
         session_id = _commit(store, transcript, messages, opts, seeded_from)
     except _Refused as refused:
-        return _replace(failed, error=_refusal_text(store, shown, messages, lines, refused))
+        return _replace(failed, error=_refusal_text(shown, lines, refused))
     loaded = len(messages)
     return _replace(
         failed, ok=True, session_id=session_id, turns_loaded=loaded, messages_loaded=loaded
@@ -282,12 +282,15 @@ def _invalid(
 
 
 class _Refused(SessionLogError):
-    """Raised inside the seeding transaction to undo it; carries the reason."""
+    """Raised inside the seeding transaction to undo it; carries the reason and, when the engine
+    refused one message, that message's index in the kept messages."""
 
-    def __init__(self, reason: str, engine_error: InvalidArgumentError | None = None) -> None:
+    def __init__(
+        self, reason: str, engine_error: SessionLogError | None = None, at: int | None = None
+    ) -> None:
         self.reason = reason
         self.engine_error = engine_error
-        super().__init__(reason)
+        super().__init__(reason, index=at)
 
 
 def _commit(
@@ -309,46 +312,28 @@ def _commit(
             tool_format=transcript.tool_format,
             metadata={"seeded_from": seeded_from},
         )
-        try:
-            # One batch at a time is decoded from the kept buffer: the engine never holds the
-            # whole transcript as objects (its events come out as from one call).
-            count = limits.messages_per_event_max
-            for batch in messages.batches(count, _limits.seed_batch_bytes):
-                store.inject_many(session_id, batch)
-        except InvalidArgumentError as exc:
-            raise _Refused(str(exc), exc) from exc
+        # One batch at a time is decoded from the kept buffer: the engine never holds the
+        # whole transcript as objects (its events come out as from one call).
+        done = 0
+        count = limits.messages_per_event_max
+        for batch in messages.batches(count, _limits.seed_batch_bytes):
+            try:
+                done += store.inject_many(session_id, batch)
+            except InvalidArgumentError as exc:
+                at = None if exc.index is None else done + exc.index
+                raise _Refused(str(exc), exc, at) from exc
     return session_id
 
 
-class _Rollback(SessionLogError):
-    """Raised to undo the probing transaction of `_first_refused`."""
-
-
-def _refusal_text(
-    store: SessionStore, path: str, messages: KeptMessages, lines: Sequence[int], refused: _Refused
-) -> str:
-    if refused.engine_error is None:
+def _refusal_text(path: str, lines: Sequence[int], refused: _Refused) -> str:
+    """The error of a refused seed; a message the engine refused is named by its line, and the
+    error's own `where` (a place in one batch, meaningless in the file) is left out."""
+    engine = refused.engine_error
+    if engine is None:
         return f"{path}: {refused.reason}"
-    found = _first_refused(store, messages)
-    if found is None:  # not one message's fault (a bound on the whole transcript, say)
+    if refused.index is None:  # not one message's fault (a bound on the whole transcript, say)
         return f"{path}: the session engine refused the transcript: {refused.reason}"
-    index, error = found
-    return f"{path}:{lines[index]}: the session engine refused this message: {error}"
-
-
-def _first_refused(store: SessionStore, messages: KeptMessages) -> tuple[int, str] | None:
-    """The first message the engine refuses on its own, and why, found by injecting them one by
-    one into a scratch session in a transaction that is always rolled back."""
-    found: tuple[int, str] | None = None
-    try:
-        with store.transaction():
-            scratch = store.open_session()
-            for index, message in enumerate(messages):
-                try:
-                    store.inject(scratch, message)
-                except InvalidArgumentError as exc:
-                    found = (index, str(exc))
-                    break
-            raise _Rollback("probe done")
-    except _Rollback:
-        return found
+    detail = str(engine)
+    if engine.where is not None and detail.startswith(engine.where):
+        detail = detail.removeprefix(engine.where).lstrip(": ")
+    return f"{path}:{lines[refused.index]}: the session engine refused this message: {detail}"

@@ -9,8 +9,6 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 import projections as pj
 from eventlog import (
     ConcurrencyError,
@@ -19,12 +17,14 @@ from eventlog import (
     LimitExceededError,
     LogView,
     SessionExistsError,
+    SessionLogError,
     Transaction,
     check_encodable,
     limits,
 )
 from eventlog import events as ev
 from sessions import _compact
+from sessions._batches import blame_message, message_events
 from sessions._checks import check_count, check_text
 from sessions._group import grouped
 from sessions._ids import check_session_id
@@ -121,35 +121,21 @@ class TranscriptVerbs:
                 f"inject_many: messages must be a list of message dicts, "
                 f"got {type(messages).__name__}"
             )
-        parsed: list[ev.Message] = []
-        sizes: list[int] = []
-        checked = True
-        for index, message in enumerate(messages):
-            plain = plain_message(message)
-            if plain is None:
-                checked = False
-                rich = to_message(message, where=f"inject_many: messages[{index}]")
-                parsed.append(rich)
-                sizes.append(len(_SIZE_ENCODER.encode(rich)))
-            else:
-                parsed.append(plain)
-                text = plain.content if isinstance(plain.content, str) else None
-                sizes.append(_text_bytes(text) + len(plain.role))
-        events = _batches(parsed, sizes)
-        if key is not None and events:
-            first = events[0]
-            assert isinstance(first, ev.MessagesInjected)
-            events[0] = ev.MessagesInjected(messages=first.messages, idempotency_key=key)
+        events, count, checked = message_events(messages, key)
         with self._command("inject_many", session_id) as (tx, state, transcript):
             if self._seen_key(tx, state.session_id, key):
                 return 0
             _check_length(transcript, expected, state.session_id, "inject_many")
-            self._check_room(transcript, len(parsed), "inject_many")
+            self._check_room(transcript, count, "inject_many", batch=True)
             step = limits.events_per_append_max
             for first_event in range(0, len(events), step):
                 chunk = events[first_event : first_event + step]
-                self._emit(tx, state.session_id, chunk, checked=checked)
-        return len(parsed)
+                try:
+                    self._emit(tx, state.session_id, chunk, checked=checked)
+                except SessionLogError as exc:
+                    blame_message(exc, events, first_event)
+                    raise
+        return count
 
     @staticmethod
     def _seen_key(tx: Transaction, session_id: str, key: str | None) -> bool:
@@ -194,14 +180,23 @@ class TranscriptVerbs:
             self._emit(tx, state.session_id, [rewound])
             return removed
 
-    def _check_room(self, transcript: pj.Transcript, adding: int, verb: str) -> None:
-        if transcript.length + adding > limits.messages_per_transcript_max:
-            raise LimitExceededError(
+    def _check_room(
+        self, transcript: pj.Transcript, adding: int, verb: str, *, batch: bool = False
+    ) -> None:
+        """Refuse a write that would take the transcript past its bound; for a batch, the
+        error's `index` is the first of its messages that does not fit."""
+        room = limits.messages_per_transcript_max - transcript.length
+        if adding > room:
+            error = LimitExceededError(
                 f"{verb}: transcript length",
                 "messages_per_transcript_max",
                 limits.messages_per_transcript_max,
                 transcript.length + adding,
             )
+            error.where = verb
+            if batch:
+                error.index = max(room, 0)
+            raise error
 
     @grouped
     def reset(self, session_id: str) -> None:
@@ -314,31 +309,3 @@ def _check_key(value: object, verb: str) -> str | None:
 def _check_length(transcript: pj.Transcript, expected: int | None, sid: str, verb: str) -> None:
     if expected is not None and transcript.length != expected:
         raise LengthConflictError(sid, expected, transcript.length, verb)
-
-
-_SIZE_ENCODER = msgspec.msgpack.Encoder()
-# A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
-# and the field names come on top.
-_BATCH_BYTES_MAX = limits.event_bytes_max // 2
-
-
-def _text_bytes(text: str | None) -> int:
-    """An upper bound of the UTF-8 size of `text`, without encoding it."""
-    if not text:
-        return 0
-    return len(text) if text.isascii() else 4 * len(text)
-
-
-def _batches(messages: list[ev.Message], sizes: list[int]) -> list[ev.Event]:
-    """`messages_injected` events of consecutive messages, each within the count and size bounds."""
-    events: list[ev.Event] = []
-    start, total = 0, 0
-    for index, size in enumerate(sizes):
-        full = index - start >= limits.messages_per_event_max
-        if index > start and (full or total + size > _BATCH_BYTES_MAX):
-            events.append(ev.MessagesInjected(messages=messages[start:index]))
-            start, total = index, 0
-        total += size + 16
-    if start < len(messages):
-        events.append(ev.MessagesInjected(messages=messages[start:]))
-    return events

@@ -1,0 +1,92 @@
+"""`inject_many`'s messages as `messages_injected` events, and which message an error is about.
+
+A refusal names its message by `index` (its place in the caller's list), so a caller such as the
+seeder finds the bad one without parsing the error's text or retrying message by message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from eventlog import SessionLogError, limits
+from eventlog import events as ev
+from sessions._messages import plain_message, to_message
+
+_SIZE_ENCODER = msgspec.msgpack.Encoder()
+# A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
+# and the field names come on top.
+_BATCH_BYTES_MAX = limits.event_bytes_max // 2
+
+
+def message_events(messages: Sequence[Any], key: str | None) -> tuple[list[ev.Event], int, bool]:
+    """The events recording `messages` (the first one carrying the idempotency `key`), how many
+    messages they hold, and whether every message was of the plain, pre-checked shape."""
+    parsed: list[ev.Message] = []
+    sizes: list[int] = []
+    checked = True
+    for index, message in enumerate(messages):
+        plain = plain_message(message)
+        if plain is None:
+            checked = False
+            rich = _indexed_message(message, index)
+            parsed.append(rich)
+            sizes.append(len(_SIZE_ENCODER.encode(rich)))
+        else:
+            parsed.append(plain)
+            text = plain.content if isinstance(plain.content, str) else None
+            sizes.append(_text_bytes(text) + len(plain.role))
+    events = _batches(parsed, sizes)
+    if key is not None and events:
+        first = events[0]
+        assert isinstance(first, ev.MessagesInjected)
+        events[0] = ev.MessagesInjected(messages=first.messages, idempotency_key=key)
+    return events, len(parsed), checked
+
+
+def blame_message(error: SessionLogError, events: list[ev.Event], first_event: int) -> None:
+    """Give `error`, raised appending `events` from `first_event` on (its `index` counting from
+    there), the index of the message it refused when the failing event holds that one alone."""
+    if error.index is None:
+        return
+    failed = first_event + error.index
+    error.index = None
+    event = events[failed]
+    if isinstance(event, ev.MessagesInjected) and len(event.messages) == 1:
+        before = events[:failed]
+        error.index = sum(len(e.messages) for e in before if isinstance(e, ev.MessagesInjected))
+
+
+def _text_bytes(text: str | None) -> int:
+    """An upper bound of the UTF-8 size of `text`, without encoding it."""
+    if not text:
+        return 0
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def _indexed_message(message: object, index: int) -> ev.Message:
+    """`to_message` for `messages[index]` of a batch; a refusal carries that `index`, and as
+    `where` the prefix its message starts with."""
+    where = f"inject_many: messages[{index}]"
+    try:
+        return to_message(message, where=where)
+    except SessionLogError as exc:
+        exc.index, exc.where = index, where
+        raise
+
+
+def _batches(messages: list[ev.Message], sizes: list[int]) -> list[ev.Event]:
+    """`messages_injected` events of consecutive messages, each within the count and size bounds."""
+    events: list[ev.Event] = []
+    start, total = 0, 0
+    for index, size in enumerate(sizes):
+        full = index - start >= limits.messages_per_event_max
+        if index > start and (full or total + size > _BATCH_BYTES_MAX):
+            events.append(ev.MessagesInjected(messages=messages[start:index]))
+            start, total = index, 0
+        total += size + 16
+    if start < len(messages):
+        events.append(ev.MessagesInjected(messages=messages[start:]))
+    return events
