@@ -30,7 +30,7 @@ os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal: the same w
 import replay  # noqa: E402
 from eventlog import EventLog, errors, events  # noqa: E402
 from sessionlog import cli  # noqa: E402
-from sessions import SessionStore  # noqa: E402
+from sessions import SessionStore, runtime  # noqa: E402
 from sessions._tokens import BearerSessions  # noqa: E402
 from sessions.aio import AsyncSessionStore  # noqa: E402
 from sessions.runtime import Runtime  # noqa: E402
@@ -152,15 +152,33 @@ def api_page() -> str:
         thing = getattr(replay, name)
         if inspect.isfunction(thing):
             out += [f"### `{name}{_signature(thing)}`", "", _doc(thing), ""]
-    out += ["## Errors", "", "One tree, rooted at `SessionLogError`:", ""]
-    tree = [c for _, c in inspect.getmembers(errors, inspect.isclass)]
-    for cls in sorted(
-        (c for c in tree if issubclass(c, errors.SessionLogError)), key=lambda c: c.__name__
-    ):
+    out += [
+        "## Errors",
+        "",
+        "One tree, rooted at `SessionLogError`; each error carries `index`, `where`,",
+    ]
+    out += ["`expected` and `got` as fields where they apply (None otherwise):", ""]
+    for module, cls in _error_tree():
         bases = ", ".join(b.__name__ for b in cls.__bases__)
         first = _doc(cls).split("\n\n")[0].replace("\n", " ")
-        out.append(f"- `{cls.__name__}` ({bases}): {first}")
+        out.append(f"- `{cls.__name__}` ({bases}, `{module}`): {first}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _error_tree() -> list[tuple[str, type]]:
+    """Every public error class, with the module a caller imports it from: the log's tree, the
+    runtime's errors and replay's."""
+    found: dict[str, tuple[str, type]] = {}
+    for name, module in (
+        ("eventlog.errors", errors),
+        ("sessions.runtime", runtime),
+        ("replay", replay),
+    ):
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            public = module is errors or cls_name in module.__all__
+            if public and issubclass(cls, errors.SessionLogError):
+                found.setdefault(cls_name, (name, cls))
+    return [found[name] for name in sorted(found)]
 
 
 def _help(argv: list[str]) -> str:

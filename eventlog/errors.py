@@ -162,50 +162,11 @@ class CapacityError(SessionLogError):
     """A configured capacity (sessions, clients) is reached; nothing was written."""
 
 
-# The delegation runtime (`sessions.runtime`)
+# Configuration (a store backend, the delegation runtime); the runtime's own errors live in
+# `sessions.runtime`.
 
 
 class ConfigurationError(InvalidArgumentError):
     """Something the installation or configuration lacks: a `postgresql://` store without the
     PostgreSQL driver installed, or a runtime provider that is not registered, an input filter or
     hook that is not callable."""
-
-
-class SessionBusyError(SessionLogError):
-    """A prompt was sent to a session that is already running one; nothing was written. The
-    runtime never queues a prompt behind the caller's back."""
-
-    def __init__(self, session_id: str, request_id: str | None) -> None:
-        self.session_id = session_id
-        self.request_id = request_id
-        super().__init__(
-            f"prompt: session `{session_id}` is busy with request `{request_id}`; wait for it or "
-            "cancel it, then prompt again"
-        )
-
-
-class SessionFailedError(SessionLogError):
-    """A prompt was sent to a session whose status is `failed`; close it and create another."""
-
-
-class InputRejectedError(SessionLogError):
-    """An input filter rejected a prompt: `input_rejected` was recorded and no provider called."""
-
-    def __init__(self, session_id: str, filter_name: str, reason: str) -> None:
-        self.session_id = session_id
-        self.filter_name = filter_name
-        self.reason = reason
-        super().__init__(
-            f"prompt: input filter `{filter_name}` rejected the prompt to session "
-            f"`{session_id}`: {reason}"
-        )
-
-
-class ProviderError(SessionLogError):
-    """The provider failed while answering a prompt; `prompt_failed` was recorded and the session
-    is `failed`. The provider's own exception is the `__cause__`."""
-
-
-class PromptCancelledError(SessionLogError):
-    """The prompt was cancelled (by `cancel`, `close` or expiry) before the provider answered;
-    `prompt_cancelled` was recorded and the session is idle again."""

@@ -137,3 +137,19 @@ def test_the_seeder_names_the_line_from_the_errors_index_across_batches(
 def test_every_error_of_the_tree_accepts_the_facts() -> None:
     error = SessionLogError("x", index=3, where="here", expected=1, got=2)
     assert (error.index, error.where, error.expected, error.got) == (3, "here", 1, 2)
+
+
+def test_the_runtime_owns_its_errors_in_the_one_tree() -> None:
+    import eventlog.errors
+    from sessions import runtime
+
+    for name in ("SessionBusyError", "SessionFailedError", "InputRejectedError", "ProviderError"):
+        cls = getattr(runtime, name)
+        assert cls.__module__ == "sessions.runtime._errors"
+        assert issubclass(cls, SessionLogError)
+        assert not hasattr(eventlog.errors, name)
+    busy = runtime.SessionBusyError("s", "r1")
+    assert (
+        str(busy)
+        == "prompt: session `s` is busy with request `r1`; wait for it or cancel it, then prompt again"
+    )

@@ -15,16 +15,17 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from eventlog import CapacityError, InvalidArgumentError, UnknownSessionError
-from eventlog.errors import (
-    ConfigurationError,
+from eventlog.errors import ConfigurationError
+from service.mcp._config import Agent, BridgeConfig
+from sessions.runtime import (
     InputRejectedError,
     PromptCancelledError,
     ProviderError,
+    Runtime,
     SessionBusyError,
     SessionFailedError,
+    wire_params,
 )
-from service.mcp._config import Agent, BridgeConfig
-from sessions.runtime import Runtime, wire_params
 
 T = TypeVar("T")
 

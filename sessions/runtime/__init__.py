@@ -6,16 +6,15 @@ event in the log, and status, loop records and usage as projections (seeds 002 a
 to real models over HTTP; they need the `runtime` extra (httpx), imported when they first send.
 """
 
-from eventlog.errors import (
-    ConfigurationError,
+from eventlog.errors import ConfigurationError, LeaseHeldError
+from sessions.runtime._anthropic import AnthropicProvider
+from sessions.runtime._errors import (
     InputRejectedError,
-    LeaseHeldError,
     PromptCancelledError,
     ProviderError,
     SessionBusyError,
     SessionFailedError,
 )
-from sessions.runtime._anthropic import AnthropicProvider
 from sessions.runtime._filters import InputFilter, Verdict, passed, reject, warn
 from sessions.runtime._http import (
     HttpSettings,

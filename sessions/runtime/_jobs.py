@@ -17,10 +17,11 @@ from typing import Any
 import projections as pj
 from eventlog import LogView, SessionExistsError, Transaction, UnknownSessionError
 from eventlog import events as ev
-from eventlog.errors import ConfigurationError, SessionBusyError, SessionFailedError
+from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._store import SessionStore
+from sessions.runtime._errors import SessionBusyError, SessionFailedError
 from sessions.runtime._params import merge_params
 from sessions.runtime._recorder import usage_dict
 

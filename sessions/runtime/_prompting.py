@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from eventlog import InvalidArgumentError, LimitExceededError, check_encodable, limits
 from eventlog import events as ev
-from eventlog.errors import ConfigurationError, PromptCancelledError, ProviderError
+from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
 from sessions._ids import uuid7
 from sessions._messages import to_message
 from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits, _wire
 from sessions.runtime._args import reply_of
+from sessions.runtime._errors import PromptCancelledError, ProviderError
 from sessions.runtime._http import ProviderHTTPError
 from sessions.runtime._providers import ContextLengthError, Provider
 from sessions.runtime._recorder import usage_dict

@@ -18,11 +18,7 @@ from typing import Any, TypeVar
 
 from eventlog import CapacityError, InvalidArgumentError, UnknownSessionError, check_encodable
 from eventlog import events as ev
-from eventlog.errors import (
-    ConfigurationError,
-    InputRejectedError,
-    SessionBusyError,
-)
+from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
 from sessions._checks import check_dict, iso
 from sessions._ids import check_session_id
@@ -40,6 +36,7 @@ from sessions.runtime._args import (
     check_spawn_ref,
     session_metadata,
 )
+from sessions.runtime._errors import InputRejectedError, SessionBusyError
 from sessions.runtime._lease import RuntimeLease
 from sessions.runtime._params import check_params, merge_params, wire_params
 from sessions.runtime._prompting import (

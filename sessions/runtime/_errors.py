@@ -1,0 +1,48 @@
+"""The delegation runtime's own errors, in the one tree rooted at `SessionLogError`.
+
+They lived in `eventlog.errors` until the runtime owned them; `sessions.runtime` exports them.
+"""
+
+from __future__ import annotations
+
+from eventlog import SessionLogError
+
+
+class SessionBusyError(SessionLogError):
+    """A prompt was sent to a session that is already running one; nothing was written. The
+    runtime never queues a prompt behind the caller's back."""
+
+    def __init__(self, session_id: str, request_id: str | None) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
+        super().__init__(
+            f"prompt: session `{session_id}` is busy with request `{request_id}`; wait for it or "
+            "cancel it, then prompt again"
+        )
+
+
+class SessionFailedError(SessionLogError):
+    """A prompt was sent to a session whose status is `failed`; close it and create another."""
+
+
+class InputRejectedError(SessionLogError):
+    """An input filter rejected a prompt: `input_rejected` was recorded and no provider called."""
+
+    def __init__(self, session_id: str, filter_name: str, reason: str) -> None:
+        self.session_id = session_id
+        self.filter_name = filter_name
+        self.reason = reason
+        super().__init__(
+            f"prompt: input filter `{filter_name}` rejected the prompt to session "
+            f"`{session_id}`: {reason}"
+        )
+
+
+class ProviderError(SessionLogError):
+    """The provider failed while answering a prompt; `prompt_failed` was recorded and the session
+    is `failed`. The provider's own exception is the `__cause__`."""
+
+
+class PromptCancelledError(SessionLogError):
+    """The prompt was cancelled (by `cancel`, `close` or expiry) before the provider answered;
+    `prompt_cancelled` was recorded and the session is idle again."""
