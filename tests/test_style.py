@@ -26,7 +26,7 @@ FUNCTION_LINES_MAX = 70
 # Modules still longer than MODULE_LINES_MAX, each with its length when the rule came in: an entry
 # may shrink but never grow, and goes once its module is split below the limit.
 LONG_MODULES = {
-    "sessions/testing.py": 810,
+    "sessions/testing.py": 675,
 }
 
 
