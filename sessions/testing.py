@@ -82,7 +82,6 @@ from sessions._model import (
     canonical,
     check_store,
     observed,
-    visible_text,
 )
 from sessions._refusals import BAD_ARGUMENTS, ON_UNKNOWN_SESSION
 from sessions._store import SessionStore
@@ -114,6 +113,7 @@ from sessions._strategies import (
     tool_exchanges,
     verbs,
 )
+from sessions._transcript_rules import TranscriptRules
 
 __all__ = [
     "CLIENT_ID_POOL",
@@ -151,9 +151,6 @@ __all__ = [
 _T = TypeVar("_T")
 
 
-_CALLABLES = {"summarizer": summarize, "custom_compactor": custom_compact}
-
-
 class _Abort(Exception):
     """Raised inside a transaction to abandon it."""
 
@@ -165,7 +162,7 @@ def _has_gone(machine: SessionMachine) -> bool:
     return bool(machine.model.ids_with_status(CLOSED) + machine.model.ids_with_status(DELETED))
 
 
-class SessionMachine(LiveRules, RuleBasedStateMachine):
+class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
     """A real `SessionStore` (LMDB in a temp dir of its own, removed in teardown) and a
     `SessionModel`, driven by the same commands; after every step the store must agree with the
     model, its log must verify, and every few steps a rebuilt projection must equal the
@@ -391,123 +388,6 @@ class SessionMachine(LiveRules, RuleBasedStateMachine):
         if not (same_parent and source is not None and self.model.is_open(source)):
             source = self.pick_open(pick)
         self._fork(source, destination, keep_first)
-
-    # Transcript
-
-    @precondition(_has_open)
-    @rule(pick=_PICK, message=messages())
-    def inject(self, pick: int, message: dict[str, Any]) -> None:
-        sid = self.pick_open(pick)
-        self.store.inject(sid, message)
-        self.model.inject(sid, message)
-
-    @precondition(_has_open)
-    @rule(pick=_PICK, exchange=tool_exchanges(), batched=st.booleans())
-    def inject_tool_exchange(
-        self, pick: int, exchange: list[dict[str, Any]], batched: bool
-    ) -> None:
-        sid = self.pick_open(pick)
-        if batched:
-            assert self.store.inject_many(sid, exchange) == len(exchange)
-        else:
-            for message in exchange:
-                self.store.inject(sid, message)
-        for message in exchange:
-            self.model.inject(sid, message)
-
-    @precondition(_has_open)
-    @rule(pick=_PICK, keep_last=st.integers(0, 15))
-    def trim(self, pick: int, keep_last: int) -> None:
-        sid = self.pick_open(pick)
-        kept, expected = self.store.trim(sid, keep_last), self.model.trim(sid, keep_last)
-        if kept != expected:
-            raise AssertionError(f"trim({sid!r}, {keep_last}) kept {kept}, expected {expected}")
-
-    @precondition(_has_open)
-    @rule(pick=_PICK)
-    def reset(self, pick: int) -> None:
-        sid = self.pick_open(pick)
-        self.store.reset(sid)
-        self.model.reset(sid)
-
-    @precondition(_has_open)
-    @rule(pick=_PICK, options=compact_options())
-    def compact(self, pick: int, options: dict[str, Any]) -> None:
-        sid = self.pick_open(pick)
-        kept, expected = self.store.compact(sid, **options), self.model.compact(sid, options)
-        if kept != expected:
-            raise AssertionError(f"compact({sid!r}, {options}) kept {kept}, expected {expected}")
-
-    @precondition(_has_open)
-    @rule(
-        pick=_PICK,
-        exchange=tool_exchanges(),
-        newer=st.integers(0, 2),
-        into=st.integers(1, 3),
-        strategy=st.sampled_from(("truncate", "observation_mask", "llm")),
-    )
-    def compact_at_a_tool_boundary(
-        self, pick: int, exchange: list[dict[str, Any]], newer: int, into: int, strategy: str
-    ) -> None:
-        """A tool exchange, `newer` messages after it, and a `keep_last` that ends inside the
-        exchange's results: the kept part must start at the call."""
-        sid = self.pick_open(pick)
-        for message in [*exchange, *({"role": "user", "content": "ok"} for _ in range(newer))]:
-            self.store.inject(sid, message)
-            self.model.inject(sid, message)
-        keep_last = newer + min(into, len(exchange) - 1)
-        self.compact(pick, {"compact_strategy": strategy, "keep_last": keep_last} | _CALLABLES)
-
-    @precondition(_has_open)
-    @rule(
-        pick=_PICK,
-        exchange=tool_exchanges(),
-        delta=st.sampled_from((-1, 0, 1)),
-        mask=st.sampled_from((None, mask_as_text, mask_as_message)),
-    )
-    def mask_at_the_length_limit(
-        self, pick: int, exchange: list[dict[str, Any]], delta: int, mask: Any
-    ) -> None:
-        """Observation masking with `tool_output_max_chars` one below, at, or one above the
-        length of a tool output in the older part."""
-        sid = self.pick_open(pick)
-        for message in [*exchange, {"role": "user", "content": "next"}]:
-            self.store.inject(sid, message)
-            self.model.inject(sid, message)
-        limit = max(len(visible_text(exchange[1].get("content"))) + delta, 0)
-        options = {"compact_strategy": "observation_mask", "keep_last": 1}
-        options |= {"tool_output_max_chars": limit}
-        if mask is not None:
-            options["mask_callback"] = mask
-        self.compact(pick, options)
-
-    # Scratchpad
-
-    @precondition(_has_open)
-    @rule(
-        pick=_PICK,
-        scratchpad=scratchpads(),
-        opts=st.none()
-        | st.fixed_dictionaries({"source": st.just("planner"), "reason": short_text()}),
-    )
-    def set_scratchpad(
-        self, pick: int, scratchpad: dict[str, Any], opts: dict[str, Any] | None
-    ) -> None:
-        sid = self.pick_open(pick)
-        got = self.store.set_scratchpad(sid, scratchpad, opts)
-        version = self.model.set_scratchpad(sid, scratchpad)
-        expected = {"ok": True, "version": version, "scratchpad": scratchpad}
-        if got != expected:
-            raise AssertionError(f"set_scratchpad returned {got}, expected {expected}")
-
-    @precondition(_has_open)
-    @rule(pick=_PICK)
-    def clear_scratchpad(self, pick: int) -> None:
-        sid = self.pick_open(pick)
-        got = self.store.clear_scratchpad(sid, {"reason": "done"})
-        expected = {"ok": True, "version": self.model.clear_scratchpad(sid), "scratchpad": None}
-        if got != expected:
-            raise AssertionError(f"clear_scratchpad returned {got}, expected {expected}")
 
     # Whole-store rules
 

@@ -24,10 +24,9 @@ LIBRARY = (*LAYERS, "integrations")
 MODULE_LINES_MAX = 600
 FUNCTION_LINES_MAX = 70
 # Modules still longer than MODULE_LINES_MAX, each with its length when the rule came in: an entry
-# may shrink but never grow, and goes once its module is split below the limit.
-LONG_MODULES = {
-    "sessions/testing.py": 675,
-}
+# may shrink but never grow, and goes once its module is split below the limit. None left now;
+# a new entry needs a reason.
+LONG_MODULES: dict[str, int] = {}
 
 
 def modules(package: str) -> list[Path]:
