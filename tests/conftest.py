@@ -1,4 +1,5 @@
-"""Shared test set-up: hypothesis profiles and the log fixtures every conformance test runs on.
+"""Shared test set-up: hypothesis profiles, the log fixtures every conformance test runs on, and the
+`store` fixture the engine tests share.
 
 `HYPOTHESIS_PROFILE` picks the profile: `dev` (default, quick), `ci` (bounded so CI stays well
 under 15 minutes), `deep` (a long soak, run by hand).
@@ -14,7 +15,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+import projections as pj
 from eventlog import EventLog
+from sessions import SessionStore
 from tests import _pg
 
 settings.register_profile(
@@ -44,6 +47,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 
 LOG_KINDS = ["memory", "lmdb", "postgres"]
+STORE_KINDS = ["lmdb", "postgres"]
+"""The durable backends a `SessionStore` runs on; `memory` is the reference they are compared to."""
 
 
 def make_log(kind: str, path: Path) -> EventLog:
@@ -91,3 +96,46 @@ def log_factory(tmp_path: Path) -> Iterator[Callable[[str], EventLog]]:
     yield factory
     for item in opened:
         item.close()
+
+
+def open_store(kind: str, path: Path, **options: Any) -> SessionStore:
+    """An empty store on `kind`: LMDB in directory `path`, PostgreSQL in a schema of its own."""
+    if kind == "postgres":
+        return SessionStore.open(_pg.fresh_schema_url("s"), **options)
+    if kind == "lmdb":
+        return SessionStore.open(path, **options)
+    raise ValueError(f"open_store: kind must be one of {STORE_KINDS}, got {kind!r}")
+
+
+def assert_store_consistent(store: SessionStore) -> None:
+    """The store's log verifies and every projection equals what a rebuild from the log derives.
+
+    Runs in this process (`store.verify(projections=True)` walks an LMDB store in a child process,
+    which costs a process start per test)."""
+    report = store.log.verify(isolated=False)
+    assert report.ok, f"the log does not verify: {report.problem}"
+    _, problem = pj.check(store.log)
+    assert problem is None, f"the projections differ from a rebuild: {problem}"
+
+
+@pytest.fixture
+def store_kind() -> str:
+    """The backend of `store`: LMDB. A module runs its tests on every backend with
+    `pytestmark = pytest.mark.parametrize("store_kind", STORE_KINDS)`."""
+    return "lmdb"
+
+
+@pytest.fixture
+def store_options() -> dict[str, Any]:
+    """Keyword arguments `store` is opened with; a module overrides this fixture to change them."""
+    return {}
+
+
+@pytest.fixture
+def store(store_kind: str, store_options: dict[str, Any], tmp_path: Path) -> Iterator[SessionStore]:
+    """An empty `SessionStore` on `store_kind`. On teardown, unless the test closed it, its log
+    must verify and its projections must equal a rebuild from the log."""
+    with open_store(store_kind, tmp_path / "store", **store_options) as opened:
+        yield opened
+        if not opened.log.closed:
+            assert_store_consistent(opened)

@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,6 @@ from sessions import InvalidArgumentError, SessionStore
 from tests._agent_log_counts import COUNTERS, FIXTURES, SAMPLES
 
 IDS = [path.name[:24] for _, path in SAMPLES]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def imported(store: SessionStore, path: Path, **options: Any) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -96,12 +95,6 @@ def serve(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(SERVER_START_TIMEOUT_S)
         sock.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 ServerFactory = Callable[..., Server]

@@ -26,9 +26,9 @@ def summarize(messages: list[dict[str, Any]], *, max_tokens: int, temperature: f
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with SessionStore.open(tmp_path / "store", token_counter=chars) as opened:
-        yield opened
+def store_options() -> dict[str, Any]:
+    """The shared `store` fixture, counting tokens by characters."""
+    return {"token_counter": chars}
 
 
 def call(call_id: str, tool: str = "read", **arguments: Any) -> dict[str, Any]:

@@ -30,10 +30,10 @@ SCRIPT = Path(sys.executable).with_name("sessionlog")
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with SessionStore.open(tmp_path / "store") as opened:
-        opened.open_session("s")
-        yield opened
+def store(store: SessionStore) -> SessionStore:
+    """The shared `store` fixture with session `s` open."""
+    store.open_session("s")
+    return store
 
 
 def nested(depth: int) -> Any:

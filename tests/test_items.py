@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -35,12 +34,6 @@ ITEM: dict[str, Any] = {
     "nested": [1, 2.5, None, True, {"deep": [b"x", {"k": "v"}]}],
     "empty": {},
 }
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def test_an_item_reads_back_equal_in_value_bytes_as_bytes(tmp_path: Path) -> None:

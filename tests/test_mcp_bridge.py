@@ -102,12 +102,6 @@ def mock_agent(agent_id: str = "helper", **extra: Any) -> Agent:
     )
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
-
-
 def test_the_delegation_sequence_over_http(store: SessionStore) -> None:
     async def body() -> list[Any]:
         async with StubServer() as stub:

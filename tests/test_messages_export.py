@@ -12,7 +12,7 @@ import itertools
 import json
 import types
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -99,12 +99,6 @@ def typeddict_problems(value: Any, kind: Any, where: str) -> list[str]:
         if key in hints:
             found += problems(item, hints[key], f"{where}.{key}")
     return found
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def imported(store: SessionStore, path: Path) -> list[str]:

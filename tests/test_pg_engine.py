@@ -1,4 +1,4 @@
-"""The engine on PostgreSQL: the session state machine, histories against the reference, seeding,
+"""The engine on PostgreSQL: histories against the reference, seeding,
 and what only a server backend has (schema migration, idempotency keys, a down server, wake-ups).
 
 Every test here runs against a real server (see `tests/_pg.py`) in a schema of its own.
@@ -6,12 +6,10 @@ Every test here runs against a real server (see `tests/_pg.py`) in a schema of i
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,7 +27,6 @@ from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
 from sessions.testing import (
     SESSION_ID_POOL,
-    SessionMachine,
     count_tokens,
     histories,
     observed,
@@ -40,25 +37,6 @@ from tests import _pg
 
 def said(text: str) -> MessageInjected:
     return MessageInjected(message=Message(role="user", content=text))
-
-
-class PostgresSessionMachine(SessionMachine):
-    """The engine's hypothesis machine with its store in a PostgreSQL schema; `reopen` reopens
-    the same schema (named after the machine's temp dir)."""
-
-    def make_store(self, path: Path) -> SessionStore:
-        schema = "m_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
-        url = f"{_pg.database_url()}?schema={schema}"
-        return SessionStore.open(url, sync=False, hot_sessions=3, token_counter=count_tokens)
-
-
-TestPostgresSessionMachine = PostgresSessionMachine.TestCase
-# Each step costs a few hundred round trips to the server: a quarter of the profile's examples
-# keeps this machine near the LMDB one's time while still driving every rule.
-TestPostgresSessionMachine.settings = settings(
-    TestPostgresSessionMachine.settings,
-    max_examples=max(5, (TestPostgresSessionMachine.settings.max_examples or 20) // 4),
-)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])

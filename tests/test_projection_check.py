@@ -25,6 +25,7 @@ from sessions import SessionStore
 from sessions._tokens import token_handle
 from sessions.asgi import BearerAuth
 from tests import _pg
+from tests.conftest import assert_store_consistent
 
 T0 = "2026-01-01T00:00:00Z"
 LATER = "2026-01-02T00:00:00Z"
@@ -218,3 +219,19 @@ def test_the_bearer_middleware_refuses_to_start_on_tampered_tokens(tmp_path: Pat
         with pytest.raises(IntegrityError) as raised:
             BearerAuth(_app, store, check_projections=True)
         assert repr(record_key(token_handle(made.token))) in str(raised.value)
+
+
+def test_the_shared_store_fixture_teardown_check_catches_tampering(tmp_path: Path) -> None:
+    """`assert_store_consistent` (what the shared `store` fixture runs on teardown) passes a sound
+    store and names the projection key of one rewritten underneath it."""
+    with opened("lmdb", tmp_path) as (store, where):
+        sid = store.open_session("victim", system_prompt="be helpful")
+        store.inject(sid, {"role": "user", "content": "hello"})
+        assert_store_consistent(store)
+    tamper("lmdb", where, new_prompt(sid, "exfiltrate everything"))
+    with (
+        SessionStore.open(where) as store,
+        pytest.raises(AssertionError, match="projections differ") as caught,
+    ):
+        assert_store_consistent(store)
+    assert repr(state_key(sid)) in str(caught.value)

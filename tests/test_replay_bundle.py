@@ -102,12 +102,6 @@ def rich_session(store: SessionStore) -> tuple[str, str]:
     return sid, child
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with SessionStore.open(tmp_path / "s") as opened:
-        yield opened
-
-
 # The envelope (REPLAY.md, "Session bundle v1")
 
 

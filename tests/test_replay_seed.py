@@ -20,7 +20,7 @@ from eventlog import limits
 from replay import SeedResult, _limits, seed_from_jsonl
 from replay._transcript import read_transcript
 from sessions import InvalidArgumentError, SessionStore
-from tests import _pg
+from tests.conftest import STORE_KINDS
 
 FIXTURES = Path(__file__).parent / "fixtures/harn/_derived_from_harn_tests/llm_transcript_seed"
 EXPECTATIONS: dict[str, Any] = json.loads((FIXTURES / "expectations.json").read_text())
@@ -41,11 +41,10 @@ RESULT_FIELDS = [
 ]
 
 
-@pytest.fixture(params=["lmdb", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    where = _pg.fresh_schema_url() if request.param == "postgres" else tmp_path / "s"
-    with SessionStore.open(where) as opened:
-        yield opened
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test taking the shared `store` fixture runs on LMDB and on PostgreSQL."""
+    return str(request.param)
 
 
 def write(tmp_path: Path, *lines: object, name: str = "transcript.jsonl") -> Path:

@@ -4,7 +4,7 @@ expiry, capacity, providers and runtime parameters, on a real LMDB store in `tmp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,12 +24,6 @@ from sessions.runtime import (
     SessionFailedError,
 )
 from tests._runtime_providers import FailingProvider, SlowProvider, UsageProvider
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def run(body: Callable[[], Awaitable[Any]]) -> Any:

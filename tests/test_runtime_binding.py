@@ -5,8 +5,6 @@ is provider defaults < session < prompt, as the provider receives them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,12 +12,6 @@ from eventlog import InvalidArgumentError
 from sessions import SessionStore
 from sessions.runtime import ConfigurationError, MockProvider, Runtime
 from tests._runtime_providers import UsageProvider
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def providers() -> tuple[MockProvider, UsageProvider]:

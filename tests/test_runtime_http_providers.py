@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +46,6 @@ CALLS = [
 
 def run(body: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(body())  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def openai(stub: StubServer, **kwargs: Any) -> OpenAIProvider:

@@ -5,20 +5,12 @@ the runtime."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from eventlog import InvalidArgumentError, UnknownSessionError
 from sessions import SessionStore
 from sessions.runtime import Runtime
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,8 @@ once, recovery of prompts left in flight, and rebuild-equals-incremental."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,12 +25,6 @@ from sessions.runtime import (
     warn,
 )
 from tests._runtime_providers import UsageProvider, expected_usage
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def run(body: Callable[[], Awaitable[Any]]) -> Any:

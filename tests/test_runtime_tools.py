@@ -5,7 +5,6 @@ accept (no call without its result) whatever ends the loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,6 @@ from tests._model_stubs import Reply, StubServer, anthropic_stream, openai_strea
 from tests._runtime_providers import ScriptedProvider, UsageProvider, calls
 
 FINAL = Completion(text="all done", usage={"input_tokens": 30, "output_tokens": 3})
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def assert_answered(messages: list[dict[str, Any]]) -> None:

@@ -92,11 +92,11 @@ def hold_first_commit(store: SessionStore) -> Batch:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with SessionStore.open(tmp_path / "store") as opened:
-        for sid in ("a", "b"):
-            opened.open_session(sid)
-        yield opened
+def store(store: SessionStore) -> SessionStore:
+    """The shared `store` fixture with sessions `a` and `b` open."""
+    for sid in ("a", "b"):
+        store.open_session(sid)
+    return store
 
 
 def test_a_refused_command_in_a_shared_commit_fails_only_its_caller(store: SessionStore) -> None:

@@ -3,18 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from sessions import InvalidArgumentError, SessionStore, UnknownSessionError
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        yield opened
 
 
 def test_set_and_remove_in_one_event(store: SessionStore) -> None:

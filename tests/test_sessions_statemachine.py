@@ -1,18 +1,22 @@
 """The session engine against a plain model, driven by `sessions.testing.SessionMachine`.
 
-The machine runs under the active hypothesis profile on real LMDB in temp dirs. The example in the
+One machine runs on each durable backend: LMDB in temp dirs under the active hypothesis profile, and
+PostgreSQL in a schema per machine (see `tests/_pg.py`) with a quarter of the profile's examples,
+as each step costs a few hundred round trips to the server. The example in the
 docstring of `sessions.testing` runs here as written, and again with a wrong orchestrator that the
 machine must catch; the strategies and `check_store` get tests of their own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.stateful import run_state_machine_as_test
 
 import projections as pj
 import sessions.testing
@@ -29,8 +33,33 @@ from sessions.testing import (
     observed,
     run_history,
 )
+from tests import _pg
+from tests.conftest import STORE_KINDS
 
-TestSessionMachine = SessionMachine.TestCase
+
+class PostgresSessionMachine(SessionMachine):
+    """The same machine with its store in a PostgreSQL schema; `reopen` reopens the same schema
+    (named after the machine's temp dir)."""
+
+    def make_store(self, path: Path) -> SessionStore:
+        schema = "m_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        url = f"{_pg.database_url()}?schema={schema}"
+        return SessionStore.open(url, sync=False, hot_sessions=3, token_counter=count_tokens)
+
+
+MACHINES: dict[str, type[SessionMachine]] = {
+    "lmdb": SessionMachine,
+    "postgres": PostgresSessionMachine,
+}
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_the_session_machine(kind: str) -> None:
+    chosen = SessionMachine.TestCase.settings
+    if kind == "postgres":
+        _pg.database_url()  # skips here (or fails, when required) rather than inside the machine
+        chosen = settings(chosen, max_examples=max(5, (chosen.max_examples or 20) // 4))
+    run_state_machine_as_test(MACHINES[kind], settings=chosen)
 
 
 def docstring_example() -> str:
