@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests import _require
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "var" / "screenshots"
@@ -38,9 +38,7 @@ def chromium_path() -> str:
         "the viewer's browser tests need the distribution's Chromium on PATH "
         "(Debian/Ubuntu: apt-get install -y chromium); .ci/run installs it"
     )
-    if os.environ.get("SESSIONLOG_REQUIRE_BROWSER") == "1":
-        raise RuntimeError(why)
-    pytest.skip(why)
+    _require.unavailable("BROWSER", why)
 
 
 def launch(playwright: Any) -> Any:

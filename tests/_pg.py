@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-import pytest
+from tests import _require
 
 CANDIDATES = (
     "postgresql://postgres@127.0.0.1:5432/postgres",
@@ -43,10 +43,9 @@ HOW_TO_RUN = (
 
 def unavailable(reason: str) -> NoReturn:
     """Skip the calling test for want of PostgreSQL, or fail it when the run requires PostgreSQL."""
-    if os.environ.get(REQUIRE_ENV) == "1":
-        raise RuntimeError(f"{REQUIRE_ENV}=1 but the PostgreSQL tests cannot run: {reason}")
-    _state.setdefault("skipped", reason)
-    pytest.skip(f"no PostgreSQL: {reason}")
+    if not _require.required("POSTGRES"):
+        _state.setdefault("skipped", reason)
+    _require.unavailable("POSTGRES", f"no PostgreSQL: {reason}")
 
 
 def skip_note() -> str | None:

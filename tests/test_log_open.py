@@ -26,6 +26,7 @@ import pytest
 from eventlog import ANY, EventLog, StorageError
 from eventlog._disk import LOCK_FILE_BYTES
 from eventlog.events import Message, MessageInjected
+from tests import _require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,7 +137,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+        _require.unavailable(
+            "TMPFS", f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}"
+        )
     try:
         yield mount
     finally:
