@@ -282,7 +282,7 @@ def _decoded(decode: Any, line: bytes, path: str, number: int) -> dict[str, Any]
     except ValueError as exc:  # msgspec's decode errors are ValueErrors, as is bad UTF-8
         raise TranscriptError(path, number, _why_undecodable(line, exc)) from exc
     if type(value) is not dict:
-        raise TranscriptError(path, number, f"expected a JSON object, got {_json_type_name(value)}")
+        raise TranscriptError(path, number, f"expected a JSON object, got {json_type_name(value)}")
     return value
 
 
@@ -294,7 +294,7 @@ def _why_undecodable(line: bytes, exc: ValueError) -> str:
     return f"invalid JSON: {exc}"
 
 
-def _json_type_name(value: object) -> str:
+def json_type_name(value: object) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):

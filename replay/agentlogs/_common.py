@@ -20,7 +20,7 @@ import msgspec
 from blake3 import blake3
 
 from replay import _limits
-from replay._transcript import decoded_bytes_estimate
+from replay._transcript import decoded_bytes_estimate, json_type_name
 from sessions import InvalidArgumentError
 
 Message = dict[str, Any]
@@ -152,7 +152,7 @@ def _decoded(source: Source, decode: Any, line: bytes, number: int) -> Record | 
         source.damaged(number, why_undecodable(line, exc))
         return None
     if type(value) is not dict:
-        source.damaged(number, f"expected a JSON object, got {json_type(value)}")
+        source.damaged(number, f"expected a JSON object, got {json_type_name(value)}")
         return None
     return value
 
@@ -166,20 +166,6 @@ def why_undecodable(data: bytes, exc: ValueError) -> str:
     if "truncated" in text.lower():
         return "truncated JSON (the line ends inside a value)"
     return f"invalid JSON: {text}"
-
-
-def json_type(value: object) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return "null"
 
 
 _AT_BYTE = re.compile(r"byte (\d+)")
