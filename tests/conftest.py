@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -98,13 +99,25 @@ def log_factory(tmp_path: Path) -> Iterator[Callable[[str], EventLog]]:
         item.close()
 
 
-def open_store(kind: str, path: Path, **options: Any) -> SessionStore:
-    """An empty store on `kind`: LMDB in directory `path`, PostgreSQL in a schema of its own."""
+def store_target_of(kind: str, path: Path) -> str:
+    """Where a new empty store on `kind` lives: directory `path` for LMDB, a schema of its own for
+    PostgreSQL, nothing (the empty string) for the in-memory reference store."""
     if kind == "postgres":
-        return SessionStore.open(_pg.fresh_schema_url("s"), **options)
+        return _pg.fresh_schema_url("s")
     if kind == "lmdb":
-        return SessionStore.open(path, **options)
-    raise ValueError(f"open_store: kind must be one of {STORE_KINDS}, got {kind!r}")
+        return str(path)
+    if kind == "memory":
+        return ""
+    raise ValueError(
+        f"store_target_of: kind must be one of {STORE_KINDS} or 'memory', got {kind!r}"
+    )
+
+
+def open_store(kind: str, target: str, **options: Any) -> SessionStore:
+    """The store on `kind` at `target` (see `store_target_of`)."""
+    if kind == "memory":
+        return SessionStore.memory(**options)
+    return SessionStore.open(target, **options)
 
 
 def assert_store_consistent(store: SessionStore) -> None:
@@ -120,8 +133,8 @@ def assert_store_consistent(store: SessionStore) -> None:
 
 @pytest.fixture
 def store_kind() -> str:
-    """The backend of `store`: LMDB. A module runs its tests on every backend with
-    `pytestmark = pytest.mark.parametrize("store_kind", STORE_KINDS)`."""
+    """The backend of `store`: LMDB. A module that overrides this fixture with
+    `params=STORE_KINDS` runs its tests on every backend (`"memory"` adds the reference store)."""
     return "lmdb"
 
 
@@ -132,10 +145,36 @@ def store_options() -> dict[str, Any]:
 
 
 @pytest.fixture
-def store(store_kind: str, store_options: dict[str, Any], tmp_path: Path) -> Iterator[SessionStore]:
+def store_target(store_kind: str, tmp_path: Path) -> str:
+    """Where `store` lives, for a test that opens it again (in another process, say)."""
+    return store_target_of(store_kind, tmp_path / "store")
+
+
+@pytest.fixture
+def store(
+    store_kind: str, store_target: str, store_options: dict[str, Any]
+) -> Iterator[SessionStore]:
     """An empty `SessionStore` on `store_kind`. On teardown, unless the test closed it, its log
     must verify and its projections must equal a rebuild from the log."""
-    with open_store(store_kind, tmp_path / "store", **store_options) as opened:
+    with open_store(store_kind, store_target, **store_options) as opened:
         yield opened
         if not opened.log.closed:
             assert_store_consistent(opened)
+
+
+@pytest.fixture
+def make_store(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., SessionStore]]:
+    """Opens more empty stores on `store_kind` (keyword arguments go to the constructor); each is
+    checked on teardown like `store`."""
+    opened: list[SessionStore] = []
+    with ExitStack() as stack:
+
+        def make(**options: Any) -> SessionStore:
+            target = store_target_of(store_kind, tmp_path / f"store-{len(opened)}")
+            opened.append(stack.enter_context(open_store(store_kind, target, **options)))
+            return opened[-1]
+
+        yield make
+        for made in opened:
+            if not made.log.closed:
+                assert_store_consistent(made)

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 
 from sessions import ConcurrencyError, ContextPolicy, SessionStore
 from sessions._context_policy import decide_attempts_max
-from tests import _pg
+from tests.conftest import STORE_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 HELD_S = 5.0
@@ -51,17 +51,10 @@ class SlowSummarizer:
         return f"summary of {len(messages)}"
 
 
-@pytest.fixture(params=["lmdb", "postgres"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        return _pg.fresh_schema_url("compact")
-    return str(tmp_path / "store")
-
-
-@pytest.fixture
-def store(target: str) -> Iterator[SessionStore]:
-    with SessionStore.open(target) as opened:
-        yield opened
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test taking the shared `store` fixture runs on LMDB and on PostgreSQL."""
+    return str(request.param)
 
 
 def session_of(store: SessionStore, sid: str, count: int) -> str:
@@ -90,7 +83,7 @@ def compact_in_thread(
 
 
 def test_a_slow_summarizer_holds_up_no_writer_here_or_in_another_process(
-    store: SessionStore, target: str
+    store: SessionStore, store_target: str
 ) -> None:
     order: list[str] = []
     session_of(store, "a", 6)
@@ -102,7 +95,7 @@ def test_a_slow_summarizer_holds_up_no_writer_here_or_in_another_process(
         store.inject("b", {"role": "user", "content": "while summarizing"})
         order.append("inject in another thread")
         other = subprocess.run(
-            [sys.executable, "-c", OTHER_PROCESS, target],
+            [sys.executable, "-c", OTHER_PROCESS, store_target],
             capture_output=True,
             text=True,
             timeout=60,
@@ -180,7 +173,7 @@ def chars(message: Any) -> int:
 
 @pytest.mark.parametrize("changes", [1, 5])
 def test_a_context_checkpoint_never_calls_its_summarizer_inside_the_write(
-    tmp_path: Path, changes: int
+    make_store: Callable[..., SessionStore], changes: int
 ) -> None:
     """A session that changes while the summarizer runs is decided again outside the write,
     and after `decide_attempts_max` changes in a row the checkpoint waits for the next turn."""
@@ -197,13 +190,13 @@ def test_a_context_checkpoint_never_calls_its_summarizer_inside_the_write(
         return f"summary of {len(messages)}"
 
     policy = ContextPolicy(window_tokens=1_000, summarizer=summarizer)
-    with SessionStore.open(tmp_path / "store", token_counter=chars) as store:
-        sid = store.open_session()
-        store.inject_many(sid, [{"role": "user", "content": f"{i}" * 170} for i in range(6)])
-        report = store.maintain_context(sid, policy=policy)
-        attempts = decide_attempts_max
-        assert calls == [False] * (changes + 1 if changes < attempts else attempts)
-        assert report["checkpoint"] is (changes < attempts)
-        summaries = [m for m in store.context(sid) if m.get("summary")]
-        assert len(summaries) == (2 if changes < attempts else 0)
-        assert store.length(sid) == 6 + min(changes, attempts) + len(summaries)
+    store = make_store(token_counter=chars)
+    sid = store.open_session()
+    store.inject_many(sid, [{"role": "user", "content": f"{i}" * 170} for i in range(6)])
+    report = store.maintain_context(sid, policy=policy)
+    attempts = decide_attempts_max
+    assert calls == [False] * (changes + 1 if changes < attempts else attempts)
+    assert report["checkpoint"] is (changes < attempts)
+    summaries = [m for m in store.context(sid) if m.get("summary")]
+    assert len(summaries) == (2 if changes < attempts else 0)
+    assert store.length(sid) == 6 + min(changes, attempts) + len(summaries)

@@ -7,12 +7,10 @@ known kinds with fields of the wrong types, and records that are fine."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from hypothesis import event, given
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from replay import seed_from_jsonl
@@ -113,17 +111,6 @@ def lines(draw: st.DrawFn) -> bytes:
     return json.dumps(draw(known_records), ensure_ascii=draw(st.booleans())).encode()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path_factory.mktemp("fuzz") / "s") as opened:
-        yield opened
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("files")
-
-
 def _ids(store: SessionStore) -> set[str]:
     ids: set[str] = set()
     cursor = None
@@ -135,11 +122,19 @@ def _ids(store: SessionStore) -> set[str]:
             return ids
 
 
+# One store and one file for all the examples, on purpose: each example must leave the sessions
+# already there untouched, and the shared fixture checks the whole store once at the end.
+@settings(
+    suppress_health_check=[
+        *settings.default.suppress_health_check,
+        HealthCheck.function_scoped_fixture,
+    ]
+)
 @given(body=st.lists(lines(), max_size=8), final_newline=st.booleans())
 def test_arbitrary_lines_never_raise_and_never_half_write(
-    store: SessionStore, work: Path, body: list[bytes], final_newline: bool
+    store: SessionStore, tmp_path: Path, body: list[bytes], final_newline: bool
 ) -> None:
-    path = work / "llm_transcript.jsonl"
+    path = tmp_path / "llm_transcript.jsonl"
     path.write_bytes(b"\n".join(body) + (b"\n" if final_newline and body else b""))
     head, before = store.log.head, _ids(store)
     result = seed_from_jsonl(store, path)

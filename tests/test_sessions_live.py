@@ -4,9 +4,8 @@ and on the in-memory reference store."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +21,16 @@ from sessions import (
 
 
 @pytest.fixture(params=["lmdb", "memory"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    opened = SessionStore.open(tmp_path / "s") if request.param == "lmdb" else SessionStore.memory()
-    with opened:
-        opened.open_session("s")
-        yield opened
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on LMDB and on the in-memory reference store."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store(store: SessionStore) -> SessionStore:
+    """The shared `store` fixture with session `s` open."""
+    store.open_session("s")
+    return store
 
 
 def refused(

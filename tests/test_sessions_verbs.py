@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,26 +32,9 @@ StoreFactory = Callable[..., SessionStore]
 
 
 @pytest.fixture(params=["lmdb", "memory"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    """Opens stores of one kind (options go to the constructor); closes them afterwards."""
-    opened: list[SessionStore] = []
-
-    def make(**options: Any) -> SessionStore:
-        if request.param == "lmdb":
-            store = SessionStore.open(tmp_path / f"s{len(opened) or ''}", **options)
-        else:
-            store = SessionStore.memory(**options)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(make_store: StoreFactory) -> SessionStore:
-    return make_store()
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on LMDB and on the in-memory reference store."""
+    return str(request.param)
 
 
 def user(text: str) -> dict[str, Any]:

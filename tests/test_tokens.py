@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,6 @@ from sessions._tokens import HANDLE_CONTEXT, entropy_problem, token_handle
 
 T0 = "2026-05-01T00:00:00Z"
 T_EXPIRY = "2026-06-01T00:00:00Z"
-StoreFactory = Callable[[], SessionStore]
 
 
 def at(days: float) -> str:
@@ -45,23 +43,9 @@ def at(days: float) -> str:
 
 
 @pytest.fixture(params=["lmdb", "memory"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    opened: list[SessionStore] = []
-
-    def make() -> SessionStore:
-        lmdb = request.param == "lmdb"
-        store = SessionStore.open(tmp_path / "store") if lmdb else SessionStore.memory()
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(make_store: StoreFactory) -> SessionStore:
-    return make_store()
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on LMDB and on the in-memory reference store."""
+    return str(request.param)
 
 
 def create(store: SessionStore, **options: Any) -> BearerSession:
