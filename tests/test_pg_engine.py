@@ -1,5 +1,6 @@
-"""The engine on PostgreSQL: histories against the reference, seeding,
-and what only a server backend has (schema migration, idempotency keys, a down server, wake-ups).
+"""The engine on PostgreSQL: seeding, and what only a server backend has (schema migration,
+idempotency keys, a down server, wake-ups). Histories against the in-memory reference run on every
+backend in `test_sessions_statemachine.py`.
 
 Every test here runs against a real server (see `tests/_pg.py`) in a schema of its own.
 """
@@ -12,10 +13,7 @@ import time
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 
-import projections as pj
-import sessions.testing
 from eventlog import (
     NO_STREAM,
     CorruptStoreError,
@@ -24,41 +22,11 @@ from eventlog import (
     _postgres,
 )
 from eventlog.events import Message, MessageInjected
-from sessions import SessionStore
-from sessions.testing import (
-    SESSION_ID_POOL,
-    count_tokens,
-    histories,
-    observed,
-    run_history,
-)
 from tests import _pg
 
 
 def said(text: str) -> MessageInjected:
     return MessageInjected(message=Message(role="user", content=text))
-
-
-@settings(suppress_health_check=[HealthCheck.too_slow])
-@given(history=histories())
-def test_histories_replay_alike_on_memory_and_postgres(
-    history: list[sessions.testing.VerbCall],
-) -> None:
-    durable = SessionStore.open(_pg.fresh_schema_url("h"), sync=False, token_counter=count_tokens)
-    reference = SessionStore.memory(token_counter=count_tokens)
-    with durable, reference:
-        assert run_history(durable, history) == run_history(reference, history)
-        assert durable.log.verify().ok
-        for sid in SESSION_ID_POOL:
-            a, b = durable.snapshot(sid), reference.snapshot(sid)
-            assert (a is None) == (b is None)
-            if a is not None and b is not None:
-                assert observed(a) == observed(b)
-        with durable.log.view() as view:
-            before = pj.dump(view)
-        durable.rebuild()
-        with durable.log.view() as view:
-            assert pj.dump(view) == before
 
 
 # Schema: created, versioned, migrated, and refused when it is not ours

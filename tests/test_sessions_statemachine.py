@@ -34,7 +34,7 @@ from sessions.testing import (
     run_history,
 )
 from tests import _pg
-from tests.conftest import STORE_KINDS
+from tests.conftest import STORE_KINDS, open_store, store_target_of
 
 
 class PostgresSessionMachine(SessionMachine):
@@ -192,15 +192,15 @@ def test_messages_come_back_in_their_canonical_form(message: dict[str, Any]) -> 
         assert store.messages("s") == [canonical(message)]
 
 
+@pytest.mark.parametrize("kind", STORE_KINDS)
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(history=histories())
-def test_histories_replay_alike_on_memory_and_lmdb(
-    history: list[sessions.testing.VerbCall],
+def test_histories_replay_alike_on_memory_and_each_backend(
+    kind: str, history: list[sessions.testing.VerbCall]
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        durable = SessionStore.open(
-            Path(directory) / "store", sync=False, token_counter=count_tokens
-        )
+        target = store_target_of(kind, Path(directory) / "store")
+        durable = open_store(kind, target, sync=False, token_counter=count_tokens)
         reference = SessionStore.memory(token_counter=count_tokens)
         with durable, reference:
             assert run_history(durable, history) == run_history(reference, history)
