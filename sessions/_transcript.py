@@ -101,7 +101,7 @@ class TranscriptVerbs:
     def inject_many(
         self,
         session_id: str,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any] | ev.Message],
         *,
         expected_length: int | None = None,
         idempotency_key: str | None = None,
@@ -110,7 +110,9 @@ class TranscriptVerbs:
 
         They are recorded as `messages_injected` events of up to `messages_per_event_max`
         messages each (one record and one hash per batch, not per message); each message is
-        still its own transcript entry, as after `inject`. Returns how many were appended; an
+        still its own transcript entry, as after `inject`. A `Message` struct of the event catalog
+        (typed already, as a reader decoding its own packed messages makes them) is taken as it
+        is, and still read back once its record is encoded. Returns how many were appended; an
         empty sequence appends nothing (the session must still exist). `expected_length` and
         `idempotency_key` as for `inject`; a repeated key appends nothing and returns 0.
         """

@@ -19,6 +19,8 @@ from typing import Any
 import msgspec
 from blake3 import blake3
 
+from eventlog import check_plain, limits
+from eventlog import events as ev
 from replay import _limits
 from replay._transcript import decoded_bytes_estimate, json_type_name
 from sessions import InvalidArgumentError
@@ -34,9 +36,11 @@ _READ_BUFFER_BYTES = 1 << 20
 _PROGRESS_LINES = 2048
 _BOM = b"\xef\xbb\xbf"
 _UNKNOWN_FIELD_NAMES_MAX = 64  # names listed in the metadata; all are counted
+_DEPTH_SAFE = limits.value_depth_max - 8  # a message wraps its record's values a few levels in
 _OBJECT_BYTES_PER_BYTE_MAX = 65  # a `{` costs `decoded_bytes_estimate` 64 bytes and itself
 _encode = msgspec.json.Encoder().encode
-_decode_kept = msgspec.json.Decoder().decode
+_pack = msgspec.msgpack.Encoder().encode
+_unpack_message = msgspec.msgpack.Decoder(ev.Message).decode
 
 
 class AgentLogError(InvalidArgumentError):
@@ -207,9 +211,18 @@ def json_document(source: Source) -> Any:
 # Building sessions
 
 
+def _nested_deeply(text: str) -> bool:
+    """Whether a record's JSON may nest near `value_depth_max` (it opens that many containers:
+    two scans in C). Only then is a message made from it walked by `check_plain`; the kept
+    record itself is one string."""
+    return text.count("{") + text.count("[") > _DEPTH_SAFE
+
+
 class _Kept:
-    """Finished messages, each re-encoded into one buffer; `patch` adds metadata keys to a
-    message already kept (a dangling call is known only at the end)."""
+    """Finished messages, each packed (msgpack, in the engine's `Message` shape) into one buffer
+    and read back by one typed decoder as `Message` structs, which the engine takes as they are:
+    a message is checked field by field in C once, not walked again as a tree of dicts. `patch`
+    adds metadata keys to a message already kept (a dangling call is known only at the end)."""
 
     def __init__(self) -> None:
         self.buffer = bytearray()
@@ -220,17 +233,23 @@ class _Kept:
         return len(self.ends)
 
     def append(self, message: Message) -> None:
-        self.buffer += _encode(message)
+        self.buffer += _pack(message)
         self.ends.append(len(self.buffer))
 
-    def batches(self, count_max: int, bytes_max: int) -> Iterator[list[Message]]:
-        batch: list[Message] = []
+    def batches(self, path: str, count_max: int, bytes_max: int) -> Iterator[list[ev.Message]]:
+        batch: list[ev.Message] = []
         size = 0
+        view = memoryview(self.buffer)
         for index, end in enumerate(self.ends):
             start = self.ends[index - 1] if index else 0
-            message: Message = _decode_kept(memoryview(self.buffer)[start:end])
+            try:
+                message = _unpack_message(view[start:end])
+            except ValueError as exc:  # a field of a type the engine does not store
+                lines = msgspec.msgpack.decode(view[start:end])["metadata"]["source"]["lines"]
+                problem = f"a message made from this record cannot be stored: {exc}"
+                raise AgentLogError(path, lines[0] if lines else None, problem) from exc
             if index in self.patches:
-                message.setdefault("metadata", {}).update(self.patches[index])
+                message.metadata.update(self.patches[index])
             batch.append(message)
             size += end - start
             if len(batch) >= count_max or size >= bytes_max:
@@ -289,7 +308,9 @@ class Built:
 
     def __init__(self, key: str, source: Source) -> None:
         self.key = key
+        self.path = source.path
         self.text = source.record_text
+        self.deep = False  # the held message came from a record nested deeply enough to check
         self.kept = _Kept()
         self.held: Message | None = None
         self.pending: list[dict[str, Any]] = []
@@ -334,13 +355,16 @@ class Built:
         """Start a new message (finishing the held one); returns it, held, for merging. A
         message made from a record another message already carries passes None."""
         self._flush()
+        role = message["role"]
+        if type(role) is not str or not role.strip():
+            raise AgentLogError(self.path, line, f"expected a non-empty role, got {role!r}")
         texts = [] if record is None else [self.text(record)]
+        self.deep = bool(texts) and _nested_deeply(texts[0])
         source: dict[str, Any] = {"lines": [line], "records": texts}
         if self.pending:
             source["attached"], self.pending = self.pending, []
         message.setdefault("metadata", {})["source"] = source
         self.held = message
-        role = message["role"]
         if not message.get("summary"):
             self.roles[role] += 1
         if role == "user" and self.first_prompt is None and not message.get("synthetic"):
@@ -355,7 +379,9 @@ class Built:
         assert self.held is not None, "merge() without a held message"
         source = self.held["metadata"]["source"]
         source["lines"].append(line)
-        source["records"].append(self.text(record))
+        text = self.text(record)
+        source["records"].append(text)
+        self.deep = self.deep or _nested_deeply(text)
         if self.pending:
             source.setdefault("attached", []).extend(self.pending)
             self.pending = []
@@ -400,9 +426,17 @@ class Built:
         self.add(summarized, line, None)
 
     def _flush(self) -> None:
-        if self.held is not None:
-            self.kept.append(self.held)
-            self.held = None
+        held = self.held
+        if held is None:
+            return
+        line = held["metadata"]["source"]["lines"][0]
+        try:
+            if self.deep:  # values taken from such a record may pass the engine's depth bound
+                check_plain(held, what="the message")
+            self.kept.append(held)
+        except (InvalidArgumentError, OverflowError, TypeError) as exc:
+            raise AgentLogError(self.path, line, f"cannot be stored: {exc}") from exc
+        self.held = None
 
     def finish(self) -> None:
         """Close the session: trailing records attached, unanswered calls flagged."""

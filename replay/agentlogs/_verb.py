@@ -327,9 +327,11 @@ def _commit(
             try:
                 store.open_session(sid, **_open_options(built, about, ids))
                 for batch in built.kept.batches(
-                    limits.messages_per_event_max, _limits.seed_batch_bytes
+                    path, limits.messages_per_event_max, _limits.seed_batch_bytes
                 ):
                     store.inject_many(sid, batch)
+            except AgentLogError:
+                raise
             except InvalidArgumentError as exc:
                 raise AgentLogError(
                     path, None, f"the session engine refused session `{sid}`: {exc}"
