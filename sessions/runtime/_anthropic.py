@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 from eventlog.errors import ConfigurationError
 from sessions.runtime import _wire
 from sessions.runtime._http import (
+    HttpProvider,
     HttpSettings,
     ProviderHTTPError,
     StreamDropped,
-    Transport,
-    resolve_key,
+    context_refusal,
 )
-from sessions.runtime._params import check_params
-from sessions.runtime._providers import Completion, ContextLengthError
+from sessions.runtime._providers import Completion
 
 if TYPE_CHECKING:
     import httpx
@@ -32,16 +31,12 @@ API_VERSION = "2023-06-01"
 CONTEXT_WORDS = ("prompt is too long", "context window", "context length", "too many tokens")
 
 
-def context_refusal(status: int, text: str, where: str) -> Exception | None:
-    lowered = text.lower()
-    if status in (400, 413) and any(word in lowered for word in CONTEXT_WORDS):
-        return ContextLengthError(f"{where}: the model refused the messages as too long")
-    return None
-
-
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     """Messages over HTTP. The key comes from `api_key`, else `$api_key_env`, else that name's
     line in `secrets_file`; it is sent as `x-api-key`."""
+
+    endpoint = "/messages"
+    context_words = CONTEXT_WORDS
 
     def __init__(
         self,
@@ -57,58 +52,26 @@ class AnthropicProvider:
         max_tokens_default: int = 4096,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError(f"AnthropicProvider: name must be a non-empty str: {name!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ConfigurationError(
-                f"AnthropicProvider: base_url must be an http(s) URL: {base_url!r}"
-            )
         if isinstance(max_tokens_default, bool) or not isinstance(max_tokens_default, int):
             raise ConfigurationError("AnthropicProvider: max_tokens_default must be an int")
-        self.name = name
-        self.defaults: Mapping[str, Any] = check_params(defaults, f"provider `{name}` defaults")
-        self.url = base_url.rstrip("/") + "/messages"
-        self.stream = bool(stream)
         self.max_tokens_default = max_tokens_default
-        key = resolve_key(api_key, api_key_env, secrets_file, f"provider `{name}`")
-        self._headers = {
-            "content-type": "application/json",
-            "anthropic-version": API_VERSION,
-            **dict(headers or {}),
-        }
-        if key is not None:
-            self._headers["x-api-key"] = key
-        self._transport = Transport(settings or HttpSettings(), key)
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self.name!r}, url={self.url!r})"
-
-    async def aclose(self) -> None:
-        await self._transport.aclose()
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        params: dict[str, Any],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Completion:
-        where = f"provider `{self.name}`"
-        body = self.request_body(messages, params, tools or ())
-        consume = _assemble if self.stream else _whole
-
-        async def read(resp: httpx.Response) -> Completion:
-            return await consume(resp, where)
-
-        completion: Completion = await self._transport.send(
-            self.url,
-            self._headers,
-            body,
-            read,
-            lambda status, text: context_refusal(status, text, where),
-            where,
+        super().__init__(
+            name,
+            base_url=base_url,
+            defaults=defaults,
+            api_key=api_key,
+            api_key_env=api_key_env,
+            secrets_file=secrets_file,
+            stream=stream,
+            settings=settings,
+            headers={"anthropic-version": API_VERSION, **dict(headers or {})},
         )
-        return completion
+
+    def key_header(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
+        return await (_assemble if self.stream else _whole)(resp, where)
 
     def request_body(
         self,
@@ -116,13 +79,8 @@ class AnthropicProvider:
         params: Mapping[str, Any],
         tools: Sequence[Mapping[str, Any]],
     ) -> dict[str, Any]:
-        where = f"provider `{self.name}`"
-        model = params.get("model")
-        if model is None:
-            raise ConfigurationError(
-                f"{where}: no `model`: set it in the provider's defaults, the session's "
-                "runtime_params or the prompt's"
-            )
+        where = self.where
+        model = self.model(params)
         system, turns = to_anthropic(messages, where)
         if params.get("system_prompt"):
             system.append(params["system_prompt"])
@@ -238,7 +196,7 @@ def _add_delta(blocks: dict[int, dict[str, Any]], event: dict[str, Any], where: 
 def _error(error: object, where: str) -> Exception:
     info = error if isinstance(error, dict) else {}
     text = f"{info.get('type', 'error')}: {info.get('message', '')}"
-    refused = context_refusal(400, text, where)
+    refused = context_refusal(400, text, where, CONTEXT_WORDS)
     if refused is not None:
         return refused
     if info.get("type") == "overloaded_error":

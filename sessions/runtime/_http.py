@@ -1,5 +1,6 @@
 """HTTP plumbing shared by the model providers: API keys, one pooled `httpx.AsyncClient` per
-event loop, and a request that retries what is worth retrying.
+event loop, a request that retries what is worth retrying, and `HttpProvider`, the base of the
+providers that speak a model's API over it.
 
 Retried: 429 and 5xx answers (after `Retry-After` when the server sends one, else exponential
 backoff with full jitter), connect and read timeouts, and connections dropped before the answer
@@ -19,12 +20,14 @@ import os
 import random
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventlog.errors import ConfigurationError
+from sessions.runtime._params import check_params
+from sessions.runtime._providers import Completion, ContextLengthError
 
 if TYPE_CHECKING:
     import httpx
@@ -250,3 +253,111 @@ class Transport:
 
 class StreamDropped(Exception):
     """A stream ended before its final event: retried like a dropped connection."""
+
+
+def context_refusal(status: int, text: str, where: str, words: Sequence[str]) -> Exception | None:
+    """`ContextLengthError` when an answer of `status` refuses the messages as too long (it says
+    one of `words`); None for any other error."""
+    lowered = text.lower()
+    if status in (400, 413) and any(word in lowered for word in words):
+        return ContextLengthError(f"{where}: the model refused the messages as too long")
+    return None
+
+
+class HttpProvider:
+    """What the HTTP providers share: the name and defaults, the endpoint's URL, the headers with
+    the API key (from `api_key`, else `$api_key_env`, else that name's line in `secrets_file`),
+    and one `complete` that sends the body and reads the answer. A subclass says how the key is
+    sent (`key_header`), builds the body (`request_body`) and reads an answer (`read_answer`)."""
+
+    endpoint = ""
+    """The path after `base_url` that requests go to."""
+    context_words: Sequence[str] = ()
+    """Words of an error answer that refuses the messages as too long (see `context_refusal`)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str,
+        defaults: Mapping[str, Any] | None,
+        api_key: str | None,
+        api_key_env: str | None,
+        secrets_file: str | os.PathLike[str] | None,
+        stream: bool,
+        settings: HttpSettings | None,
+        headers: Mapping[str, str],
+    ) -> None:
+        kind = type(self).__name__
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"{kind}: name must be a non-empty str: {name!r}")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"{kind}: base_url must be an http(s) URL: {base_url!r}")
+        self.name = name
+        self.defaults: Mapping[str, Any] = check_params(defaults, f"provider `{name}` defaults")
+        self.url = base_url.rstrip("/") + self.endpoint
+        self.stream = bool(stream)
+        key = resolve_key(api_key, api_key_env, secrets_file, self.where)
+        self._headers = {"content-type": "application/json", **dict(headers)}
+        if key is not None:
+            self._headers.update(self.key_header(key))
+        self._transport = Transport(settings or HttpSettings(), key)
+
+    @property
+    def where(self) -> str:
+        """How errors name this provider."""
+        return f"provider `{self.name}`"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, url={self.url!r})"
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    def key_header(self, key: str) -> dict[str, str]:
+        """The header that carries the API key."""
+        raise NotImplementedError
+
+    def request_body(
+        self,
+        messages: list[dict[str, Any]],
+        params: Mapping[str, Any],
+        tools: Sequence[Mapping[str, Any]],
+    ) -> dict[str, Any]:
+        """The JSON body for these messages, merged parameters and tool specs."""
+        raise NotImplementedError
+
+    async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
+        """The completion in a successful answer (streamed or whole, as `stream` says)."""
+        raise NotImplementedError
+
+    def model(self, params: Mapping[str, Any]) -> Any:
+        """The `model` of the merged parameters, which every request needs."""
+        model = params.get("model")
+        if model is None:
+            raise ConfigurationError(
+                f"{self.where}: no `model`: set it in the provider's defaults, the session's "
+                "runtime_params or the prompt's"
+            )
+        return model
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        where = self.where
+        body = self.request_body(messages, params, tools or ())
+
+        async def read(resp: httpx.Response) -> Completion:
+            return await self.read_answer(resp, where)
+
+        def refusal(status: int, text: str) -> Exception | None:
+            return context_refusal(status, text, where, self.context_words)
+
+        completion: Completion = await self._transport.send(
+            self.url, self._headers, body, read, refusal, where
+        )
+        return completion

@@ -19,14 +19,13 @@ from eventlog.errors import ConfigurationError
 from sessions._ids import uuid7
 from sessions.runtime import _wire
 from sessions.runtime._http import (
+    HttpProvider,
     HttpSettings,
     ProviderHTTPError,
     StreamDropped,
-    Transport,
-    resolve_key,
+    context_refusal,
 )
-from sessions.runtime._params import check_params
-from sessions.runtime._providers import Completion, ContextLengthError
+from sessions.runtime._providers import Completion
 
 if TYPE_CHECKING:
     import httpx
@@ -50,16 +49,12 @@ CONTEXT_WORDS = (
 """Words of a 400 answer that refuses the messages as too long, across compatible servers."""
 
 
-def context_refusal(status: int, text: str, where: str) -> Exception | None:
-    lowered = text.lower()
-    if status in (400, 413) and any(word in lowered for word in CONTEXT_WORDS):
-        return ContextLengthError(f"{where}: the model refused the messages as too long")
-    return None
-
-
-class OpenAIProvider:
+class OpenAIProvider(HttpProvider):
     """Chat Completions over HTTP. The key comes from `api_key`, else `$api_key_env`, else that
     name's line in `secrets_file`; with none, no `Authorization` header is sent."""
+
+    endpoint = "/chat/completions"
+    context_words = CONTEXT_WORDS
 
     def __init__(
         self,
@@ -75,56 +70,28 @@ class OpenAIProvider:
         max_tokens_field: str = "max_tokens",
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError(f"OpenAIProvider: name must be a non-empty str: {name!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ConfigurationError(
-                f"OpenAIProvider: base_url must be an http(s) URL: {base_url!r}"
-            )
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise ConfigurationError(
                 "OpenAIProvider: max_tokens_field must be max_tokens or max_completion_tokens"
             )
-        self.name = name
-        self.defaults: Mapping[str, Any] = check_params(defaults, f"provider `{name}` defaults")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.stream = bool(stream)
         self.max_tokens_field = max_tokens_field
-        key = resolve_key(api_key, api_key_env, secrets_file, f"provider `{name}`")
-        self._headers = {"content-type": "application/json", **dict(headers or {})}
-        if key is not None:
-            self._headers["authorization"] = f"Bearer {key}"
-        self._transport = Transport(settings or HttpSettings(), key)
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(name={self.name!r}, url={self.url!r})"
-
-    async def aclose(self) -> None:
-        await self._transport.aclose()
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        params: dict[str, Any],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Completion:
-        where = f"provider `{self.name}`"
-        body = self.request_body(messages, params, tools or ())
-        consume = self._assemble if self.stream else self._whole
-
-        async def read(resp: httpx.Response) -> Completion:
-            return await consume(resp, where)
-
-        completion: Completion = await self._transport.send(
-            self.url,
-            self._headers,
-            body,
-            read,
-            lambda status, text: context_refusal(status, text, where),
-            where,
+        super().__init__(
+            name,
+            base_url=base_url,
+            defaults=defaults,
+            api_key=api_key,
+            api_key_env=api_key_env,
+            secrets_file=secrets_file,
+            stream=stream,
+            settings=settings,
+            headers=headers or {},
         )
-        return completion
+
+    def key_header(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
+
+    async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
+        return await (self._assemble if self.stream else self._whole)(resp, where)
 
     def request_body(
         self,
@@ -133,13 +100,8 @@ class OpenAIProvider:
         tools: Sequence[Mapping[str, Any]],
     ) -> dict[str, Any]:
         """The JSON body for these messages, merged parameters and tool specs."""
-        where = f"provider `{self.name}`"
-        model = params.get("model")
-        if model is None:
-            raise ConfigurationError(
-                f"{where}: no `model`: set it in the provider's defaults, the session's "
-                "runtime_params or the prompt's"
-            )
+        where = self.where
+        model = self.model(params)
         body: dict[str, Any] = {
             "model": model,
             "messages": to_openai(messages, params.get("system_prompt"), where),
@@ -244,7 +206,7 @@ def _add_delta(delta: dict[str, Any], text: list[str], calls: dict[int, dict[str
 
 def _stream_error(error: dict[str, Any], where: str) -> Exception:
     text = f"{error.get('code', '')} {error.get('message', '')}"
-    refused = context_refusal(400, text, where)
+    refused = context_refusal(400, text, where, CONTEXT_WORDS)
     if refused is not None:
         return refused
     return ProviderHTTPError(f"{where}: the stream carried an error: {text.strip()[:500]}")
