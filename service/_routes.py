@@ -5,6 +5,8 @@ verb of the store (reads in a worker thread, writes through the writer) and shap
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -20,8 +22,9 @@ from service._request import Answer, Found, caller, read, read_json, respond, se
 from sessions import SessionStore
 
 _SCAN_PAGES_MAX = 20
-"""Pages of the engine's session list one filtered `GET /v1/sessions` reads before answering with
-what it found and a cursor: a rare filter never makes one request scan the whole store."""
+"""Pages of the engine's session list one filtered list (`GET /v1/sessions`, or the viewer's) reads
+before answering with what it found and a cursor: a rare filter never makes one request scan the
+whole store."""
 
 
 def session_resource(summary: dict[str, Any]) -> dict[str, Any]:
@@ -73,31 +76,56 @@ async def _visible(request: Request, verb: str) -> tuple[SessionStore, Caller, s
 
 
 async def list_sessions(request: Request) -> Response:
-    store, who = service(request).store, caller(request)
-    limit = _int_query(request, "limit", 50, 1, 200)
-    assert limit is not None
+    store, who, scan = service(request).store, caller(request), SessionScan.of(request)
     query = request.query_params
-    status = query.get("status") or None
     parent, key, value = query.get("parent"), query.get("metadata_key"), query.get("metadata_value")
-    cursor = query.get("cursor") or None
 
-    def scan() -> dict[str, Any]:
-        found: list[dict[str, Any]] = []
-        after = cursor
-        for _ in range(_SCAN_PAGES_MAX):
-            page = store.list_sessions(cursor=after, limit=limit, status=status)
-            for item in page["sessions"]:
-                after = item["session_id"]
-                if _wanted(store, who, item, parent, key, value):
-                    found.append(session_resource(item))
-                if len(found) == limit:
-                    more = item is not page["sessions"][-1] or page["next_cursor"] is not None
-                    return {"object": "list", "data": found, "next_cursor": after if more else None}
-            if page["next_cursor"] is None:
-                return {"object": "list", "data": found, "next_cursor": None}
+    def row(item: dict[str, Any]) -> dict[str, Any] | None:
+        return session_resource(item) if _wanted(store, who, item, parent, key, value) else None
+
+    def page() -> dict[str, Any]:
+        found, after = scan.run(store, row)
         return {"object": "list", "data": found, "next_cursor": after}
 
-    return respond(await read(scan))
+    return respond(await read(page))
+
+
+@dataclass(frozen=True)
+class SessionScan:
+    """A filtered walk of the engine's session list, as a list request's query asks for it: up
+    to `limit` sessions (of `status`, when given) after `cursor`."""
+
+    limit: int
+    status: str | None
+    cursor: str | None
+
+    @classmethod
+    def of(cls, request: Request) -> SessionScan:
+        limit = _int_query(request, "limit", 50, 1, 200)
+        assert limit is not None
+        query = request.query_params
+        return cls(limit, query.get("status") or None, query.get("cursor") or None)
+
+    def run(
+        self, store: SessionStore, row: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The rows `row` makes of the sessions it keeps (it answers None for the others), and
+        the cursor to go on from (None at the end). Reads at most `_SCAN_PAGES_MAX` pages."""
+        found: list[dict[str, Any]] = []
+        after = self.cursor
+        for _ in range(_SCAN_PAGES_MAX):
+            page = store.list_sessions(cursor=after, limit=self.limit, status=self.status)
+            for item in page["sessions"]:
+                after = item["session_id"]
+                kept = row(item)
+                if kept is not None:
+                    found.append(kept)
+                if len(found) == self.limit:
+                    more = item is not page["sessions"][-1] or page["next_cursor"] is not None
+                    return found, after if more else None
+            if page["next_cursor"] is None:
+                return found, None
+        return found, after
 
 
 def _wanted(
@@ -174,14 +202,26 @@ async def patch_session(request: Request) -> Response:
     sets = {key: value for key, value in changes.items() if value is not None}
     removed = [key for key, value in changes.items() if value is None]
 
-    def act() -> Answer:  # both changes in one savepoint: all of it or nothing
+    def change() -> None:  # both changes in one savepoint: all of it or nothing
         if not isinstance(body.title, msgspec.UnsetType):
             store.rename(sid, body.title)
         if changes:
             store.update_metadata(sid, sets, remove=removed)
-        return 200, _resource(store, sid)
 
-    return await write(request, act, again=lambda _: (200, _resource(store, sid)), raw=raw)
+    return await _change(request, change, lambda: _resource(store, sid), raw)
+
+
+async def _change(
+    request: Request, change: Callable[[], object], answer: Callable[[], Any], raw: bytes = b""
+) -> Response:
+    """Run `change` on the writer and answer 200 with `answer()`; a retry with the same
+    `Idempotency-Key` answers `answer()` and changes nothing."""
+
+    def act() -> Answer:
+        change()
+        return 200, answer()
+
+    return await write(request, act, again=lambda _: (200, answer()), raw=raw)
 
 
 async def close_session(request: Request) -> Response:
@@ -189,11 +229,9 @@ async def close_session(request: Request) -> Response:
     body, raw = await read_json(request, sc.CloseSession)
     status: Any = body.status if body.status is not None else body.reason
 
-    def act() -> Answer:
-        store.close_session(sid, status)
-        return 200, _resource(store, sid)
-
-    return await write(request, act, again=lambda _: (200, _resource(store, sid)), raw=raw)
+    return await _change(
+        request, lambda: store.close_session(sid, status), lambda: _resource(store, sid), raw
+    )
 
 
 async def delete_session(request: Request) -> Response:
@@ -355,31 +393,34 @@ async def compact(request: Request) -> Response:
 
 async def reset(request: Request) -> Response:
     store, _, sid = await _visible(request, "reset")
-
-    def act() -> Answer:
-        store.reset(sid)
-        return 200, _resource(store, sid)
-
-    return await write(request, act, again=lambda _: (200, _resource(store, sid)))
+    return await _change(request, lambda: store.reset(sid), lambda: _resource(store, sid))
 
 
 # Scratchpad
 
 
-def _scratchpad(store: SessionStore, sid: str) -> dict[str, Any]:
+def _picked(store: SessionStore, sid: str, verb: str, **names: str) -> dict[str, Any]:
+    """The session's id and the summary fields `names` maps to, under the API's names."""
     summary = store.summary(sid)
     if summary is None:
-        raise UnknownSessionError(sid, "scratchpad")
-    return {
-        "session_id": sid,
-        "scratchpad": summary["scratchpad"],
-        "version": summary["scratchpad_version"],
-    }
+        raise UnknownSessionError(sid, verb)
+    return {"session_id": sid, **{name: summary[field] for name, field in names.items()}}
+
+
+async def _get(
+    request: Request, verb: str, answer: Callable[[SessionStore, str], dict[str, Any]]
+) -> Response:
+    """A read of one visible session: `answer(store, sid)`, run in a worker thread."""
+    store, _, sid = await _visible(request, verb)
+    return respond(await read(answer, store, sid))
+
+
+def _scratchpad(store: SessionStore, sid: str) -> dict[str, Any]:
+    return _picked(store, sid, "scratchpad", scratchpad="scratchpad", version="scratchpad_version")
 
 
 async def get_scratchpad(request: Request) -> Response:
-    store, _, sid = await _visible(request, "scratchpad")
-    return respond(await read(_scratchpad, store, sid))
+    return await _get(request, "scratchpad", _scratchpad)
 
 
 async def put_scratchpad(request: Request) -> Response:
@@ -391,33 +432,26 @@ async def put_scratchpad(request: Request) -> Response:
         if (value := getattr(body, name)) is not None
     }
 
-    def act() -> Answer:
+    def change() -> None:
         if body.scratchpad is None:
             store.clear_scratchpad(sid, opts)
         else:
             store.set_scratchpad(sid, body.scratchpad, opts)
-        return 200, _scratchpad(store, sid)
 
-    return await write(request, act, again=lambda _: (200, _scratchpad(store, sid)), raw=raw)
+    return await _change(request, change, lambda: _scratchpad(store, sid), raw)
 
 
 # Live clients
 
 
 def _clients(store: SessionStore, sid: str) -> dict[str, Any]:
-    summary = store.summary(sid)
-    if summary is None:
-        raise UnknownSessionError(sid, "live_clients")
-    return {
-        "session_id": sid,
-        "clients": summary["live_clients"],
-        "controller_id": summary["live_controller_id"],
-    }
+    return _picked(
+        store, sid, "live_clients", clients="live_clients", controller_id="live_controller_id"
+    )
 
 
 async def get_clients(request: Request) -> Response:
-    store, _, sid = await _visible(request, "live_clients")
-    return respond(await read(_clients, store, sid))
+    return await _get(request, "live_clients", _clients)
 
 
 async def client_action(request: Request) -> Response:
@@ -432,11 +466,9 @@ async def client_action(request: Request) -> Response:
     }[action]
     options, raw = await read_json(request, dict[str, Any])
 
-    def act() -> Answer:
-        verb(sid, client_id, options)
-        return 200, _clients(store, sid)
-
-    return await write(request, act, again=lambda _: (200, _clients(store, sid)), raw=raw)
+    return await _change(
+        request, lambda: verb(sid, client_id, options), lambda: _clients(store, sid), raw
+    )
 
 
 async def client_prompt(request: Request) -> Response:

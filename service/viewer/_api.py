@@ -21,7 +21,7 @@ from eventlog import InvalidArgumentError, UnknownSessionError
 from service import _limits
 from service._access import OWNER_KEY, Caller, check_visible, may_see, owner_of
 from service._request import caller, read, respond, service
-from service._routes import _int_query, _visible
+from service._routes import SessionScan, _int_query, _visible
 from sessions import SessionStore
 
 T = TypeVar("T")
@@ -30,7 +30,6 @@ SOURCES = ("seeded", "imported", "runtime", "api")
 """Where a session came from: `seed_from_jsonl`, an imported agent log, the runtime (its metadata
 names a provider), or anything else (made through the API or the library)."""
 
-_SCAN_PAGES_MAX = 20
 _TREE_NODES_MAX = 500
 """A family larger than this is cut (the answer says so): the picture would be unreadable."""
 _DIFF_MESSAGES_MAX = 200
@@ -57,35 +56,18 @@ def source_of(summary: dict[str, Any]) -> str:
 
 
 async def list_sessions(request: Request) -> Response:
-    store, who = service(request).store, caller(request)
-    limit = _int_query(request, "limit", 50, 1, 200)
-    assert limit is not None
+    store, who, scan = service(request).store, caller(request), SessionScan.of(request)
     query = request.query_params
-    status = query.get("status") or None
     source = query.get("source") or None
     if source is not None and source not in SOURCES:
         raise InvalidArgumentError(f"query `source`: expected one of {', '.join(SOURCES)}")
     text = (query.get("q") or "").strip().lower()
-    cursor = query.get("cursor") or None
 
-    def scan() -> dict[str, Any]:
-        found: list[dict[str, Any]] = []
-        after = cursor
-        for _ in range(_SCAN_PAGES_MAX):
-            page = store.list_sessions(cursor=after, limit=limit, status=status)
-            for item in page["sessions"]:
-                after = item["session_id"]
-                row = _row(store, who, item, text, source)
-                if row is not None:
-                    found.append(row)
-                if len(found) == limit:
-                    more = item is not page["sessions"][-1] or page["next_cursor"] is not None
-                    return {"data": found, "next_cursor": after if more else None}
-            if page["next_cursor"] is None:
-                return {"data": found, "next_cursor": None}
+    def page() -> dict[str, Any]:
+        found, after = scan.run(store, lambda item: _row(store, who, item, text, source))
         return {"data": found, "next_cursor": after}
 
-    return respond(await read(scan))
+    return respond(await read(page))
 
 
 def _row(
