@@ -10,7 +10,7 @@ user message, and consecutive messages of one role are merged, as the API requir
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from eventlog.errors import ConfigurationError
@@ -18,8 +18,11 @@ from sessions.runtime import _wire
 from sessions.runtime._http import (
     HttpProvider,
     HttpSettings,
+    Messages,
+    Params,
     ProviderHTTPError,
     StreamDropped,
+    ToolSpecs,
     context_refusal,
 )
 from sessions.runtime._providers import Completion
@@ -55,16 +58,9 @@ class AnthropicProvider(HttpProvider):
         if isinstance(max_tokens_default, bool) or not isinstance(max_tokens_default, int):
             raise ConfigurationError("AnthropicProvider: max_tokens_default must be an int")
         self.max_tokens_default = max_tokens_default
+        headers = {"anthropic-version": API_VERSION, **dict(headers or {})}
         super().__init__(
-            name,
-            base_url=base_url,
-            defaults=defaults,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            secrets_file=secrets_file,
-            stream=stream,
-            settings=settings,
-            headers={"anthropic-version": API_VERSION, **dict(headers or {})},
+            name, base_url, defaults, api_key, api_key_env, secrets_file, stream, settings, headers
         )
 
     def key_header(self, key: str) -> dict[str, str]:
@@ -73,12 +69,7 @@ class AnthropicProvider(HttpProvider):
     async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
         return await (_assemble if self.stream else _whole)(resp, where)
 
-    def request_body(
-        self,
-        messages: list[dict[str, Any]],
-        params: Mapping[str, Any],
-        tools: Sequence[Mapping[str, Any]],
-    ) -> dict[str, Any]:
+    def request_body(self, messages: Messages, params: Params, tools: ToolSpecs) -> dict[str, Any]:
         where = self.where
         model = self.model(params)
         system, turns = to_anthropic(messages, where)

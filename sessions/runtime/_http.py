@@ -32,6 +32,13 @@ from sessions.runtime._providers import Completion, ContextLengthError
 if TYPE_CHECKING:
     import httpx
 
+Messages = list[dict[str, Any]]
+"""A transcript's messages, as the runtime hands them to a provider."""
+Params = Mapping[str, Any]
+"""The runtime parameters merged from every layer (see `_params`)."""
+ToolSpecs = Sequence[Mapping[str, Any]]
+"""The tools a prompt offers: each with a name, a description and JSON-schema parameters."""
+
 ERROR_TEXT_MAX = 2_000
 """Characters of a server's error body kept in an error message."""
 
@@ -278,7 +285,6 @@ class HttpProvider:
     def __init__(
         self,
         name: str,
-        *,
         base_url: str,
         defaults: Mapping[str, Any] | None,
         api_key: str | None,
@@ -286,7 +292,7 @@ class HttpProvider:
         secrets_file: str | os.PathLike[str] | None,
         stream: bool,
         settings: HttpSettings | None,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | None,
     ) -> None:
         kind = type(self).__name__
         if not isinstance(name, str) or not name:
@@ -298,7 +304,7 @@ class HttpProvider:
         self.url = base_url.rstrip("/") + self.endpoint
         self.stream = bool(stream)
         key = resolve_key(api_key, api_key_env, secrets_file, self.where)
-        self._headers = {"content-type": "application/json", **dict(headers)}
+        self._headers = {"content-type": "application/json", **dict(headers or {})}
         if key is not None:
             self._headers.update(self.key_header(key))
         self._transport = Transport(settings or HttpSettings(), key)
@@ -318,12 +324,7 @@ class HttpProvider:
         """The header that carries the API key."""
         raise NotImplementedError
 
-    def request_body(
-        self,
-        messages: list[dict[str, Any]],
-        params: Mapping[str, Any],
-        tools: Sequence[Mapping[str, Any]],
-    ) -> dict[str, Any]:
+    def request_body(self, messages: Messages, params: Params, tools: ToolSpecs) -> dict[str, Any]:
         """The JSON body for these messages, merged parameters and tool specs."""
         raise NotImplementedError
 

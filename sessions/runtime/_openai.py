@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from eventlog.errors import ConfigurationError
@@ -21,8 +21,11 @@ from sessions.runtime import _wire
 from sessions.runtime._http import (
     HttpProvider,
     HttpSettings,
+    Messages,
+    Params,
     ProviderHTTPError,
     StreamDropped,
+    ToolSpecs,
     context_refusal,
 )
 from sessions.runtime._providers import Completion
@@ -76,15 +79,7 @@ class OpenAIProvider(HttpProvider):
             )
         self.max_tokens_field = max_tokens_field
         super().__init__(
-            name,
-            base_url=base_url,
-            defaults=defaults,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            secrets_file=secrets_file,
-            stream=stream,
-            settings=settings,
-            headers=headers or {},
+            name, base_url, defaults, api_key, api_key_env, secrets_file, stream, settings, headers
         )
 
     def key_header(self, key: str) -> dict[str, str]:
@@ -93,12 +88,7 @@ class OpenAIProvider(HttpProvider):
     async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
         return await (self._assemble if self.stream else self._whole)(resp, where)
 
-    def request_body(
-        self,
-        messages: list[dict[str, Any]],
-        params: Mapping[str, Any],
-        tools: Sequence[Mapping[str, Any]],
-    ) -> dict[str, Any]:
+    def request_body(self, messages: Messages, params: Params, tools: ToolSpecs) -> dict[str, Any]:
         """The JSON body for these messages, merged parameters and tool specs."""
         where = self.where
         model = self.model(params)
