@@ -7,14 +7,14 @@ the same run. Every prompt is durable: `prompt_started` and `prompt_completed` e
   durable round-trip, two durable write transactions each putting one value of the size of our
   stored prompt records.
 - ``prompt_concurrent``: `SESSIONS` sessions prompted at once from one event loop (each session
-  one prompt after another), in round-trips/s, against the same baseline. The writer thread puts
-  the jobs that queue up during a commit into the next one (group commit), so the ratio can
+  one prompt after another), in round-trips/s, against the same baseline. The store's group
+  commit puts the writes that queue up during a commit into the next one, so the ratio can
   exceed 1.
 - ``mcp_prompt`` and ``tool_loop_10``: the MCP bridge and the tool loop (`runtime_loop_bench.py`).
 
 After the timed rounds an untimed, instrumented run of the sequential case splits a round-trip
-into the provider's time (inside `complete`), the store's time (the writer thread running jobs
-and committing, fsync included) and the rest (the runtime's own Python and the event loop's
+into the provider's time (inside `complete`), the store's time (the group commit running the
+writes and committing, fsync included) and the rest (the runtime's own Python and the event loop's
 hand-offs between threads); the engine's share is everything but the provider.
 """
 
@@ -111,8 +111,8 @@ def _concurrent_round(ctx: Context, store: SessionStore) -> Callable[[], Sample]
 
                 with Stopwatch() as watch:
                     await asyncio.gather(*(drive(sid) for sid in ids))
-                writer = runtime._writers[id(store)]
-                ctx.cache["jobs_per_commit"] = writer.jobs / max(writer.commits, 1)
+                group = store._group
+                ctx.cache["jobs_per_commit"] = group.shared / max(group.commits, 1)
                 for sid in ids:
                     await runtime.close(sid)
             return watch.sample(sessions * turns)
@@ -187,19 +187,19 @@ class _TimedMock(MockProvider):
 
 
 def _breakdown(ctx: Context, store: SessionStore) -> dict[str, Any]:
-    """One instrumented sequential round: provider, store (writer thread) and runtime time."""
+    """One instrumented sequential round: provider, store (group commit) and runtime time."""
     provider = _TimedMock()
 
     async def body() -> tuple[float, float]:
         async with Runtime(store, providers=[provider]) as runtime:
             sid = (await runtime.create("bench"))["session_id"]
-            writer = runtime._writers[id(store)]
-            busy = writer.busy_s
+            group = store._group
+            busy = group.busy_s
             started = time.perf_counter()
             for _ in range(ctx.sizes.prompts):
                 await runtime.prompt(sid, PROMPT)
             elapsed = time.perf_counter() - started
-            busy = writer.busy_s - busy
+            busy = group.busy_s - busy
             await runtime.close(sid)
         return elapsed, busy
 
@@ -234,7 +234,7 @@ def summary(results: Sequence[Result]) -> str:
         if "roundtrip_us" in n:
             lines.append(
                 f"one sequential round-trip (instrumented run): {n['roundtrip_us']:.0f} µs = "
-                f"provider {n['provider_us']:.0f} µs + store (writer thread: jobs, commits, "
+                f"provider {n['provider_us']:.0f} µs + store (group commit: writes, commits, "
                 f"fsync) {n['store_us']:.0f} µs + runtime and event loop {n['runtime_us']:.0f} µs;"
                 f" the engine's share is {n['engine_share']:.1%}"
             )
@@ -245,5 +245,7 @@ def summary(results: Sequence[Result]) -> str:
                 f"on the same HTTP stack takes {n['http_post_us']} µs"
             )
         if "jobs_per_commit" in n:
-            lines.append(f"concurrent: {n['jobs_per_commit']} writer jobs per durable commit")
+            lines.append(
+                f"concurrent: {n['jobs_per_commit']} store writes per shared durable commit"
+            )
     return "\n".join(lines)

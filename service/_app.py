@@ -1,5 +1,6 @@
 """The application: Starlette routes behind `sessions.asgi.BearerAuth`, errors as problem+json,
-and the parts (writer, hub) started and stopped with the app.
+and the parts (the stream hub, the refusal of writes once stopping) started and stopped with the
+app.
 
 `create_app(store, api_keys=...)` returns a plain ASGI app for any server. `/v1/health`,
 `/v1/openapi.json` and the viewer's static files (`/`, `/viewer/...`: no data in them) answer
@@ -25,7 +26,6 @@ from service._hub import Hub
 from service._problems import HTTPProblem
 from service._request import Service
 from service._serve import draining_on_signals
-from service._writer import Writer
 from service.viewer import ROUTES as VIEWER_ROUTES
 from service.viewer import is_public as viewer_file
 from sessions import SessionStore
@@ -63,7 +63,7 @@ def create_app(
         poll_interval_s=poll_interval_s,
         heartbeat_interval_s=heartbeat_interval_s,
     )
-    parts = Service(store=store, writer=Writer(store), hub=hub)
+    parts = Service(store=store, hub=hub)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -75,7 +75,7 @@ def create_app(
         finally:
             hub.drain()
             hub.stop()
-            parts.writer.close()
+            parts.stopping = True
 
     app = Starlette(
         routes=[

@@ -46,8 +46,5 @@ streams_per_process_max: Final = 10_000
 heartbeat_interval_s: Final = 15.0
 """A comment line on an idle stream this often, so proxies and clients see the connection live."""
 
-write_batch_commands_max: Final = 256
-"""Commands committed together by the writer (one durable commit for many requests)."""
-
 idempotency_key_chars_max: Final = 200
 """An `Idempotency-Key` header: a request id or a UUID, never a document."""

@@ -1,5 +1,6 @@
 """What every handler needs: the service's parts, the caller, a bounded JSON body, JSON answers,
-reads off the event loop, and writes through the writer with `Idempotency-Key` honoured.
+reads off the event loop, and writes through the store's group commit with `Idempotency-Key`
+honoured.
 
 A retried write (same caller, method, path and key) writes nothing and answers as the first did;
 the same key with another body is a 409. The key is recorded in the first event the write appends,
@@ -19,12 +20,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventlog import convert
+from eventlog import LogClosedError, convert
 from service import _limits
 from service._access import Caller
 from service._hub import Hub
 from service._problems import HTTPProblem
-from service._writer import Writer
 from sessions import SessionStore
 
 T = TypeVar("T")
@@ -36,11 +36,23 @@ _encoder = msgspec.json.Encoder()
 
 @dataclass
 class Service:
-    """The parts one app shares: the store, its writer and its stream hub."""
+    """The parts one app shares: the store and its stream hub."""
 
     store: SessionStore
-    writer: Writer
     hub: Hub
+    stopping: bool = False
+    """Set when the app shuts down: writes are refused from then on."""
+
+    async def submit(
+        self, run: Callable[[], Any], *, stamp: dict[str, Any] | None = None, solo: bool = False
+    ) -> Any:
+        """`run()` in the store's group commit (`sessions/_group.py`): its own savepoint of a
+        commit shared with the requests that arrived together, or, `solo`, a commit of its own
+        (big imports); `stamp` marks its first event. Returns once that commit is durable, so an
+        answer of 2xx always means the write survives a crash. The loop never waits on storage."""
+        if self.stopping:
+            raise LogClosedError("the service is stopping; nothing was written")
+        return await self.store._group.submit(run, stamp=stamp, solo=solo)
 
 
 def service(request: Request) -> Service:
@@ -115,12 +127,12 @@ async def write(
     raw: bytes = b"",
     solo: bool = False,
 ) -> Response:
-    """Run `act` on the writer; with an `Idempotency-Key`, a retry answers `again(found)` instead,
+    """Run `act` in the group commit; with an `Idempotency-Key`, a retry answers `again(found)` instead,
     where `found` is ``(stream, first, last)`` of the first attempt's events."""
     svc = service(request)
     key = request.headers.get("idempotency-key")
     if key is None:
-        status, data = await svc.writer.submit(act, solo=solo)
+        status, data = await svc.submit(act, solo=solo)
         return respond(data, status)
     scoped, fingerprint = _scoped_key(request, key, raw)
     store = svc.store
@@ -140,7 +152,7 @@ async def write(
             return found, None
 
     stamp = {"idempotency_key": scoped, "request_sha256": fingerprint}
-    found, answer = await svc.writer.submit(run, stamp=stamp, solo=solo)
+    found, answer = await svc.submit(run, stamp=stamp, solo=solo)
     if found is None:
         assert answer is not None
         return respond(answer[1], answer[0])

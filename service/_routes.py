@@ -1,6 +1,6 @@
 """The session routes: create, list, read, rename, close, delete, fork, messages, trim, compact,
 reset, scratchpad and live clients. Each handler checks who may see the session, then calls one
-verb of the store (reads in a worker thread, writes through the writer) and shapes the answer.
+verb of the store (reads in a worker thread, writes through the store's group commit) and shapes the answer.
 """
 
 from __future__ import annotations

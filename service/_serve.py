@@ -3,7 +3,7 @@
 Owns reading the API keys (a file or the environment, never the command line), opening the store
 in each worker process (an LMDB environment is never carried across a fork), and the order of a
 stop: on SIGTERM requests in flight finish, every event stream gets a final `shutdown` event,
-then the writer finishes its queue and the store closes.
+then the queued writes commit and the store closes.
 """
 
 from __future__ import annotations

@@ -1,32 +1,42 @@
-"""Group commit: concurrent writers of one process share durable commits.
+"""Group commit: the writers of one process share durable commits.
 
-A command called outside any transaction joins a queue. The first caller that finds no commit in
-progress leads: it takes every queued command, runs each in its own savepoint of one transaction
-(a refused command undoes only itself and raises only to its own caller), commits once, and hands
-each caller its result. Callers that arrived meanwhile wait and form the next batch, led by the
-first of them. Every caller returns only after the commit holding its events is durable, so a
-caller acknowledges nothing that a crash could still lose; the shared commit just pays the disk's
-sync once for the whole batch instead of once per command.
+Every write that is not already inside a transaction joins one queue per store: the store's verbs
+called from threads, the asyncio face (`sessions.aio`), the delegation runtime and the HTTP
+service. The first caller that finds no commit in progress leads: it takes the queued commands,
+runs each in its own savepoint of one transaction (a refused command undoes only itself and raises
+only to its own caller), commits once, and hands each caller its result. Callers that arrived
+meanwhile wait and form the next batch, led by the first of them. Every caller gets its result
+only after the commit holding its events is durable, so nothing acknowledged can be lost to a
+crash; the shared commit pays the disk's sync once for the whole batch (on PostgreSQL, one round
+trip of `COMMIT` for the batch instead of one per command).
 
-Commands run on the leader's thread, inside the caller's own `contextvars` context.
+A thread caller waits on a bare lock and may be handed the lead. A coroutine (`submit`) never
+blocks its event loop: it awaits a future, and when the lead falls to it, a thread of the queue's
+own leads that batch. Commands run on the leading thread, inside the caller's own `contextvars`
+context.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
-from eventlog import EventLog
+from eventlog import EventLog, LogClosedError
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+logger = logging.getLogger("sessionlog.group")
 
 BATCH_MAX = 256
-"""Commands one shared commit carries at most; the rest wait for the next."""
+"""Commands one shared commit carries at most; the rest wait for the next. The bound keeps one
+commit's latency, and what one failed commit takes down, small."""
 
 GATHER_S = 0.001
 """How long a leader waits, at most, for the writers of the previous shared commit to queue their
@@ -38,17 +48,40 @@ nobody beside it never waits (its previous commit held only its own command)."""
 class _Slot:
     """One queued command and, once its batch has committed, its outcome."""
 
-    __slots__ = ("command", "context", "done", "error", "lead", "result", "settled", "woken")
+    __slots__ = (
+        "command",
+        "context",
+        "done",
+        "error",
+        "future",
+        "lead",
+        "result",
+        "settled",
+        "solo",
+        "stamp",
+        "woken",
+    )
 
-    def __init__(self, command: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        command: Callable[[], Any],
+        stamp: dict[str, Any] | None,
+        solo: bool,
+        future: asyncio.Future[Any] | None,
+    ) -> None:
         self.command = command
+        self.stamp = stamp
+        self.solo = solo
         self.context = contextvars.copy_context()
+        self.future = future
+        """The awaiting coroutine's future; None for a thread caller."""
         self.result: Any = None
         self.error: BaseException | None = None
         self.woken = threading.Lock()
-        """Held until the slot is woken, once: to lead, or because its batch is over (a bare
-        lock is the cheapest way to park a thread and wake it)."""
-        self.woken.acquire()
+        """A thread caller's: held until the slot is woken, once, to lead or because its batch is
+        over (a bare lock is the cheapest way to park a thread and wake it)."""
+        if future is None:
+            self.woken.acquire()
         self.lead = False
         self.done = False
         self.settled = False
@@ -71,16 +104,22 @@ class GroupCommit:
         self._log = log
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
         self._gathering = False
         self._last_batch = 1
         self._queue: list[_Slot] = []
         self._leading = False
+        self._closed = False
+        self._driver: ThreadPoolExecutor | None = None
+        """The thread that leads the batches whose lead falls to a coroutine."""
         self._leader: int | None = None
         """The thread running a batch now, if any."""
         self.commits = 0
         """Commits this queue has run that held more than one command (for tests and benches)."""
         self.shared = 0
         """Commands those shared commits carried."""
+        self.busy_s = 0.0
+        """Time spent running batches and committing them (the sync included), for benches."""
 
     @property
     def waiting(self) -> int:
@@ -88,25 +127,27 @@ class GroupCommit:
         with self._lock:
             return len(self._queue)
 
-    def run(self, command: Callable[[], _T]) -> _T:
-        """`command()` in a shared durable commit; its result, or its error, once committed."""
+    def run(
+        self, command: Callable[[], _T], *, stamp: dict[str, Any] | None = None, solo: bool = False
+    ) -> _T:
+        """`command()` in a shared durable commit; its result, or its error, once committed.
+        `stamp` marks the command's first event (`Transaction.stamp_next_append`); `solo` gives
+        it a commit of its own (a big import)."""
         if self._leader == threading.get_ident():
             # A command of the batch, or a subscriber hearing its commit, writes again from the
             # leader's thread: it cannot wait for the batch it is part of, so it commits alone.
-            with self._log.transaction():
-                return command()
-        return self.wait(self.enqueue(command))
+            slot = _Slot(command, stamp, solo, None)
+            self._alone(slot)
+            return self._outcome(slot)  # type: ignore[no-any-return]
+        return self.wait(self.enqueue(command, stamp=stamp, solo=solo))
 
-    def enqueue(self, command: Callable[[], _T]) -> Ticket[_T]:
-        """Queue `command` without waiting: commands run in the order they were queued. Some
+    def enqueue(
+        self, command: Callable[[], _T], *, stamp: dict[str, Any] | None = None, solo: bool = False
+    ) -> Ticket[_T]:
+        """Queue `command` without waiting: commands run in the order they were queued. The same
         thread must then `wait` for the ticket (the lead may fall to it)."""
-        slot = _Slot(command)
-        with self._lock:
-            self._queue.append(slot)
-            if not self._leading:
-                self._leading = slot.lead = True
-            elif self._gathering:
-                self._arrived.notify()
+        slot = _Slot(command, stamp, solo, None)
+        self._join(slot)
         return Ticket(slot)
 
     def wait(self, ticket: Ticket[_T]) -> _T:
@@ -117,17 +158,63 @@ class GroupCommit:
             slot.woken.acquire()
         if not slot.done:
             self._lead()
+        return self._outcome(slot)  # type: ignore[no-any-return]
+
+    def submit(
+        self, command: Callable[[], _T], *, stamp: dict[str, Any] | None = None, solo: bool = False
+    ) -> asyncio.Future[_T]:
+        """From a coroutine: queue `command` (as `run` does) and return a future of the running
+        loop that resolves once the commit holding it is durable. No thread waits for it; when
+        the lead falls to it, the queue's own thread leads its batch."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+        slot = _Slot(command, stamp, solo, future)
+        if self._join(slot):
+            self._drive()
+        return future
+
+    def close(self) -> None:
+        """Refuse new commands, wait until the queued ones are committed or refused, and stop the
+        queue's own thread. Called by the store's `close`."""
+        with self._lock:
+            self._closed = True
+            while self._leading and self._leader != threading.get_ident():
+                self._idle.wait()
+            driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.shutdown(wait=False)
+
+    def _join(self, slot: _Slot) -> bool:
+        """Queue `slot`; whether the lead fell to it."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"the log {self._log.description} is closed")
+            self._queue.append(slot)
+            if not self._leading:
+                self._leading = slot.lead = True
+            elif self._gathering:
+                self._arrived.notify()
+        return slot.lead
+
+    @staticmethod
+    def _outcome(slot: _Slot) -> Any:
         if slot.error is not None:
             raise slot.error
-        return slot.result  # type: ignore[no-any-return]
+        return slot.result
+
+    def _drive(self) -> None:
+        """Lead the next batch on the queue's own thread (its first command is a coroutine's)."""
+        if self._driver is None:
+            self._driver = ThreadPoolExecutor(1, thread_name_prefix="sessionlog-commit")
+        self._driver.submit(self._lead)
 
     def _lead(self) -> None:
         """Take the queue, commit it, then hand the lead to the next waiter, if any."""
         with self._lock:
             self._gather()
-            batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
-            self._last_batch = len(batch)
+            batch = self._take()
         self._leader = threading.get_ident()
+        started = time.perf_counter()
         try:
             self._commit(batch)
         except BaseException as exc:  # the leader was interrupted: nothing unsettled committed
@@ -136,18 +223,39 @@ class GroupCommit:
                     slot.error = exc
             raise
         finally:
+            self.busy_s += time.perf_counter() - started
             self._leader = None
-            with self._lock:
-                for slot in batch:
-                    slot.done = True
+            self._finish(batch)
+
+    def _take(self) -> list[_Slot]:
+        """The next batch off the queue: up to `BATCH_MAX` commands, and a solo one alone."""
+        queue = self._queue
+        end = min(len(queue), BATCH_MAX)
+        end = 1 if queue[0].solo else next((k for k in range(1, end) if queue[k].solo), end)
+        batch, self._queue = queue[:end], queue[end:]
+        self._last_batch = len(batch)
+        return batch
+
+    def _finish(self, batch: list[_Slot]) -> None:
+        """Wake the batch's callers and hand the lead on (or end it)."""
+        with self._lock:
+            for slot in batch:
+                slot.done = True
+                if slot.future is None:
                     if not slot.lead:  # the one that led is awake already
                         slot.woken.release()
-                if self._queue:
-                    follower = self._queue[0]
-                    follower.lead = True
-                    follower.woken.release()
                 else:
-                    self._leading = False
+                    _settle_soon(slot)
+            if not self._queue:
+                self._leading = False
+                self._idle.notify_all()
+                return
+            follower = self._queue[0]
+            follower.lead = True
+            if follower.future is None:
+                follower.woken.release()
+            else:
+                self._drive()
 
     def _gather(self) -> None:
         """Wait (holding the lock between waits) until as many commands are queued as the last
@@ -177,6 +285,7 @@ class GroupCommit:
         except Exception:  # noqa: BLE001 - retried command by command: only the bad ones fail
             # The shared commit failed (nothing of it is kept): each command tries again alone,
             # so a failure that one of them causes reaches only its own caller.
+            logger.warning("a group commit of %d commands failed; retrying one by one", len(batch))
             for slot in batch:
                 slot.result = slot.error = None
                 self._alone(slot)
@@ -188,18 +297,64 @@ class GroupCommit:
 
     def _savepoint(self, slot: _Slot) -> None:
         try:
-            with self._log.transaction():
-                slot.result = slot.context.run(slot.command)
+            with self._log.transaction() as savepoint:
+                slot.result = slot.context.run(_stamped, savepoint, slot)
         except Exception as exc:  # noqa: BLE001 - the refusal goes to its own caller
             slot.error = exc
 
     def _alone(self, slot: _Slot) -> None:
         try:
-            with self._log.transaction():
-                slot.result = slot.context.run(slot.command)
+            with self._log.transaction() as tx:
+                slot.result = slot.context.run(_stamped, tx, slot)
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's own thread
             slot.error = exc
         slot.settled = True
+
+
+def _stamped(tx: Any, slot: _Slot) -> Any:
+    """Run the slot's command, its first event stamped with the slot's `stamp`, if any."""
+    if slot.stamp is None:
+        return slot.command()
+    tx.stamp_next_append(slot.stamp)
+    try:
+        return slot.command()
+    finally:
+        tx.stamp_next_append(None)
+
+
+def _settle_soon(slot: _Slot) -> None:
+    """Hand a coroutine its outcome on its own loop."""
+    future = slot.future
+    assert future is not None
+    try:
+        future.get_loop().call_soon_threadsafe(_settle, future, slot.result, slot.error)
+    except RuntimeError:  # the loop is closed: its waiters are gone with it
+        logger.debug("a queued write finished after its event loop closed")
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # the waiter went away (cancelled, or its loop is closing)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+async def outcome(future: asyncio.Future[_T]) -> tuple[_T, bool]:
+    """A queued command's result, waited for through cancellation: once queued, the command
+    commits or fails regardless, and the caller must know which before it gives up. Returns the
+    result and whether the caller was cancelled meanwhile."""
+    interrupted = False
+    while True:
+        try:
+            return await asyncio.shield(future), interrupted
+        except asyncio.CancelledError:
+            interrupted = True
+        except Exception:
+            if interrupted:  # nothing was written; the cancellation is what the caller asked for
+                raise asyncio.CancelledError from None
+            raise
 
 
 class _Grouping(Protocol):

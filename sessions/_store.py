@@ -202,6 +202,7 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         self.close()
 
     def close(self) -> None:
+        self._group.close()  # the queued writes are committed (or refused) first
         if self._log_subscription is not None:
             self._log_subscription.close()
         self.log.close()

@@ -1,11 +1,11 @@
 """The session engine for asyncio code: `AsyncSessionStore` awaits each verb of a `SessionStore`.
 
-Every call runs on a worker thread owned by the store, never on the event loop, so an LMDB commit
-(an fsync) or a PostgreSQL round trip never blocks other tasks. Reads run one at a time on one
-worker, in the order they were awaited: the engine's read cache is not shared between threads.
-Writes are queued for the store's group commit in the order they were awaited and waited for on a
-pool of threads, so concurrent tasks share durable commits (see `sessions/_group.py`); a write and
-a read awaited concurrently are not ordered between themselves.
+Every call runs on a thread, never on the event loop, so an LMDB commit (an fsync) or a PostgreSQL
+round trip never blocks other tasks. Reads run one at a time on one worker owned by the store, in
+the order they were awaited: the engine's read cache is not shared between threads. Writes are
+queued for the store's group commit in the order they were awaited and their futures awaited, so
+concurrent tasks share durable commits with each other and with the store's other writers (see
+`sessions/_group.py`); a write and a read awaited concurrently are not ordered between themselves.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from sessions._store import SessionStore
 T = TypeVar("T")
 
 
-WRITE_THREADS = 16
-"""Threads that wait for queued writes (one of them leads each shared commit)."""
-
-
 def _new_worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionlog-aio")
 
@@ -38,7 +34,6 @@ class AsyncSessionStore:
         self.store = store
         """The blocking store underneath (use it only from `run`)."""
         self._worker = worker or _new_worker()
-        self._writers = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="sessionlog-aio-write")
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncSessionStore:
@@ -63,10 +58,7 @@ class AsyncSessionStore:
     async def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit and
         await its result (see the module doc)."""
-        group = self.store._group
-        ticket = group.enqueue(functools.partial(verb, *args, **kwargs))
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writers, group.wait, ticket)
+        return await self.store._group.submit(functools.partial(verb, *args, **kwargs))
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `function(*args, **kwargs)` on the store's worker thread and wait for it: for
@@ -84,8 +76,7 @@ class AsyncSessionStore:
             self._worker.shutdown(wait=False)
 
     def _close(self) -> None:
-        self._writers.shutdown(wait=True)  # every queued write is committed or refused first
-        self.store.close()
+        self.store.close()  # every queued write is committed or refused first
 
     async def __aenter__(self) -> AsyncSessionStore:
         return self

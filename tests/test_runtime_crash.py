@@ -2,7 +2,7 @@
 
 Fault model: the runtime's process (`_runtime_crash_writer.py`) is killed with SIGKILL while
 several sessions are being prompted at once from one event loop: inside a provider call, inside a
-group commit of the writer thread, between a commit and the line acknowledging it. The kernel and
+group commit, between a commit and the line acknowledging it. The kernel and
 the disk keep working (power loss is LMDB's fsync discipline, out of a test's reach).
 
 What must hold after every kill, with the store reopened and a new `Runtime` started on it:

@@ -142,6 +142,51 @@ def test_order_expected_length_and_idempotency_keys_hold_within_a_batch(
     assert store.verify(projections=True).ok
 
 
+def test_threads_and_coroutines_share_one_queue(store: SessionStore) -> None:
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+
+    async def from_coroutine(text: str) -> None:
+        await store._group.submit(lambda: store.inject("b", message(text)))
+
+    def awaited(text: str) -> Callable[[], Any]:
+        return lambda: asyncio.run_coroutine_threadsafe(from_coroutine(text), loop).result(30)
+
+    try:
+        batch = hold_first_commit(store)
+        batch.start("t1", lambda: store.inject("b", message("t1")))
+        batch.start("c1", awaited("c1"))
+        batch.start("c2", awaited("c2"))
+        batch.start("t2", lambda: store.inject("b", message("t2")))
+        commits = store._group.commits
+        outcomes = batch.finish()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(30)
+        loop.close()
+    assert store._group.commits == commits + 1, "threads and coroutines did not share a commit"
+    assert all(outcome == ("ok", None) for outcome in outcomes.values()), outcomes
+    assert contents(store, "b") == ["t1", "c1", "c2", "t2"]
+
+
+def test_a_solo_command_gets_a_commit_of_its_own(store: SessionStore) -> None:
+    batch = hold_first_commit(store)
+    batch.start("a1", lambda: store.inject("b", message("a1")))
+    batch.start("a2", lambda: store.inject("b", message("a2")))
+    batch.start(
+        "solo", lambda: store._group.run(lambda: store.inject("b", message("solo")), solo=True)
+    )
+    batch.start("b1", lambda: store.inject("b", message("b1")))
+    batch.start("b2", lambda: store.inject("b", message("b2")))
+    commits, shared = store._group.commits, store._group.shared
+    outcomes = batch.finish()
+    assert all(outcome[0] == "ok" for outcome in outcomes.values()), outcomes
+    # Two shared commits of two commands each, around the solo one.
+    assert (store._group.commits - commits, store._group.shared - shared) == (2, 4)
+    assert contents(store, "b") == ["a1", "a2", "solo", "b1", "b2"]
+
+
 def test_sixteen_threads_all_land_in_order(store: SessionStore) -> None:
     sids = [f"t{k}" for k in range(THREADS)]
     for sid in sids:

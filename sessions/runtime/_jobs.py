@@ -1,6 +1,6 @@
 """The runtime's store work: plain synchronous functions, each one decision and its events.
 
-Each runs inside a write transaction on the runtime's writer thread (`_writer.py`) and follows the
+Each runs in a savepoint of a shared durable commit (`sessions/_group.py`) and follows the
 engine's rule: read the projection, decide, raise before appending anything, then append. The
 check that a session is not busy and the append of `prompt_started` happen in one transaction
 against the stream version just read, so of two prompts racing for one session exactly one starts.

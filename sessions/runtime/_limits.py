@@ -33,10 +33,6 @@ belong in generation settings."""
 input_filters_max: Final = 64
 """Input filters on one runtime. Each runs before every provider call."""
 
-writer_batch_jobs_max: Final = 256
-"""Store jobs the writer thread commits together. One durable commit acknowledges all of them; the
-bound keeps one commit's latency, and what one failed commit takes down, small."""
-
 tools_max: Final = 128
 """Tools offered with one prompt; the APIs accept about this many, and each tool's schema is
 sent with every model call of the loop."""
@@ -59,6 +55,3 @@ ttl_s_default: Final = 3_600.0
 
 idle_s_default: Final = 600.0
 """Idle time before `reap` closes a session, as seed 002 sets it: ten minutes."""
-
-shutdown_wait_s: Final = 30.0
-"""How long stopping the runtime waits for its writer thread to finish the jobs already queued."""

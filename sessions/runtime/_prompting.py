@@ -26,6 +26,7 @@ from eventlog import InvalidArgumentError, LimitExceededError, check_encodable, 
 from eventlog import events as ev
 from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
+from sessions._group import outcome
 from sessions._ids import uuid7
 from sessions._messages import to_message
 from sessions._store import SessionStore
@@ -35,7 +36,6 @@ from sessions.runtime._errors import PromptCancelledError, ProviderError
 from sessions.runtime._http import ProviderHTTPError
 from sessions.runtime._providers import ContextLengthError, Provider
 from sessions.runtime._recorder import usage_dict
-from sessions.runtime._writer import outcome
 
 if TYPE_CHECKING:
     from sessions.runtime._runtime import Runtime, _Flight
@@ -243,7 +243,7 @@ class PromptLoop:
             loop,
             warnings,
         )
-        started, interrupted = await outcome(runtime._writer(self.store).submit(start))
+        started, interrupted = await outcome(runtime._group(self.store).submit(start))
         try:
             if interrupted or self.flight.cancel_reason is not None:
                 raise asyncio.CancelledError

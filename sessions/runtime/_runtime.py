@@ -1,6 +1,6 @@
 """The delegation runtime: asyncio verbs to create, prompt, cancel, close and expire sessions.
 
-Every state change is an event appended through a `Writer` (one thread per store, group commit);
+Every state change is an event appended through the store's group commit (`sessions/_group.py`);
 status, loops and usage are the runtime projection (`projections/_runtime.py`). Reads run in
 worker threads. Nothing here runs store work on the event loop, and a call returns only after the
 events it wrote are durable. Ephemeral sessions live in an in-memory store beside the durable one.
@@ -21,6 +21,7 @@ from eventlog import events as ev
 from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
 from sessions._checks import check_dict, iso
+from sessions._group import GroupCommit, outcome
 from sessions._ids import check_session_id
 from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits
@@ -56,7 +57,6 @@ from sessions.runtime._providers import (
     ProviderRegistry,
 )
 from sessions.runtime._recorder import SessionRecord, read_record, usage_dict
-from sessions.runtime._writer import Writer, outcome
 
 T = TypeVar("T")
 logger = logging.getLogger("sessionlog.runtime")
@@ -138,7 +138,7 @@ class Runtime:
         self.ephemeral_store = ephemeral_store or SessionStore.memory()
         self._ephemeral_ids: set[str] = set()
         self._flights: dict[str, _Flight] = {}
-        self._writers: dict[int, Writer] = {}
+        self._started = False
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
         self._lease = RuntimeLease()
@@ -168,12 +168,11 @@ class Runtime:
 
     async def start(self) -> None:
         """Take the `runtime` lease, start the writers, fail the prompts left in flight."""
-        if self._writers:
+        if self._started:
             return
         await asyncio.to_thread(self._lease.hold, self.store, self.ephemeral_store)
         self._create_lock = asyncio.Lock()
-        for store, name in ((self.store, "durable"), (self.ephemeral_store, "ephemeral")):
-            self._writers[id(store)] = Writer(store, f"sessionlog-runtime-{name}")
+        self._started = True
         for store in (self.store, self.ephemeral_store):
             self.recovered.extend(await self._write(store, partial(_jobs.recover, store)))
         if self.recovered:
@@ -196,8 +195,8 @@ class Runtime:
                 logger.info("the reaper closed %d sessions", len(closed))
 
     async def stop(self) -> None:
-        """Stop the reaper, cancel the prompts still running, finish queued writes, stop the
-        writers."""
+        """Stop the reaper, cancel the prompts still running (each waits for its last writes),
+        and refuse writes from then on."""
         if self._reaper is not None:
             self._reaper.cancel()
             try:
@@ -213,24 +212,22 @@ class Runtime:
             closer = getattr(provider, "aclose", None)
             if closer is not None:
                 await call_hook(closer, f"`{provider.name}`.aclose")
-        for writer in self._writers.values():
-            await asyncio.to_thread(writer.stop)
-        self._writers.clear()
+        self._started = False
         self._lease.release()
         if self._own_ephemeral:
             self.ephemeral_store.close()
 
-    def _writer(self, store: SessionStore) -> Writer:
-        writer = self._writers.get(id(store))
-        if writer is None:
+    def _group(self, store: SessionStore) -> GroupCommit:
+        """The group commit of `store`, which every write of the runtime goes through."""
+        if not self._started:
             raise InvalidArgumentError("the runtime is not started: use `async with Runtime(...)`")
-        return writer
+        return store._group
 
     def _store_of(self, session_id: str) -> SessionStore:
         return self.ephemeral_store if session_id in self._ephemeral_ids else self.store
 
     async def _write(self, store: SessionStore, fn: Callable[[], T]) -> T:
-        value, interrupted = await outcome(self._writer(store).submit(fn))
+        value, interrupted = await outcome(self._group(store).submit(fn))
         if interrupted:
             raise asyncio.CancelledError
         return value
@@ -282,7 +279,7 @@ class Runtime:
             options["parent_spawn_ref"] = spawn
         check_encodable(extra, what="create: `metadata`")
         store = self.ephemeral_store if scope == "ephemeral" else self.store
-        self._writer(store)  # refuses before any work when the runtime is not started
+        self._group(store)  # refuses before any work when the runtime is not started
         assert self._create_lock is not None, "start() made the lock"
         async with self._create_lock:  # capacity spans both stores: creates take turns
             if self.max_sessions is not None:
@@ -541,7 +538,7 @@ class Runtime:
 
     async def _finish(self, store: SessionStore, sid: str, rid: str, event: ev.Event) -> bool:
         written, _ = await outcome(
-            self._writer(store).submit(partial(_jobs.finish_prompt, store, sid, rid, event))
+            self._group(store).submit(partial(_jobs.finish_prompt, store, sid, rid, event))
         )
         return written
 
