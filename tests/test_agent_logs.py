@@ -33,15 +33,6 @@ def imported(store: SessionStore, path: Path, **options: Any) -> list[dict[str, 
     return [s for s in snapshots if s is not None]
 
 
-def source_texts(message: dict[str, Any]) -> dict[int, str]:
-    """Line -> the original JSON text kept for it, from one message's metadata."""
-    source = message["metadata"]["source"]
-    found = dict(zip(source["lines"], source["records"], strict=False))
-    for item in (*source.get("attached", []), *source.get("attached_after", [])):
-        found[item["line"]] = item["record"]
-    return found
-
-
 def source_lines(message: dict[str, Any]) -> set[int]:
     source = message["metadata"]["source"]
     lines = set(source["lines"])
@@ -100,13 +91,12 @@ def test_the_kept_records_are_the_file_line_for_line(
 ) -> None:
     kept: dict[int, str] = {}
     for snapshot in imported(store, path):
-        for message in snapshot["transcript"]:
-            kept.update(source_texts(message))
-        for item in snapshot["metadata"]["agent_log"].get("attached_records", []):
-            kept[item["line"]] = item["record"]
+        kept.update(replay.agent_log_records(store, snapshot["session_id"]))
     if path.suffix == ".jsonl":  # the very text of each line: the file can be audited byte for byte
         lines = path.read_text().split("\n")
         assert kept == {n: line for n, line in enumerate(lines, start=1) if line.strip()}
+        rebuilt = "".join(kept[n] + "\n" for n in sorted(kept)).encode()
+        assert blake3(rebuilt).hexdigest() == snapshot["metadata"]["agent_log"]["blake3"]
     else:  # a document's items, each the same JSON value as in the file
         document = json.loads(path.read_bytes())
         held = document["messages"] if "messages" in document else document["history"]
@@ -234,7 +224,8 @@ def test_streamed_assistant_records_merge_into_one_message(store: SessionStore) 
     parent, *_ = imported(store, path)
     merged = [m for m in parent["transcript"] if len(m["metadata"]["source"]["records"]) == 3]
     assert merged, "three records of one streamed message"
-    ids = {json.loads(r)["message"]["id"] for r in merged[0]["metadata"]["source"]["records"]}
+    kept = replay.agent_log_records(store, parent["session_id"])
+    ids = {json.loads(kept[n])["message"]["id"] for n in merged[0]["metadata"]["source"]["lines"]}
     assert len(ids) == 1 and len(merged[0]["tool_calls"]) == 3
 
 
@@ -421,9 +412,7 @@ def test_unknown_record_types_and_fields_are_counted_and_kept(
     assert about["counts"]["unknown_records"] == 1
     assert about["counts"]["unknown_fields"] == 1
     assert about["unknown_field_names"] == ["shiny_new_field"]
-    kept: dict[int, str] = {}
-    for message in session["transcript"]:
-        kept.update(source_texts(message))
+    kept = replay.agent_log_records(store, session["session_id"])
     assert kept[2] == novel and json.loads(kept[3]) == widened
 
 

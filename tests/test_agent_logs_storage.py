@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import replay
 from eventlog import limits
@@ -93,3 +95,49 @@ def test_a_content_of_a_type_the_engine_does_not_store_is_refused(
         replay.import_agent_log(store, path, format="openai-chat")
     assert caught.value.line == 2
     assert store.log.head == 0
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    texts=st.lists(st.text(min_size=0, max_size=300), min_size=1, max_size=4),
+    ascii_only=st.booleans(),
+    spaced=st.booleans(),
+)
+def test_records_come_back_byte_for_byte_however_the_text_was_written(
+    tmp_path_factory: pytest.TempPathFactory, texts: list[str], ascii_only: bool, spaced: bool
+) -> None:
+    """A message's text is kept once: taken out of its record where the record holds it as the
+    encoder would write it, left in where it is written otherwise (escaped non-ASCII, say); the
+    records read back are the file's lines either way."""
+    folder = tmp_path_factory.mktemp("texts")
+    separators = (", ", ": ") if spaced else (",", ":")
+    header = {"type": "session", "id": "s", "cwd": "/w", "timestamp": "2025-01-01T00:00:00Z"}
+    records = [header] + [
+        {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": t}]}}
+        for t in texts
+    ]
+    lines = [json.dumps(r, ensure_ascii=ascii_only, separators=separators) for r in records]
+    path = folder / "texts.jsonl"
+    path.write_bytes("".join(line + "\n" for line in lines).encode())
+    with SessionStore.open(folder / "store") as store:
+        (sid,) = replay.import_agent_log(store, path).session_ids
+        assert replay.agent_log_records(store, sid) == dict(enumerate(lines, start=1))
+        snapshot = store.snapshot(sid)
+        assert snapshot is not None
+        assert [m["content"] for m in snapshot["transcript"]] == texts
+
+
+def test_a_text_is_stored_once(store: SessionStore) -> None:
+    (sid,) = replay.import_agent_log(store, PI).session_ids
+    snapshot = store.snapshot(sid)
+    assert snapshot is not None
+    cut = [m for m in snapshot["transcript"] if "content_at" in m["metadata"]["source"]]
+    assert len(cut) > len(snapshot["transcript"]) // 2
+    original = replay.agent_log_records(store, sid)
+    for message in cut:
+        source = message["metadata"]["source"]
+        index, _ = source["content_at"]
+        kept, line = source["records"][index], original[source["lines"][index]]
+        written = json.dumps(message["content"], ensure_ascii=False)  # as pi writes it
+        assert written in line and written not in kept
+        assert len(line.encode()) - len(kept.encode()) == len(written.encode())

@@ -37,6 +37,7 @@ _PROGRESS_LINES = 2048
 _BOM = b"\xef\xbb\xbf"
 _UNKNOWN_FIELD_NAMES_MAX = 64  # names listed in the metadata; all are counted
 _DEPTH_SAFE = limits.value_depth_max - 8  # a message wraps its record's values a few levels in
+_CUT_CHARS_MIN = 64  # shorter text stays in its record: cutting it saves less than its note
 _OBJECT_BYTES_PER_BYTE_MAX = 65  # a `{` costs `decoded_bytes_estimate` 64 bytes and itself
 _encode = msgspec.json.Encoder().encode
 _pack = msgspec.msgpack.Encoder().encode
@@ -77,12 +78,15 @@ class Source:
     line: bytes = b""  # the line being read, as the file has it (JSONL)
     document: bool = False  # the file is one JSON document, not lines
 
-    def record_text(self, record: Record) -> str:
-        """The original JSON of `record`: the current line's own text (a record is always
+    def record_bytes(self, record: Record) -> bytes:
+        """The original JSON of `record`: the current line's own bytes (a record is always
         handed on while its line is current), or a document's item encoded again."""
         if self.document:
-            return _encode(record).decode()
-        return self.line.rstrip(b"\r\n").decode()
+            return _encode(record)
+        return self.line.rstrip(b"\r\n")
+
+    def record_text(self, record: Record) -> str:
+        return self.record_bytes(record).decode()
 
     def damaged(self, line: int, problem: str) -> None:
         """A damaged line: raise, or (with `skip_bad_lines`) note it and go on."""
@@ -211,11 +215,45 @@ def json_document(source: Source) -> Any:
 # Building sessions
 
 
-def _nested_deeply(text: str) -> bool:
+def _nested_deeply(text: bytes) -> bool:
     """Whether a record's JSON may nest near `value_depth_max` (it opens that many containers:
     two scans in C). Only then is a message made from it walked by `check_plain`; the kept
     record itself is one string."""
-    return text.count("{") + text.count("[") > _DEPTH_SAFE
+    return text.count(b"{") + text.count(b"[") > _DEPTH_SAFE
+
+
+def finish_records(message: Message) -> None:
+    """Turn the records a message was read from into text, taking the message's text out of the
+    record that holds it as the very JSON string the encoder writes (as JavaScript's
+    `JSON.stringify` does): the message keeps it once, and `source.content_at` (`[record index,
+    byte offset in its UTF-8]`) says where it goes back (`restored_records`). A record holding
+    it otherwise stays whole."""
+    records = message["metadata"]["source"]["records"]
+    content = message.get("content")
+    encoded = None
+    if type(content) is str and len(content) >= _CUT_CHARS_MIN:
+        encoded = _encode(content)
+    for index, raw in enumerate(records):
+        at = -1 if encoded is None else raw.find(encoded)
+        if at >= 0 and encoded is not None:  # a whole JSON string token: the rest is UTF-8
+            records[index] = (raw[:at] + raw[at + len(encoded) :]).decode()
+            message["metadata"]["source"]["content_at"] = [index, at]
+            encoded = None
+        else:
+            records[index] = raw.decode()
+
+
+def restored_records(message: Message) -> list[str]:
+    """The original JSON text of each record a kept message came from (`source.records`, with
+    its content put back where `finish_records` took it out)."""
+    source = message["metadata"]["source"]
+    records = list(source["records"])
+    cut = source.get("content_at")
+    if cut is not None:
+        index, at = cut
+        raw = records[index].encode()
+        records[index] = (raw[:at] + _encode(message["content"]) + raw[at:]).decode()
+    return records
 
 
 class _Kept:
@@ -310,6 +348,7 @@ class Built:
         self.key = key
         self.path = source.path
         self.text = source.record_text
+        self.raw = source.record_bytes
         self.deep = False  # the held message came from a record nested deeply enough to check
         self.kept = _Kept()
         self.held: Message | None = None
@@ -358,7 +397,7 @@ class Built:
         role = message["role"]
         if type(role) is not str or not role.strip():
             raise AgentLogError(self.path, line, f"expected a non-empty role, got {role!r}")
-        texts = [] if record is None else [self.text(record)]
+        texts = [] if record is None else [self.raw(record)]  # text once the message is done
         self.deep = bool(texts) and _nested_deeply(texts[0])
         source: dict[str, Any] = {"lines": [line], "records": texts}
         if self.pending:
@@ -379,7 +418,7 @@ class Built:
         assert self.held is not None, "merge() without a held message"
         source = self.held["metadata"]["source"]
         source["lines"].append(line)
-        text = self.text(record)
+        text = self.raw(record)
         source["records"].append(text)
         self.deep = self.deep or _nested_deeply(text)
         if self.pending:
@@ -430,6 +469,7 @@ class Built:
         if held is None:
             return
         line = held["metadata"]["source"]["lines"][0]
+        finish_records(held)
         try:
             if self.deep:  # values taken from such a record may pass the engine's depth bound
                 check_plain(held, what="the message")

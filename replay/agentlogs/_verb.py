@@ -28,6 +28,7 @@ from replay.agentlogs._common import (
     Progress,
     Source,
     json_document,
+    restored_records,
 )
 from sessions import InvalidArgumentError, SessionExistsError, SessionStore
 
@@ -351,3 +352,21 @@ def agent_log_summary(store: SessionStore, session_id: str) -> dict[str, Any] | 
     summary = {key: about.get(key) for key in keys}
     summary.update(session_id=session_id, file=about.get("file"), blake3=about.get("blake3"))
     return summary
+
+
+def agent_log_records(store: SessionStore, session_id: str) -> dict[int, str]:
+    """Every source record an imported session keeps, by line (a JSON document: by index into
+    its messages), as its original JSON text: a JSONL log's lines exactly as the file has them,
+    so the file can be audited against them (its blake3 is in the session's metadata). Empty
+    for a session that was not imported from an agent log."""
+    snapshot = store.snapshot(session_id) or {}
+    about = (snapshot.get("metadata") or {}).get("agent_log")
+    if not isinstance(about, dict) or about.get("kind") != KIND:
+        return {}
+    found = {item["line"]: item["record"] for item in about.get("attached_records", [])}
+    for message in snapshot["transcript"]:
+        source = message["metadata"]["source"]
+        found.update(zip(source["lines"], restored_records(message), strict=False))
+        for item in (*source.get("attached", ()), *source.get("attached_after", ())):
+            found[item["line"]] = item["record"]
+    return found
