@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import projections as pj
-from eventlog import LogView, Transaction
+from eventlog import LogView
 from eventlog import events as ev
 from projections import Ref, is_checkpoint, read_span, read_tail
 from sessions import _context_plan as plan
@@ -27,6 +27,7 @@ from sessions._context_policy import (
     error_chars_max,
     pruned_results_per_event_max,
 )
+from sessions._host import Command, SessionHost
 from sessions._messages import to_dicts
 
 logger = logging.getLogger("sessionlog.sessions")
@@ -92,34 +93,13 @@ def _extend(hit: ContextView, transcript: pj.Transcript, view: LogView) -> Conte
     )
 
 
-class ContextVerbs:
-    """`context` and `maintain_context`; `SessionStore` supplies the plumbing."""
+class ContextVerbs(SessionHost):
+    """`context` and `maintain_context`."""
 
-    if TYPE_CHECKING:
-        from eventlog import EventLog
-
-        log: EventLog
-        token_counter: TokenCounter
-        context_policy: ContextPolicy
-        _hot_cap: int
-        _context_views: OrderedDict[str, ContextView]
-
-        def _command(
-            self, verb: str, session_id: object
-        ) -> AbstractContextManager[tuple[Transaction, pj.SessionState, pj.Transcript]]: ...
-
-        @staticmethod
-        def _emit(
-            tx: Transaction,
-            session_id: str,
-            events: list[ev.Event],
-            *,
-            meta: dict[str, Any] | None = None,
-        ) -> list[int]: ...
-
-        def _state(self, view: LogView, session_id: object, verb: str) -> pj.SessionState: ...
-
-        def _writable(self, verb: str) -> None: ...
+    token_counter: TokenCounter
+    context_policy: ContextPolicy
+    _context_views: OrderedDict[str, ContextView]
+    """Session id -> its latest context view, least recently used first."""
 
     def context(self, session_id: str) -> list[dict[str, Any]]:
         """The messages the next model call should see, as fresh dicts: the transcript from its
@@ -183,17 +163,32 @@ class ContextVerbs:
             events = decide(seen)
             if not events:
                 return []
-            with self._command(verb, session_id) as (tx, state, transcript):
-                stale = (state.generation, transcript.version) != (seen.generation, seen.version)
-                if stale and calls_model:
-                    continue  # leaves the write having written nothing; decide again outside
-                if stale:
-                    events = decide(self._context_view(tx, state))
-                if events:
-                    self._emit(tx, state.session_id, events)
-                return events
+            recheck = partial(self._recheck, seen, events, decide, calls_model)
+            written = self._command(verb, session_id, recheck)
+            if written is not None:
+                return written  # None: it changed while the model ran; decide again outside
         logger.warning("%s: `%s` kept changing while the model ran; skipped", verb, session_id)
         return []
+
+    def _recheck(
+        self,
+        seen: ContextView,
+        events: list[ev.Event],
+        decide: Callable[[ContextView], list[ev.Event]],
+        calls_model: bool,
+        cmd: Command,
+    ) -> list[ev.Event] | None:
+        """Inside the write: append `events`, decided on `seen`, if the session is still as seen;
+        else decide again on the view inside the write (None, writing nothing, when the decision
+        `calls_model`: it is never made inside the write)."""
+        state, transcript = cmd.state, cmd.transcript
+        if (state.generation, transcript.version) != (seen.generation, seen.version):
+            if calls_model:
+                return None
+            events = decide(self._context_view(cmd.tx, state))
+        if events:
+            cmd.emit(events)
+        return events
 
     def maintain_context(
         self,

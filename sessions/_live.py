@@ -8,22 +8,20 @@ first. Each change is one event; the projection holds the resulting state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import projections as pj
 from eventlog import (
     ControllerConflictError,
     InvalidArgumentError,
     LimitExceededError,
-    LogView,
-    Transaction,
     check_encodable,
     limits,
     to_builtins,
 )
 from eventlog import events as ev
 from sessions._checks import check_dict, check_policy, check_text, client_dict
+from sessions._host import Command, SessionHost
 from sessions._messages import to_message
 
 MODES = ("observer", "controller")
@@ -56,27 +54,8 @@ def _find(state: pj.SessionState, client_id: str) -> pj.LiveClient | None:
     return next((c for c in state.clients if c.client_id == client_id), None)
 
 
-class LiveVerbs:
-    """Live clients, scratchpad and workspace verbs; `SessionStore` supplies the plumbing."""
-
-    if TYPE_CHECKING:
-
-        def _command(
-            self, verb: str, session_id: object
-        ) -> AbstractContextManager[tuple[Transaction, pj.SessionState, pj.Transcript]]: ...
-
-        @staticmethod
-        def _emit(
-            tx: Transaction,
-            session_id: str,
-            events: list[ev.Event],
-            *,
-            meta: dict[str, Any] | None = None,
-        ) -> list[int]: ...
-
-        def _state(self, view: LogView, session_id: object, verb: str) -> pj.SessionState: ...
-
-        def _view(self) -> AbstractContextManager[LogView]: ...
+class LiveVerbs(SessionHost):
+    """Live clients, scratchpad and workspace verbs."""
 
     # Scratchpad
 
@@ -99,11 +78,13 @@ class LiveVerbs:
                 f"{verb}: scratchpad", "scratchpad_bytes_max", limits.scratchpad_bytes_max, size
             )
         fields = _provenance(options, verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            version = state.scratchpad_version + 1
-            self._emit(
-                tx, state.session_id, [ev.ScratchpadSet(scratchpad=data, version=version, **fields)]
-            )
+
+        def decide(cmd: Command) -> int:
+            version = cmd.state.scratchpad_version + 1
+            cmd.emit([ev.ScratchpadSet(scratchpad=data, version=version, **fields)])
+            return version
+
+        version = self._command(verb, session_id, decide)
         return {"ok": True, "version": version, "scratchpad": to_builtins(data)}
 
     def clear_scratchpad(
@@ -113,9 +94,13 @@ class LiveVerbs:
         verb = "clear_scratchpad"
         options = _options(opts, frozenset(("source", "reason", "metadata")), verb)
         fields = _provenance(options, verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            version = state.scratchpad_version + 1
-            self._emit(tx, state.session_id, [ev.ScratchpadCleared(version=version, **fields)])
+
+        def decide(cmd: Command) -> int:
+            version = cmd.state.scratchpad_version + 1
+            cmd.emit([ev.ScratchpadCleared(version=version, **fields)])
+            return version
+
+        version = self._command(verb, session_id, decide)
         return {"ok": True, "version": version, "scratchpad": None}
 
     # Live clients
@@ -137,7 +122,9 @@ class LiveVerbs:
         if not isinstance(takeover, bool):
             raise InvalidArgumentError(f"{verb}: `takeover` must be a bool, got {takeover!r}")
         metadata = check_dict(options.get("metadata"), "metadata", verb)
-        with self._command(verb, session_id) as (tx, state, _):
+
+        def decide(cmd: Command) -> None:
+            state = cmd.state
             current = state.controller_id
             action = "attached"
             previous = None
@@ -156,7 +143,9 @@ class LiveVerbs:
                 previous_controller_id=previous,
                 metadata=metadata,
             )
-            self._emit(tx, state.session_id, [event], meta={"client_id": client})
+            cmd.emit([event], meta={"client_id": client})
+
+        self._command(verb, session_id, decide)
         return self._client_after(session_id, client, verb)
 
     def takeover(
@@ -168,7 +157,9 @@ class LiveVerbs:
         client = _client_id(client_id, verb)
         metadata = check_dict(options.get("metadata"), "metadata", verb)
         reason = check_text(options.get("reason"), "reason", verb)
-        with self._command(verb, session_id) as (tx, state, _):
+
+        def decide(cmd: Command) -> None:
+            state = cmd.state
             self._check_client_room(state, client, verb)
             previous = state.controller_id if state.controller_id != client else None
             event = ev.LiveSessionClient(
@@ -179,7 +170,9 @@ class LiveVerbs:
                 reason=reason,
                 metadata=metadata,
             )
-            self._emit(tx, state.session_id, [event], meta={"client_id": client})
+            cmd.emit([event], meta={"client_id": client})
+
+        self._command(verb, session_id, decide)
         return self._client_after(session_id, client, verb)
 
     def detach(
@@ -191,9 +184,9 @@ class LiveVerbs:
         client = _client_id(client_id, verb)
         reason = check_text(options.get("reason"), "reason", verb)
         metadata = check_dict(options.get("metadata"), "metadata", verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            found = self._require_client(state, client, verb)
-            was_controller = state.controller_id == client
+
+        def decide(cmd: Command) -> bool:
+            found = self._require_client(cmd.state, client, verb)
             event = ev.LiveSessionClient(
                 client_id=client,
                 action="detached",
@@ -201,7 +194,10 @@ class LiveVerbs:
                 reason=reason,
                 metadata=metadata,
             )
-            self._emit(tx, state.session_id, [event], meta={"client_id": client})
+            cmd.emit([event], meta={"client_id": client})
+            return cmd.state.controller_id == client
+
+        was_controller = self._command(verb, session_id, decide)
         return {"ok": True, "client_id": client, "released_control": was_controller}
 
     def heartbeat(
@@ -212,12 +208,15 @@ class LiveVerbs:
         options = _options(opts, frozenset(("metadata",)), verb)
         client = _client_id(client_id, verb)
         metadata = check_dict(options.get("metadata"), "metadata", verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            found = self._require_client(state, client, verb)
+
+        def decide(cmd: Command) -> None:
+            found = self._require_client(cmd.state, client, verb)
             event = ev.LiveSessionClient(
                 client_id=client, action="heartbeat", mode=found.mode, metadata=metadata
             )
-            self._emit(tx, state.session_id, [event], meta={"client_id": client})
+            cmd.emit([event], meta={"client_id": client})
+
+        self._command(verb, session_id, decide)
         return self._client_after(session_id, client, verb)
 
     def live_clients(self, session_id: str) -> list[dict[str, Any]]:
@@ -249,14 +248,12 @@ class LiveVerbs:
             },
             where=verb,
         )
-        with self._command(verb, session_id) as (tx, state, _):
-            self._require_controller(state, client, verb)
-            self._emit(
-                tx,
-                state.session_id,
-                [ev.MessageInjected(message=message)],
-                meta={"client_id": client},
-            )
+
+        def decide(cmd: Command) -> None:
+            self._require_controller(cmd.state, client, verb)
+            cmd.emit([ev.MessageInjected(message=message)], meta={"client_id": client})
+
+        self._command(verb, session_id, decide)
 
     def route_permission(
         self,
@@ -271,10 +268,13 @@ class LiveVerbs:
         client = _client_id(client_id, verb)
         body = check_dict(request, "request", verb, optional=False)
         metadata = check_dict(options.get("metadata"), "metadata", verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            self._require_controller(state, client, verb)
+
+        def decide(cmd: Command) -> None:
+            self._require_controller(cmd.state, client, verb)
             event = ev.LiveSessionPermissionRoute(client_id=client, request=body, metadata=metadata)
-            self._emit(tx, state.session_id, [event], meta={"client_id": client})
+            cmd.emit([event], meta={"client_id": client})
+
+        self._command(verb, session_id, decide)
         return {"ok": True, "client_id": client, "request": body}
 
     def _check_client_room(self, state: pj.SessionState, client: str, verb: str) -> None:
@@ -327,11 +327,14 @@ class LiveVerbs:
         """Replace the typed workspace anchor; returns whether it changed."""
         verb = "set_workspace_anchor"
         data = None if anchor is None else check_dict(anchor, "anchor", verb, optional=False)
-        with self._command(verb, session_id) as (tx, state, _):
-            if to_builtins(state.workspace_anchor) == to_builtins(data):
+
+        def decide(cmd: Command) -> bool:
+            if to_builtins(cmd.state.workspace_anchor) == to_builtins(data):
                 return False
-            self._emit(tx, state.session_id, [ev.WorkspaceAnchorSet(anchor=data)])
+            cmd.emit([ev.WorkspaceAnchorSet(anchor=data)])
             return True
+
+        return self._command(verb, session_id, decide)
 
     def workspace_policy(self, session_id: str) -> dict[str, Any]:
         with self._view() as view:
@@ -342,12 +345,15 @@ class LiveVerbs:
         """Merge `policy` into the workspace defaults; returns whether anything changed."""
         verb = "set_workspace_policy"
         update = check_policy(policy, verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            merged = {**state.workspace_policy, **update}
-            if to_builtins(merged) == to_builtins(state.workspace_policy):
+
+        def decide(cmd: Command) -> bool:
+            merged = {**cmd.state.workspace_policy, **update}
+            if to_builtins(merged) == to_builtins(cmd.state.workspace_policy):
                 return False
-            self._emit(tx, state.session_id, [ev.WorkspacePolicySet(policy=merged)])
+            cmd.emit([ev.WorkspacePolicySet(policy=merged)])
             return True
+
+        return self._command(verb, session_id, decide)
 
     def add_root(
         self, session_id: str, root: str, opts: Mapping[str, Any] | None = None
@@ -360,10 +366,14 @@ class LiveVerbs:
             raise InvalidArgumentError(f"{verb}: `root` must be a non-empty str, got {root!r}")
         mode = check_text(options.get("mount_mode"), "mount_mode", verb)
         mounted_at = check_text(options.get("mounted_at"), "mounted_at", verb)
-        with self._command(verb, session_id) as (tx, state, _):
-            chosen = mode or state.workspace_policy.get("default_mount_mode") or "read_write"
-            event = ev.WorkspaceRootAdded(root=root, mount_mode=chosen, mounted_at=mounted_at)
-            self._emit(tx, state.session_id, [event])
+
+        def decide(cmd: Command) -> Any:
+            policy = cmd.state.workspace_policy
+            chosen = mode or policy.get("default_mount_mode") or "read_write"
+            cmd.emit([ev.WorkspaceRootAdded(root=root, mount_mode=chosen, mounted_at=mounted_at)])
+            return chosen
+
+        chosen = self._command(verb, session_id, decide)
         return {"ok": True, "root": root, "mount_mode": chosen, "mounted_at": mounted_at or root}
 
     def remove_root(self, session_id: str, root: str) -> dict[str, Any]:
@@ -371,11 +381,14 @@ class LiveVerbs:
         verb = "remove_root"
         if not isinstance(root, str) or not root:
             raise InvalidArgumentError(f"{verb}: `root` must be a non-empty str, got {root!r}")
-        with self._command(verb, session_id) as (tx, state, _):
-            if not any(entry.get("root") == root for entry in state.roots):
+
+        def decide(cmd: Command) -> dict[str, Any]:
+            if not any(entry.get("root") == root for entry in cmd.state.roots):
                 return {"ok": False, "root": root, "error": f"`{root}` is not mounted"}
-            self._emit(tx, state.session_id, [ev.WorkspaceRootRemoved(root=root)])
-        return {"ok": True, "root": root}
+            cmd.emit([ev.WorkspaceRootRemoved(root=root)])
+            return {"ok": True, "root": root}
+
+        return self._command(verb, session_id, decide)
 
     def list_roots(self, session_id: str) -> dict[str, Any]:
         """``{primary, additional}``: the anchor's root and the mounted roots."""

@@ -5,30 +5,27 @@ and the pages of sessions. None of them writes; each reads one consistent view o
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import projections as pj
 from eventlog import (
-    EventLog,
     InvalidArgumentError,
     LogView,
-    UnknownSessionError,
     limits,
     to_builtins,
 )
 from eventlog import events as ev
 from sessions._checks import check_count, client_dict, iso
+from sessions._host import SessionHost, readable
 from sessions._ids import check_session_id
 from sessions._messages import to_dicts
 
 
-class QueryVerbs:
-    """The queries; `SessionStore` supplies the log and the cache of hot transcripts."""
+class QueryVerbs(SessionHost):
+    """The queries; `SessionStore` fills the cache of hot transcripts."""
 
-    if TYPE_CHECKING:
-        log: EventLog
-        _hot_cap: int
-        _hot: OrderedDict[str, tuple[int, tuple[tuple[int, int, int], ...], list[ev.Message]]]
+    _hot: OrderedDict[str, tuple[int, tuple[tuple[int, int, int], ...], list[ev.Message]]]
+    """Session id -> (transcript version, its ranges, its messages), least recently used first."""
 
     def exists(self, session_id: object) -> bool:
         """Whether `session_id` names an open session (never raises for unknown ids)."""
@@ -38,17 +35,6 @@ class QueryVerbs:
         with self.log.view() as view:
             state = pj.load_state(view, sid)
         return state is not None and state.status == pj.ACTIVE
-
-    def _state(
-        self, view: LogView, session_id: object, verb: str, *, closed: bool = False
-    ) -> pj.SessionState:
-        """The state of an open session (or, with `closed=True`, of a closed one too: reads of a
-        closed session still work; only `delete` makes a session unreadable)."""
-        sid = check_session_id(session_id, where=verb)
-        state = pj.load_state(view, sid)
-        if state is None or not _readable(state, closed):
-            raise UnknownSessionError(sid, verb)
-        return state
 
     def length(self, session_id: str) -> int:
         """Number of messages; raises `UnknownSessionError` for an unknown id."""
@@ -111,7 +97,7 @@ class QueryVerbs:
             return None
         with self.log.view() as view:
             state = pj.load_state(view, sid)
-            if state is None or not _readable(state, True):
+            if state is None or not readable(state, True):
                 return None
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
             messages = self._messages(view, sid)
@@ -127,7 +113,7 @@ class QueryVerbs:
             return None
         with self.log.view() as view:
             state = pj.load_state(view, sid)
-            if state is None or not _readable(state, True):
+            if state is None or not readable(state, True):
                 return None
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
             children = pj.child_ids(view, sid)
@@ -143,7 +129,7 @@ class QueryVerbs:
             return None
         with self.log.view() as view:
             state = pj.load_state(view, sid)
-            if state is None or not _readable(state, True):
+            if state is None or not readable(state, True):
                 return None
             root = state.session_id
             parent_id = state.parent_id
@@ -200,10 +186,6 @@ class QueryVerbs:
                     transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
                     page.append(_summary(state, transcript))
         return {"sessions": page, "next_cursor": last if more else None}
-
-
-def _readable(state: pj.SessionState, closed: bool) -> bool:
-    return state.status == pj.ACTIVE or (closed and state.status == pj.CLOSED)
 
 
 def _possible_id(session_id: object) -> str | None:

@@ -12,22 +12,19 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import projections as pj
 from eventlog import (
     ANY,
-    CapacityError,
     Envelope,
     EventLog,
     InvalidArgumentError,
-    LogView,
     SessionExistsError,
     Subscription,
     Transaction,
-    UnknownSessionError,
     VerifyReport,
     limits,
     to_builtins,
@@ -38,6 +35,7 @@ from sessions._checks import check_dict, check_policy, check_text
 from sessions._context import ContextVerbs, ContextView
 from sessions._context_policy import ContextPolicy
 from sessions._group import GroupCommit, grouped
+from sessions._host import Command, append, transact
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter
@@ -46,9 +44,6 @@ from sessions._tokens import BearerSessions
 from sessions._transcript import TranscriptVerbs
 
 logger = logging.getLogger("sessionlog.sessions")
-
-_VALID_IDS_MAX = 4096
-"""Session ids `_checked_id` remembers as valid before it starts over."""
 
 OPEN_OPTIONS = frozenset(
     (
@@ -224,87 +219,6 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         finally:
             pop_current(token)
 
-    # Command plumbing
-
-    def _view(self) -> AbstractContextManager[LogView]:
-        return self.log.view()
-
-    def _writable(self, verb: str) -> None:
-        if self.readonly_at is not None:
-            raise InvalidArgumentError(
-                f"{verb}: this is a read-only view of the store as of position {self.readonly_at}"
-            )
-        if self.readonly:
-            raise InvalidArgumentError(
-                f"{verb}: the store {self.log.description} is open read-only"
-            )
-
-    @contextmanager
-    def _command(
-        self, verb: str, session_id: object
-    ) -> Iterator[tuple[Transaction, pj.SessionState, pj.Transcript]]:
-        self._writable(verb)
-        sid = self._checked_id(session_id, verb)
-        tx = self.log.current_transaction()
-        if tx is not None and not self.log.closed:  # the common case: join it directly
-            yield self._loaded(tx, sid, verb)
-            return
-        with self.log.transaction() as tx:
-            yield self._loaded(tx, sid, verb)
-
-    @staticmethod
-    def _loaded(
-        tx: Transaction, sid: str, verb: str
-    ) -> tuple[Transaction, pj.SessionState, pj.Transcript]:
-        state = pj.load_state(tx, sid)
-        transcript = pj.load_transcript(tx, sid)
-        if state is None or state.status != pj.ACTIVE or transcript is None:
-            raise UnknownSessionError(sid, verb)
-        return tx, state, transcript
-
-    def _checked_id(self, session_id: object, verb: str) -> str:
-        """`check_session_id`, remembered: a command names the same few sessions again and
-        again, and an id that passed once passes always."""
-        if type(session_id) is str and session_id in self._valid_ids:
-            return session_id
-        sid = check_session_id(session_id, where=verb)
-        if len(self._valid_ids) >= _VALID_IDS_MAX:
-            self._valid_ids.clear()
-        self._valid_ids.add(sid)
-        return sid
-
-    @staticmethod
-    def _emit(
-        tx: Transaction,
-        session_id: str,
-        events: list[ev.Event],
-        *,
-        meta: dict[str, Any] | None = None,
-        checked: bool = False,
-    ) -> list[int]:
-        return tx.append(
-            session_id,
-            events,
-            expected_version=tx.stream_version(session_id),
-            meta=meta,
-            checked=checked,
-        )
-
-    def _check_capacity(self, tx: Transaction, verb: str) -> None:
-        if self.max_sessions is not None and pj.active_count(tx) >= self.max_sessions:
-            raise CapacityError(
-                f"{verb}: the store holds max_sessions = {self.max_sessions} open sessions"
-            )
-
-    def _claim_new_id(self, tx: Transaction, session_id: object, verb: str) -> str:
-        if session_id is None:
-            return uuid7()
-        sid = check_session_id(session_id, where=verb)
-        existing = pj.load_state(tx, sid)
-        if existing is not None and existing.status == pj.ACTIVE:
-            raise SessionExistsError(f"{verb}: session `{sid}` already exists")
-        return sid
-
     # Lifecycle
 
     @grouped
@@ -319,20 +233,19 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
                 f"(expected one of: {', '.join(sorted(OPEN_OPTIONS))})"
             )
         event_fields = _open_fields(options)
-        with self.log.transaction(join=True) as tx:
-            sid = (
-                uuid7()
-                if session_id is None
-                else check_session_id(session_id, where="open_session")
-            )
+        sid = uuid7() if session_id is None else check_session_id(session_id, where="open_session")
+
+        def decide(tx: Transaction) -> str:
             existing = pj.load_state(tx, sid)
             if existing is not None and existing.status == pj.ACTIVE:
                 _check_same_options(tx, existing, event_fields)
                 return sid
             self._check_capacity(tx, "open_session")
             opened = ev.SessionOpened(session_id=sid, created_at=datetime.now(UTC), **event_fields)
-            self._emit(tx, sid, [opened])
+            append(tx, sid, [opened])
             return sid
+
+        return transact(self.log, decide)
 
     @grouped
     def close_session(self, session_id: str, status: str | Mapping[str, Any] | None = None) -> None:
@@ -343,21 +256,21 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
             detail = check_dict(status, "status", "close_session", optional=False)
             found = detail.get("reason")
             reason = found if isinstance(found, str) else None
-        with self._command("close_session", session_id) as (tx, state, _):
-            self._emit(tx, state.session_id, [ev.AgentSessionClosed(reason=reason, status=detail)])
+        closed = ev.AgentSessionClosed(reason=reason, status=detail)
+        self._command("close_session", session_id, lambda cmd: cmd.emit([closed]))
 
     @grouped
     def delete(self, session_id: str, *, reason: str | None = None) -> None:
         """Remove a session from every query; its events stay in the log."""
         check_text(reason, "reason", "delete")
-        with self._command("delete", session_id) as (tx, state, _):
-            self._emit(tx, state.session_id, [ev.SessionDeleted(reason=reason)])
+        deleted = ev.SessionDeleted(reason=reason)
+        self._command("delete", session_id, lambda cmd: cmd.emit([deleted]))
 
     @grouped
     def rename(self, session_id: str, title: str | None) -> None:
         check_text(title, "title", "rename")
-        with self._command("rename", session_id) as (tx, state, _):
-            self._emit(tx, state.session_id, [ev.SessionRenamed(title=title)])
+        renamed = ev.SessionRenamed(title=title)
+        self._command("rename", session_id, lambda cmd: cmd.emit([renamed]))
 
     @grouped
     def update_metadata(
@@ -376,12 +289,15 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         both = sorted(set(changes) & set(remove))
         if both:
             raise InvalidArgumentError(f"{verb}: keys both set and removed: {', '.join(both)}")
-        with self._command(verb, session_id) as (tx, state, _):
-            event = ev.SessionMetadataSet(metadata=changes, removed=list(remove))
-            self._emit(tx, state.session_id, [event])
-            after = pj.load_state(tx, state.session_id)
-        assert after is not None, "the projection did not fold session_metadata_set"
-        return dict(to_builtins(after.metadata))
+        event = ev.SessionMetadataSet(metadata=changes, removed=list(remove))
+
+        def decide(cmd: Command) -> dict[str, Any]:
+            cmd.emit([event])
+            after = pj.load_state(cmd.tx, cmd.session_id)
+            assert after is not None, "the projection did not fold session_metadata_set"
+            return dict(to_builtins(after.metadata))
+
+        return self._command(verb, session_id, decide)
 
     # Subscriptions
 

@@ -18,14 +18,13 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import blake3
 from dateutil.parser import isoparse
 
 import projections as pj
 from eventlog import (
-    NO_STREAM,
     ConcurrencyError,
     InvalidArgumentError,
     LimitExceededError,
@@ -37,9 +36,7 @@ from eventlog import (
 )
 from eventlog import events as ev
 from sessions._checks import iso
-
-if TYPE_CHECKING:
-    from sessions._store import SessionStore
+from sessions._host import SessionHost, append, transact
 
 HANDLE_CONTEXT = "sessionlog 2026 bearer handle v1"
 """The blake3 key-derivation context of a token's handle. Fixed and versioned: a different context
@@ -267,7 +264,7 @@ def _live_record(view: LogView, token: object, now: datetime) -> pj.BearerRecord
 class BearerSessions:
     """`store.tokens`: create, get, touch and expire durable bearer sessions."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionHost) -> None:
         self._store = store
 
     def create(
@@ -308,14 +305,17 @@ class BearerSessions:
         )
         stream = pj.bearer_stream(handle)
         taken = f"{verb}: a bearer session with handle `{handle[:16]}…` already exists"
-        with self._store.log.transaction(join=True) as tx:
+
+        def decide(tx: Transaction) -> pj.BearerRecord | None:
             if pj.load_record(tx, handle) is not None:
                 raise SessionExistsError(taken)
             try:
-                tx.append(stream, [created], expected_version=NO_STREAM)
+                append(tx, stream, [created], new=True)
             except ConcurrencyError as exc:  # the stream exists but its record does not
                 raise SessionExistsError(taken) from exc
-            record = pj.load_record(tx, handle)
+            return pj.load_record(tx, handle)
+
+        record = transact(self._store.log, decide)
         assert record is not None, "the bearer projection did not fold bearer_session_created"
         return _view(record, token)
 
@@ -342,15 +342,19 @@ class BearerSessions:
             seen = _live_record(view, token, at)
         if seen is None or at <= seen.last_seen_at:
             return None if seen is None else _view(seen)
-        with self._store.log.transaction(join=True) as tx:
+
+        def decide(tx: Transaction) -> pj.BearerRecord | None:
             record = _live_record(tx, token, at)  # again: it may have been revoked meanwhile
-            if record is None:
-                return None
-            if at > record.last_seen_at:
-                self._append(tx, record.handle, ev.BearerSessionTouched(last_seen_at=at))
-                record = pj.load_record(tx, record.handle)
-        assert record is not None
-        return _view(record)
+            if record is None or at <= record.last_seen_at:
+                return record
+            touched = ev.BearerSessionTouched(last_seen_at=at)
+            append(tx, pj.bearer_stream(record.handle), [touched])
+            after = pj.load_record(tx, record.handle)
+            assert after is not None, "the bearer projection lost a record it was touching"
+            return after
+
+        record = transact(self._store.log, decide)
+        return None if record is None else _view(record)
 
     def expire(self, token: str, now: str | datetime | None = None) -> bool:
         """Revoke the session of `token` as of `now`: `get` and `touch` answer None from then on,
@@ -363,12 +367,7 @@ class BearerSessions:
             return False
         assert isinstance(token, str)
         handle = token_handle(token)
-        with self._store.log.transaction(join=True) as tx:
-            record = pj.load_record(tx, handle)
-            if record is None or record.revoked_at is not None:
-                return False
-            self._append(tx, handle, ev.BearerSessionExpired(expired_at=at, reason="revoked"))
-        return True
+        return self._revoke(handle, at)
 
     def revoke(self, handle: str, now: str | datetime | None = None) -> bool:
         """`expire` by the session's handle, for an administrator who holds the handle (from
@@ -378,14 +377,18 @@ class BearerSessions:
         at = _now(now, verb)
         if not isinstance(handle, str) or not _HANDLE_SHAPE.fullmatch(handle):
             return False
-        with self._store.log.transaction(join=True) as tx:
+        return self._revoke(handle, at)
+
+    def _revoke(self, handle: str, at: datetime) -> bool:
+        """Revoke the session of `handle` as of `at`; False (writing nothing) when there is
+        none, or it is already revoked."""
+
+        def decide(tx: Transaction) -> bool:
             record = pj.load_record(tx, handle)
             if record is None or record.revoked_at is not None:
                 return False
-            self._append(tx, handle, ev.BearerSessionExpired(expired_at=at, reason="revoked"))
-        return True
+            expired = ev.BearerSessionExpired(expired_at=at, reason="revoked")
+            append(tx, pj.bearer_stream(handle), [expired])
+            return True
 
-    @staticmethod
-    def _append(tx: Transaction, handle: str, event: ev.Event) -> None:
-        stream = pj.bearer_stream(handle)
-        tx.append(stream, [event], expected_version=tx.stream_version(stream))
+        return transact(self._store.log, decide)

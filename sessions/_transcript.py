@@ -5,9 +5,8 @@ compact. Each is one command: checked, then written in one transaction, or not a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import projections as pj
 from eventlog import (
@@ -15,7 +14,6 @@ from eventlog import (
     InvalidArgumentError,
     LengthConflictError,
     LimitExceededError,
-    LogView,
     SessionExistsError,
     SessionLogError,
     Transaction,
@@ -27,42 +25,16 @@ from sessions import _compact
 from sessions._batches import blame_message, message_events
 from sessions._checks import check_count, check_text
 from sessions._group import grouped
+from sessions._host import Command, SessionHost
 from sessions._ids import check_session_id
 from sessions._messages import plain_message, to_dicts, to_message
 
 
-class TranscriptVerbs:
-    """The verbs that change a transcript; `SessionStore` supplies the plumbing."""
+class TranscriptVerbs(SessionHost):
+    """The verbs that change a transcript."""
 
-    if TYPE_CHECKING:
-        token_counter: _compact.TokenCounter
-        summarizer: _compact.Summarizer | None
-
-        def _command(
-            self, verb: str, session_id: object
-        ) -> AbstractContextManager[tuple[Transaction, pj.SessionState, pj.Transcript]]: ...
-
-        @staticmethod
-        def _emit(
-            tx: Transaction,
-            session_id: str,
-            events: list[ev.Event],
-            *,
-            meta: dict[str, Any] | None = None,
-            checked: bool = False,
-        ) -> list[int]: ...
-
-        def _state(
-            self, view: LogView, session_id: object, verb: str, *, closed: bool = False
-        ) -> pj.SessionState: ...
-
-        def _view(self) -> AbstractContextManager[LogView]: ...
-
-        def _writable(self, verb: str) -> None: ...
-
-        def _check_capacity(self, tx: Transaction, verb: str) -> None: ...
-
-        def _claim_new_id(self, tx: Transaction, session_id: object, verb: str) -> str: ...
+    token_counter: _compact.TokenCounter
+    summarizer: _compact.Summarizer | None
 
     @grouped
     def inject(
@@ -85,17 +57,15 @@ class TranscriptVerbs:
         checked = parsed is not None
         if parsed is None:
             parsed = to_message(message, where="inject")
-        with self._command("inject", session_id) as (tx, state, transcript):
-            if self._seen_key(tx, state.session_id, key):
+
+        def decide(cmd: Command) -> None:
+            if self._seen_key(cmd.tx, cmd.session_id, key):
                 return
-            _check_length(transcript, expected, state.session_id, "inject")
-            self._check_room(transcript, 1, "inject")
-            event = ev.MessageInjected(message=parsed, idempotency_key=key)
-            # The transcript's version is its stream's (every event of a session folds into it);
-            # were it ever behind, the append would refuse it, never write at a wrong version.
-            tx.append(
-                state.session_id, [event], expected_version=transcript.version, checked=checked
-            )
+            _check_length(cmd.transcript, expected, cmd.session_id, "inject")
+            self._check_room(cmd.transcript, 1, "inject")
+            cmd.emit([ev.MessageInjected(message=parsed, idempotency_key=key)], checked=checked)
+
+        self._command("inject", session_id, decide)
 
     @grouped
     def inject_many(
@@ -124,20 +94,23 @@ class TranscriptVerbs:
                 f"got {type(messages).__name__}"
             )
         events, count, checked = message_events(messages, key)
-        with self._command("inject_many", session_id) as (tx, state, transcript):
-            if self._seen_key(tx, state.session_id, key):
+
+        def decide(cmd: Command) -> int:
+            if self._seen_key(cmd.tx, cmd.session_id, key):
                 return 0
-            _check_length(transcript, expected, state.session_id, "inject_many")
-            self._check_room(transcript, count, "inject_many", batch=True)
+            _check_length(cmd.transcript, expected, cmd.session_id, "inject_many")
+            self._check_room(cmd.transcript, count, "inject_many", batch=True)
             step = limits.events_per_append_max
             for first_event in range(0, len(events), step):
                 chunk = events[first_event : first_event + step]
                 try:
-                    self._emit(tx, state.session_id, chunk, checked=checked)
+                    cmd.emit(chunk, checked=checked)
                 except SessionLogError as exc:
                     blame_message(exc, events, first_event)
                     raise
-        return count
+            return count
+
+        return self._command("inject_many", session_id, decide)
 
     @staticmethod
     def _seen_key(tx: Transaction, session_id: str, key: str | None) -> bool:
@@ -148,15 +121,18 @@ class TranscriptVerbs:
         """Take the last entry off the transcript and return it (None when it is empty, and
         then nothing is written). Recorded as `session_rewound`: the log keeps the entry."""
         expected = _optional_count(expected_length, "expected_length", "pop")
-        with self._command("pop", session_id) as (tx, state, transcript):
-            _check_length(transcript, expected, state.session_id, "pop")
+
+        def decide(cmd: Command) -> dict[str, Any] | None:
+            transcript = cmd.transcript
+            _check_length(transcript, expected, cmd.session_id, "pop")
             if transcript.length == 0:
                 return None
             last = pj.ranges_window(transcript.ranges, transcript.length - 1, 1)
-            popped = to_dicts(pj.read_messages(tx, transcript, ranges=last), fresh=True)[0]
-            rewound = ev.SessionRewound(to_length=transcript.length - 1, removed=1, reason="pop")
-            self._emit(tx, state.session_id, [rewound])
+            popped = to_dicts(pj.read_messages(cmd.tx, transcript, ranges=last), fresh=True)[0]
+            cmd.emit([ev.SessionRewound(to_length=transcript.length - 1, removed=1, reason="pop")])
             return popped
+
+        return self._command("pop", session_id, decide)
 
     @grouped
     def rewind(
@@ -173,14 +149,16 @@ class TranscriptVerbs:
         keep = check_count(to_length, "to_length", "rewind")
         expected = _optional_count(expected_length, "expected_length", "rewind")
         check_text(reason, "reason", "rewind")
-        with self._command("rewind", session_id) as (tx, state, transcript):
-            _check_length(transcript, expected, state.session_id, "rewind")
-            removed = transcript.length - keep
+
+        def decide(cmd: Command) -> int:
+            _check_length(cmd.transcript, expected, cmd.session_id, "rewind")
+            removed = cmd.transcript.length - keep
             if removed <= 0:
                 return 0
-            rewound = ev.SessionRewound(to_length=keep, removed=removed, reason=reason)
-            self._emit(tx, state.session_id, [rewound])
+            cmd.emit([ev.SessionRewound(to_length=keep, removed=removed, reason=reason)])
             return removed
+
+        return self._command("rewind", session_id, decide)
 
     def _check_room(
         self, transcript: pj.Transcript, adding: int, verb: str, *, batch: bool = False
@@ -203,17 +181,19 @@ class TranscriptVerbs:
     @grouped
     def reset(self, session_id: str) -> None:
         """Wipe the transcript; the id, its subscribers and everything else stay."""
-        with self._command("reset", session_id) as (tx, state, _):
-            self._emit(tx, state.session_id, [ev.SessionReset()])
+        self._command("reset", session_id, lambda cmd: cmd.emit([ev.SessionReset()]))
 
     @grouped
     def trim(self, session_id: str, keep_last: int) -> int:
         """Keep only the last `keep_last` messages; returns how many are kept."""
         keep = check_count(keep_last, "keep_last", "trim")
-        with self._command("trim", session_id) as (tx, state, transcript):
-            kept = min(keep, transcript.length)
-            self._emit(tx, state.session_id, [ev.SessionTrimmed(keep_last=keep, kept_count=kept)])
+
+        def decide(cmd: Command) -> int:
+            kept = min(keep, cmd.transcript.length)
+            cmd.emit([ev.SessionTrimmed(keep_last=keep, kept_count=kept)])
             return kept
+
+        return self._command("trim", session_id, decide)
 
     @grouped
     def fork(self, source_id: str, destination_id: str | None = None) -> str:
@@ -227,22 +207,24 @@ class TranscriptVerbs:
         return self._fork("fork_at", source_id, destination_id, keep)
 
     def _fork(self, verb: str, source_id: str, destination_id: str | None, keep: int | None) -> str:
-        with self._command(verb, source_id) as (tx, state, transcript):
-            child = self._claim_new_id(tx, destination_id, verb)
-            if child == state.session_id:
+        def decide(cmd: Command) -> str:
+            child = self._claim_new_id(cmd.tx, destination_id, verb)
+            if child == cmd.session_id:
                 raise SessionExistsError(f"{verb}: a session cannot be forked onto itself")
-            self._check_capacity(tx, verb)
-            kept = None if keep is None else min(keep, transcript.length)
+            self._check_capacity(cmd.tx, verb)
+            kept = None if keep is None else min(keep, cmd.transcript.length)
             forked = ev.SessionForked(
                 session_id=child,
-                parent_id=state.session_id,
-                parent_version=transcript.version,
+                parent_id=cmd.session_id,
+                parent_version=cmd.transcript.version,
                 created_at=datetime.now(UTC),
                 keep_first=kept,
                 branched_at_event_index=kept,
             )
-            self._emit(tx, child, [forked])
+            cmd.emit([forked], stream=child)
             return child
+
+        return self._command(verb, source_id, decide)
 
     def compact(self, session_id: str, **options: Any) -> int:
         """Compact the transcript (see `sessions._compact` for the strategies); returns the
@@ -267,11 +249,13 @@ class TranscriptVerbs:
         )
         if plan is None:
             return kept
-        with self._command("compact", sid) as (tx, state, now):
-            if state.generation != seen.generation or (
+
+        def decide(cmd: Command) -> int:
+            now = cmd.transcript
+            if cmd.state.generation != seen.generation or (
                 pj.ranges_added(transcript.ranges, now.ranges) is None
             ):
-                conflict = ConcurrencyError(sid, expected, tx.stream_version(sid))
+                conflict = ConcurrencyError(sid, expected, cmd.tx.stream_version(sid))
                 conflict.args = (
                     f"compact: {conflict}: the transcript changed while the strategy ran; "
                     "nothing was written, compact again",
@@ -285,8 +269,10 @@ class TranscriptVerbs:
                 tokens_before=plan.tokens_before,
                 tokens_after=plan.tokens_after,
             )
-            self._emit(tx, sid, [compacted])
+            cmd.emit([compacted])
             return kept + now.length - transcript.length
+
+        return self._command("compact", sid, decide)
 
 
 _IDEMPOTENCY_KEY_CHARS_MAX = 512

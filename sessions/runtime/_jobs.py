@@ -20,6 +20,7 @@ from eventlog import events as ev
 from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
 from sessions._checks import iso
+from sessions._host import append, transact
 from sessions._store import SessionStore
 from sessions.runtime._errors import SessionBusyError, SessionFailedError
 from sessions.runtime._params import merge_params
@@ -71,12 +72,15 @@ def open_session(
     metadata: dict[str, Any],
     options: dict[str, Any],
 ) -> dict[str, Any]:
-    with store.log.transaction(join=True) as tx:
+
+    def decide(tx: Transaction) -> dict[str, Any]:
         if session_id is not None and store.exists(session_id):
             raise SessionExistsError(f"create: session `{session_id}` already exists")
         recorded = {**metadata, "provider": provider, "runtime_params": params}
         sid = store.open_session(session_id, agent_id=agent_id, metadata=recorded, **options)
         return info(tx, sid, "create")
+
+    return transact(store.log, decide)
 
 
 def adopt_session(
@@ -88,7 +92,8 @@ def adopt_session(
 ) -> dict[str, Any]:
     """Make an open session that the runtime did not create a runtime session; adopting one it
     already drives with the same provider changes nothing."""
-    with store.log.transaction(join=True) as tx:
+
+    def decide(tx: Transaction) -> dict[str, Any]:
         state = pj.load_state(tx, session_id)
         if state is None or state.status != pj.ACTIVE:
             raise UnknownSessionError(session_id, "adopt")
@@ -101,8 +106,10 @@ def adopt_session(
                 )
             return info(tx, session_id, "adopt")
         adopted = ev.RuntimeAdopted(provider=provider, agent_id=agent_id, runtime_params=params)
-        tx.append(session_id, [adopted], expected_version=tx.stream_version(session_id))
+        append(tx, session_id, [adopted])
         return info(tx, session_id, "adopt")
+
+    return transact(store.log, decide)
 
 
 def _session(
@@ -127,8 +134,9 @@ def start_prompt(
 ) -> Started:
     """Refuse a busy or failed session, else append `prompt_started` with the merged parameters
     and return the transcript the provider is to see."""
-    loop_id, parent_loop_id, parallel_group = loop
-    with store.log.transaction(join=True) as tx:
+    loop_id, parallel_group = loop[0], loop[2]
+
+    def decide(tx: Transaction) -> Started:
         state, runtime = _session(tx, session_id, "prompt")
         if runtime.status == rt.BUSY:
             raise SessionBusyError(session_id, runtime.request_id)
@@ -142,6 +150,7 @@ def start_prompt(
             session_params if isinstance(session_params, dict) else {},
             params,
         )
+        parent_loop_id = loop[1]
         if parent_loop_id is None:
             parent_loop_id = runtime.last_loop_id or _spawning_loop(state)
         started = ev.PromptStarted(
@@ -154,7 +163,7 @@ def start_prompt(
             parallel_group=parallel_group,
             warnings=warnings,
         )
-        tx.append(session_id, [started], expected_version=tx.stream_version(session_id))
+        append(tx, session_id, [started])
         # The provider sees the context view: from the latest checkpoint on, prunes applied.
         messages = store.context(session_id)
         return Started(
@@ -165,6 +174,8 @@ def start_prompt(
             messages=messages,
             first=runtime.loops == 0,
         )
+
+    return transact(store.log, decide)
 
 
 def _spawning_loop(state: pj.SessionState) -> str | None:
@@ -215,14 +226,20 @@ def finish_prompt(store: SessionStore, session_id: str, request_id: str, event: 
     """Append the outcome of a prompt if it is still the one in flight (after a result for each
     tool call left open); False if it is not (the session was closed, or recovery already
     marked it failed)."""
-    with store.log.transaction(join=True) as tx:
+
+    def decide(tx: Transaction) -> bool:
         runtime = _in_flight(tx, session_id, request_id)
         if runtime is None:
             return False
         why = getattr(event, "reason", None) or getattr(event, "error", None) or "the loop ended"
-        events = [*answer_open_calls(runtime, _ending_kind(event), str(why)[:200]), event]
-        tx.append(session_id, events, expected_version=tx.stream_version(session_id))
+        append(
+            tx,
+            session_id,
+            [*answer_open_calls(runtime, _ending_kind(event), str(why)[:200]), event],
+        )
         return True
+
+    return transact(store.log, decide)
 
 
 def record_step(
@@ -230,56 +247,64 @@ def record_step(
 ) -> bool:
     """Append events of the tool loop (a step and its calls started, or one call finished) if
     the prompt is still in flight; False if it is not."""
-    with store.log.transaction(join=True) as tx:
+
+    def decide(tx: Transaction) -> bool:
         if _in_flight(tx, session_id, request_id) is None:
             return False
-        tx.append(session_id, events, expected_version=tx.stream_version(session_id))
+        append(tx, session_id, events)
         return True
+
+    return transact(store.log, decide)
 
 
 def reject_input(
     store: SessionStore, session_id: str, request_id: str, filter_name: str, reason: str
 ) -> None:
-    with store.log.transaction(join=True) as tx:
+    rejected = ev.InputRejected(filter=filter_name, reason=reason, request_id=request_id)
+
+    def decide(tx: Transaction) -> None:
         _session(tx, session_id, "prompt")
-        rejected = ev.InputRejected(filter=filter_name, reason=reason, request_id=request_id)
-        tx.append(session_id, [rejected], expected_version=tx.stream_version(session_id))
+        append(tx, session_id, [rejected])
+
+    transact(store.log, decide)
 
 
 def close_session(store: SessionStore, session_id: str, reason: str, verb: str) -> dict[str, Any]:
     """Close an open runtime session (cancelling a prompt still recorded in flight); returns its
     last status record."""
-    with store.log.transaction(join=True) as tx:
+
+    def decide(tx: Transaction) -> dict[str, Any]:
         last = info(tx, session_id, verb)
         events: list[ev.Event] = []
         runtime = rt.load_runtime(tx, session_id)
         if last["request_id"] is not None and runtime is not None:
             events.extend(answer_open_calls(runtime, "cancelled", reason))
             events.append(ev.PromptCancelled(request_id=last["request_id"], reason=reason))
-        events.append(
-            ev.AgentSessionClosed(
-                reason=reason, status={"reason": reason, "status": last["status"]}
-            )
-        )
-        tx.append(session_id, events, expected_version=tx.stream_version(session_id))
+        status = {"reason": reason, "status": last["status"]}
+        events.append(ev.AgentSessionClosed(reason=reason, status=status))
+        append(tx, session_id, events)
         return last
+
+    return transact(store.log, decide)
 
 
 def recover(store: SessionStore) -> list[str]:
     """Mark every prompt still recorded in flight as failed (`interrupted`): at start-up nothing
     can be running it. Returns the sessions it touched."""
-    touched: list[str] = []
-    with store.log.transaction(join=True) as tx:
+
+    def decide(tx: Transaction) -> list[str]:
+        touched: list[str] = []
         for session_id in list(rt.busy_ids(tx)):
             runtime = rt.load_runtime(tx, session_id)
             if runtime is None or runtime.request_id is None:
                 continue
             why = "the process running this prompt stopped before it finished"
             failed = ev.PromptFailed(request_id=runtime.request_id, error=why, kind=INTERRUPTED)
-            events = [*answer_open_calls(runtime, INTERRUPTED, why), failed]
-            tx.append(session_id, events, expected_version=tx.stream_version(session_id))
+            append(tx, session_id, [*answer_open_calls(runtime, INTERRUPTED, why), failed])
             touched.append(session_id)
-    return touched
+        return touched
+
+    return transact(store.log, decide)
 
 
 def expired(

@@ -1,0 +1,183 @@
+"""The engine's one command doorway, and the host its verb mixins share.
+
+Every write of the engine takes the same way in. The arguments are checked first, outside any
+transaction; then `transact` runs the command's decision inside the calling thread's write
+transaction (or a new one); the decision reads the projection, refuses by raising before it
+appends anything, and hands the events it decided to `append`, which validates and encodes them
+once; the log's projector folds them into the projection in the same transaction. Session verbs
+come in through `SessionHost._command`, which adds the checks every such verb makes (the store is
+writable, the id is well formed, the session is open) and gives the decision a `Command`.
+
+No append here passes the version it read: a write transaction holds the log's write lock (LMDB's,
+or PostgreSQL's exclusive lock), so nobody else can have written to the stream since the decision
+read it, and the check could never fail; it would only cost an index lookup per command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import projections as pj
+from eventlog import (
+    ANY,
+    NO_STREAM,
+    CapacityError,
+    EventLog,
+    InvalidArgumentError,
+    LogView,
+    SessionExistsError,
+    Transaction,
+    UnknownSessionError,
+)
+from eventlog import events as ev
+from sessions._ids import check_session_id, uuid7
+
+R = TypeVar("R")
+
+_VALID_IDS_MAX = 4096
+"""Session ids `_checked_id` remembers as valid before it starts over."""
+
+
+def transact(log: EventLog, decide: Callable[[Transaction], R]) -> R:
+    """`decide(tx)` inside the calling thread's write transaction on `log`, or inside a new one
+    that commits when it returns. A decision raises before it appends anything, so joining the
+    caller's transaction needs no savepoint."""
+    tx = log.current_transaction()
+    if tx is not None and not log.closed:  # the common case inside `store.transaction()`
+        return decide(tx)
+    with log.transaction() as tx:
+        return decide(tx)
+
+
+def append(
+    tx: Transaction,
+    stream: str,
+    events: Sequence[ev.Event],
+    *,
+    meta: dict[str, Any] | None = None,
+    checked: bool = False,
+    new: bool = False,
+) -> list[int]:
+    """Append what a decision decided, at the version the stream has (see the module's text), or,
+    with `new`, only if the stream does not exist yet (`ConcurrencyError` otherwise). `checked`:
+    every field of every event already holds exactly its declared, immutable type (see
+    `Transaction.append`)."""
+    return tx.append(
+        stream, events, expected_version=NO_STREAM if new else ANY, meta=meta, checked=checked
+    )
+
+
+class Command:
+    """What a session verb's decision works with: the open write transaction, and the state and
+    transcript of the session it acts on, as the projection holds them in that transaction."""
+
+    __slots__ = ("session_id", "state", "transcript", "tx")
+
+    def __init__(self, tx: Transaction, state: pj.SessionState, transcript: pj.Transcript) -> None:
+        self.tx = tx
+        self.session_id = state.session_id
+        self.state = state
+        self.transcript = transcript
+
+    def emit(
+        self,
+        events: Sequence[ev.Event],
+        *,
+        stream: str | None = None,
+        meta: dict[str, Any] | None = None,
+        checked: bool = False,
+    ) -> list[int]:
+        """`append` `events` to the session (or to `stream`, a session the command creates)."""
+        return append(
+            self.tx,
+            self.session_id if stream is None else stream,
+            events,
+            meta=meta,
+            checked=checked,
+        )
+
+
+class SessionHost:
+    """What `SessionStore` and its verb mixins share: the log, the checks every command makes,
+    and `_command`, the doorway every verb on an open session writes through."""
+
+    log: EventLog
+    readonly: bool
+    readonly_at: int | None
+    max_sessions: int | None
+    _hot_cap: int
+    _valid_ids: set[str]
+
+    def _view(self) -> AbstractContextManager[LogView]:
+        return self.log.view()
+
+    def _writable(self, verb: str) -> None:
+        if self.readonly_at is not None:
+            raise InvalidArgumentError(
+                f"{verb}: this is a read-only view of the store as of position {self.readonly_at}"
+            )
+        if self.readonly:
+            raise InvalidArgumentError(
+                f"{verb}: the store {self.log.description} is open read-only"
+            )
+
+    def _checked_id(self, session_id: object, verb: str) -> str:
+        """`check_session_id`, remembered: a command names the same few sessions again and
+        again, and an id that passed once passes always."""
+        if type(session_id) is str and session_id in self._valid_ids:
+            return session_id
+        sid = check_session_id(session_id, where=verb)
+        if len(self._valid_ids) >= _VALID_IDS_MAX:
+            self._valid_ids.clear()
+        self._valid_ids.add(sid)
+        return sid
+
+    def _command(self, verb: str, session_id: object, decide: Callable[[Command], R]) -> R:
+        """The doorway of a verb on an open session: refuse a read-only store and a malformed id,
+        then run `decide` inside the write transaction on the session as the projection holds
+        it there (`UnknownSessionError` when it is not open); the decision appends through
+        `Command.emit` and returns the verb's result."""
+        self._writable(verb)
+        sid = self._checked_id(session_id, verb)
+
+        def load_and_decide(tx: Transaction) -> R:
+            state = pj.load_state(tx, sid)
+            transcript = pj.load_transcript(tx, sid)
+            if state is None or state.status != pj.ACTIVE or transcript is None:
+                raise UnknownSessionError(sid, verb)
+            return decide(Command(tx, state, transcript))
+
+        return transact(self.log, load_and_decide)
+
+    def _state(
+        self, view: LogView, session_id: object, verb: str, *, closed: bool = False
+    ) -> pj.SessionState:
+        """The state of an open session (or, with `closed=True`, of a closed one too: reads of a
+        closed session still work; only `delete` makes a session unreadable)."""
+        sid = check_session_id(session_id, where=verb)
+        state = pj.load_state(view, sid)
+        if state is None or not readable(state, closed):
+            raise UnknownSessionError(sid, verb)
+        return state
+
+    def _check_capacity(self, tx: Transaction, verb: str) -> None:
+        if self.max_sessions is not None and pj.active_count(tx) >= self.max_sessions:
+            raise CapacityError(
+                f"{verb}: the store holds max_sessions = {self.max_sessions} open sessions"
+            )
+
+    def _claim_new_id(self, tx: Transaction, session_id: object, verb: str) -> str:
+        if session_id is None:
+            return uuid7()
+        sid = check_session_id(session_id, where=verb)
+        existing = pj.load_state(tx, sid)
+        if existing is not None and existing.status == pj.ACTIVE:
+            raise SessionExistsError(f"{verb}: session `{sid}` already exists")
+        return sid
+
+
+def readable(state: pj.SessionState, closed: bool) -> bool:
+    """Whether a session in `state` can be read (closed ones only when `closed`)."""
+    return state.status == pj.ACTIVE or (closed and state.status == pj.CLOSED)
