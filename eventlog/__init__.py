@@ -37,7 +37,9 @@ from eventlog.errors import (
     SessionExistsError,
     SessionLogError,
     StorageError,
+    StoreBusyError,
     StoreFullError,
+    TruncatedError,
     UnknownSessionError,
 )
 
@@ -66,10 +68,12 @@ __all__ = [
     "SessionExistsError",
     "SessionLogError",
     "StorageError",
+    "StoreBusyError",
     "StoreFullError",
     "StructCodec",
     "Subscription",
     "Transaction",
+    "TruncatedError",
     "UnknownSessionError",
     "VerifyReport",
     "check_encodable",

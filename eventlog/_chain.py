@@ -16,16 +16,31 @@ import blake3
 from eventlog import _codec, limits
 from eventlog._codec import BODY_START, DECODE_ERRORS, GENESIS_HASH, Envelope, envelope_decoder
 from eventlog._storage import Buffer, StorageTxn
-from eventlog.errors import IntegrityError
+from eventlog.errors import IntegrityError, TruncatedError
 
 
 def hash_at(txn: StorageTxn, position: int) -> bytes | None:
-    """The hash the record after `position` chains to (the genesis hash at 0); None when there is
-    no record at `position`."""
-    if not position:
-        return GENESIS_HASH
-    record = txn.record(position)
-    return None if record is None else _codec.stored_hash(record)
+    """The hash the record after `position` chains to (the genesis hash at 0, the anchor's at
+    the anchor); None when there is no record at `position`. `TruncatedError` when the record
+    after `position` was truncated away."""
+    if position:
+        record = txn.record(position)
+        if record is not None:
+            return _codec.stored_hash(record)
+    anchor = txn.anchor()
+    if anchor is None:
+        return None if position else GENESIS_HASH
+    cut, anchor_hash = anchor
+    if position == cut:
+        return anchor_hash
+    check_kept(position + 1, cut)
+    return None
+
+
+def check_kept(position: int, cut: int, doing: str = "reading") -> None:
+    """`TruncatedError` when `position` is at or before the anchor `cut`."""
+    if position <= cut:
+        raise TruncatedError(f"{doing} position {position}", position, cut)
 
 
 def check_run(
@@ -76,16 +91,20 @@ def check_one(prev_hash: bytes | memoryview, record: Buffer, position: int) -> E
 
 
 def check_at(
-    positions: list[int], pairs: Iterable[tuple[Buffer | None, Buffer | None]]
+    positions: list[int],
+    pairs: Iterable[tuple[Buffer | None, Buffer | None]],
+    anchor: tuple[int, bytes] | None = None,
 ) -> list[Envelope]:
     """Check and decode the records at `positions` (any order, gaps allowed), given for each the
     record before it (None when it directly follows the one before in `positions`, or is the
     first) and the record itself (`StorageTxn.records_around`). Each run of consecutive positions
-    is one `check_run` from the hash stored before it; a missing record raises `IntegrityError`."""
+    is one `check_run` from the hash stored before it (the `anchor`'s right after it); a missing
+    record raises `IntegrityError`, one truncated away `TruncatedError`."""
     hasher = blake3.blake3()
     out: list[Envelope] = []
     run: list[Buffer] = []
     run_prev, run_first, last = GENESIS_HASH, 0, -1
+    cut = 0 if anchor is None else anchor[0]
     for position, (before, record) in zip(positions, pairs, strict=True):
         follows = before is None and position == last + 1 and position != 1
         if not follows and run:
@@ -94,12 +113,15 @@ def check_at(
         if record is None:
             if run:
                 out += check_run(run_prev, run, run_first, hasher)
+            check_kept(position, cut)
             raise IntegrityError(f"position {position} is missing from the log", position)
         if not run:
             if before is not None:
                 run_prev = _codec.stored_hash(before)
             elif position == 1:
                 run_prev = GENESIS_HASH
+            elif anchor is not None and position == cut + 1:
+                run_prev = anchor[1]
             else:
                 raise IntegrityError(f"position {position - 1} is missing from the log", position)
             run_first = position

@@ -1,7 +1,8 @@
 """The LMDB backend: one environment per store directory, four sub-databases, durable commits.
 
 `events` maps an 8-byte big-endian position to a record; `streams` maps a stream prefix and an 8-byte
-version to a position; `kv` holds projection state; `meta` holds the format marker. This module owns
+version to a position; `kv` holds projection state; `meta` holds the format marker and the anchor of
+a truncated log; `floors` the last truncated version of each stream. This module owns
 every `lmdb` call and translates `lmdb.Error` into `eventlog.errors`; it must never hold a read
 transaction longer than one call, because long readers pin pages and make the file grow.
 """
@@ -9,28 +10,34 @@ transaction longer than one call, because long readers pin pages and make the fi
 from __future__ import annotations
 
 import errno
-import functools
 import itertools
 import operator
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ParamSpec, TypeVar, cast
+from typing import cast
 
 import lmdb
 
 from eventlog._disk import NEW_STORE_BYTES_MIN, free_bytes, full, prepare_files
 from eventlog._gate import Gate
 from eventlog._lease import Lease, file_lease
+from eventlog._lmdb_errors import (
+    errno_of,
+    open_failure,
+    reads,
+    translate,
+    translate_read,
+    translated,
+)
 from eventlog._storage import Buffer, StorageTxn, position_key
 from eventlog.errors import (
     CorruptStoreError,
     LogClosedError,
     SessionLogError,
     StorageError,
-    StoreFullError,
 )
 
 FORMAT = b"sessionlog-log/1"
@@ -38,50 +45,8 @@ FORMAT = b"sessionlog-log/1"
 # the slack of half-full pages after splits and of a big value's last overflow page. Doubled
 # with the bytes themselves, it sizes the map growth after a write ran out of room.
 _ENTRY_OVERHEAD_BYTES = 64
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
-
-
-def translate(exc: lmdb.Error, doing: str) -> SessionLogError:
-    """One place that maps LMDB's errors onto ours."""
-    if isinstance(exc, lmdb.MapFullError):
-        return StoreFullError(f"{doing}: the store's map is full; it has been grown, retry")
-    if isinstance(exc, (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError)):
-        return CorruptStoreError(f"{doing}: the data file is damaged: {exc}")
-    if isinstance(exc, lmdb.VersionMismatchError):
-        return CorruptStoreError(f"{doing}: written by an incompatible LMDB version: {exc}")
-    return StorageError(f"{doing}: {exc}")
-
-
-def _reads(method: Callable[_P, _T]) -> Callable[_P, _T]:
-    """Translate the `lmdb.Error` a read meets (a damaged page: `CorruptedError`,
-    `PageNotFoundError`) into ours, for reads inside write transactions as well as readers."""
-
-    @functools.wraps(method)
-    def read(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        try:
-            return method(*args, **kwargs)
-        except lmdb.Error as exc:
-            raise translate_read(exc, f"reading ({method.__name__})") from exc
-
-    return read
-
-
-def _translated(items: Iterator[_T], doing: str) -> Iterator[_T]:
-    """`items`, with `lmdb.Error` met while iterating translated into ours."""
-    try:
-        yield from items
-    except lmdb.Error as exc:
-        raise translate_read(exc, doing) from exc
-
-
-def translate_read(exc: lmdb.Error, doing: str) -> SessionLogError:
-    """`translate`, for an error met by a read. LMDB marks a transaction failed (MDB_BAD_TXN)
-    when the lookup that opens a table in it meets a damaged page, and says no more: on a read,
-    that is damage too."""
-    if isinstance(exc, lmdb.BadTxnError):
-        return CorruptStoreError(f"{doing}: the data file is damaged: {exc}")
-    return translate(exc, doing)
+_ANCHOR_KEY = b"anchor"
+"""In `meta`: the last truncated position (8 bytes) and the chain hash stored there (32)."""
 
 
 class LmdbStorage:
@@ -119,7 +84,7 @@ class LmdbStorage:
                 create=not readonly,
             )
         except lmdb.Error as exc:
-            raise _open_failure(exc, self.path, readonly) from exc
+            raise open_failure(exc, self.path, readonly) from exc
         try:
             self._check_size(data_file)
             self.env.reader_check()
@@ -166,6 +131,10 @@ class LmdbStorage:
                     if b"idempotency" in names
                     else None
                 )
+                # Only a truncation creates it: a store never truncated has no floors.
+                self.floors = (
+                    self.env.open_db(b"floors", create=False) if b"floors" in names else None
+                )
                 return
             with self.env.begin(write=True) as txn:
                 self.events = self.env.open_db(b"events", txn=txn)
@@ -173,6 +142,7 @@ class LmdbStorage:
                 self.kv = self.env.open_db(b"kv", txn=txn)
                 self.idempotency = self.env.open_db(b"idempotency", txn=txn)
                 self.meta = self.env.open_db(b"meta", txn=txn)
+                self.floors = self.env.open_db(b"floors", txn=txn)
                 marker = txn.get(b"format", db=self.meta)
                 if marker is None and blank:
                     txn.put(b"format", FORMAT, db=self.meta)
@@ -240,7 +210,7 @@ class LmdbStorage:
         ENOSPC, or EIO when a write came back short, as writes on a full disk do."""
         free = free_bytes(self.path)
         low = free < NEW_STORE_BYTES_MIN + 2 * self.write_bytes
-        if isinstance(exc, lmdb.DiskError) or (_errno_of(exc) == errno.EIO and low):
+        if isinstance(exc, lmdb.DiskError) or (errno_of(exc) == errno.EIO and low):
             return full(doing, self.path, free)
         return translate(exc, doing)
 
@@ -255,6 +225,8 @@ class LmdbStorage:
         there is met by whoever runs this (a verify walk in a child process); the first problem,
         or None."""
         tables = [("projection state", self.kv), ("meta", self.meta)]
+        if self.floors is not None:
+            tables.append(("stream floors", self.floors))
         if self.idempotency is not None:
             tables.append(("idempotency keys", self.idempotency))
         with self.reader() as reader:
@@ -291,29 +263,6 @@ class LmdbStorage:
             raise LogClosedError(f"the log at `{self.path}` is closed")
 
 
-def _errno_of(exc: lmdb.Error) -> int | None:
-    code = exc.args[1] if len(exc.args) > 1 else None
-    if isinstance(code, int):
-        return code
-    return errno.EIO if "Input/output error" in str(exc) else None
-
-
-def _open_failure(exc: lmdb.Error, path: Path, readonly: bool) -> SessionLogError:
-    data_file = path / "data.mdb"
-    size = data_file.stat().st_size if data_file.exists() else None
-    if isinstance(exc, lmdb.DiskError):
-        return full(f"opening `{path}`", path, free_bytes(path))
-    if size == 0 and readonly:
-        return StorageError(
-            f"opening `{path}`: no store there yet (its data file is empty: being created, or "
-            "its creator was killed); open it writable to create it"
-        )
-    if size is not None and 0 < size < 2 * 4096:
-        # LMDB re-initialises only an empty file; a shorter-than-two-pages one is damage.
-        return CorruptStoreError(f"`{data_file}` is {size} bytes: truncated or not an LMDB store")
-    return translate(exc, f"opening `{path}`")
-
-
 class _LmdbTxn(StorageTxn):
     __slots__ = ("_counted", "_done", "_store", "_txn", "_write")
 
@@ -335,17 +284,58 @@ class _LmdbTxn(StorageTxn):
     def raw(self) -> lmdb.Transaction[memoryview]:
         return self._txn
 
-    @_reads
+    @reads
     def last_position(self) -> int:
         cursor = self._txn.cursor(self._store.events)
-        return int.from_bytes(cursor.key(), "big") if cursor.last() else 0
+        if cursor.last():
+            return int.from_bytes(cursor.key(), "big")
+        anchor = self.anchor()
+        return 0 if anchor is None else anchor[0]
 
-    @_reads
+    @reads
+    def anchor(self) -> tuple[int, bytes] | None:
+        value = self._txn.get(_ANCHOR_KEY, db=self._store.meta)
+        if value is None:
+            return None
+        if len(value) != 8 + 32:
+            raise CorruptStoreError(f"the log's anchor is damaged ({len(value)} bytes, not 40)")
+        return int.from_bytes(value[:8], "big"), bytes(value[8:])
+
+    @reads
+    def stream_floor(self, key: bytes) -> int:
+        table = self._store.floors
+        value = None if table is None else self._txn.get(key, db=table)
+        return 0 if value is None else int.from_bytes(value, "big")
+
+    def truncate(
+        self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
+    ) -> None:
+        store, txn = self._store, self._txn
+        if store.floors is None:
+            raise StorageError(f"`{store.path}` is open read-only")
+        floors: dict[bytes, int] = {}
+        try:
+            for key, version in dropped:
+                txn.delete(key + version.to_bytes(8, "big"), db=store.streams)
+                floors[key] = version
+            for key, version in floors.items():
+                txn.put(key, version.to_bytes(8, "big"), db=store.floors)
+            cursor = txn.cursor(store.events)
+            # Deleting at the cursor moves it to the next entry: walk the prefix from its start.
+            while cursor.first() and int.from_bytes(cursor.key(), "big") < before:
+                cursor.delete()
+            anchor = (before - 1).to_bytes(8, "big") + anchor_hash
+            txn.put(_ANCHOR_KEY, anchor, db=store.meta)
+        except lmdb.Error as exc:
+            store.note_failure(exc)
+            raise store.write_failure(exc, "truncating the log") from exc
+
+    @reads
     def record(self, position: int) -> Buffer | None:
         return self._txn.get(position_key(position), db=self._store.events)
 
     def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
-        return _translated(self._records_after(after, limit), "reading events")
+        return translated(self._records_after(after, limit), "reading events")
 
     def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
         cursor = self._txn.cursor(self._store.events)
@@ -356,15 +346,15 @@ class _LmdbTxn(StorageTxn):
                 return
             yield int.from_bytes(key, "big"), value
 
-    @_reads
+    @reads
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         cursor = self._txn.cursor(self._store.events)
         if not cursor.set_range(position_key(after + 1)):
             return ()
         values = cursor.iternext(keys=False, values=True)
-        return _translated(itertools.islice(values, limit), "reading events")
+        return translated(itertools.islice(values, limit), "reading events")
 
-    @_reads
+    @reads
     def keys_dense(self, after: int, count: int) -> bool:
         cursor = self._txn.cursor(self._store.events)
         if not cursor.set_range(position_key(after + 1)):
@@ -373,7 +363,7 @@ class _LmdbTxn(StorageTxn):
         expected = (position.to_bytes(8, "big") for position in range(after + 1, after + count + 1))
         return len(keys) == count and all(map(operator.eq, keys, expected))
 
-    @_reads
+    @reads
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
@@ -391,23 +381,23 @@ class _LmdbTxn(StorageTxn):
             elif set_key((position - 1).to_bytes(8, "big")):
                 before = value()
                 add((before, value() if step() else None))
-            else:
-                add((None, None))
+            else:  # no record before (truncated away, or missing): the record alone
+                add((None, value() if set_key(position_key(position)) else None))
             last = position
         return iter(out)
 
-    @_reads
+    @reads
     def stream_version(self, key: bytes) -> int:
         cursor = self._txn.cursor(self._store.streams)
         found = cursor.prev() if cursor.set_range(key + b"\xff" * 8) else cursor.last()
         if not found:
-            return 0
+            return self.stream_floor(key)
         last = cursor.key()
         if len(last) != len(key) + 8 or last[: len(key)] != key:
-            return 0
+            return self.stream_floor(key)
         return int.from_bytes(last[len(key) :], "big")
 
-    @_reads
+    @reads
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
         cursor = self._txn.cursor(self._store.streams)
         positions: list[int] = []
@@ -419,12 +409,12 @@ class _LmdbTxn(StorageTxn):
             positions.append(int.from_bytes(value, "big"))
         return positions
 
-    @_reads
+    @reads
     def stream_position(self, key: bytes, version: int) -> int | None:
         value = self._txn.get(key + version.to_bytes(8, "big"), db=self._store.streams)
         return None if value is None else int.from_bytes(value, "big")
 
-    @_reads
+    @reads
     def index_size(self) -> int:
         return int(self._txn.stat(self._store.streams)["entries"])
 
@@ -499,7 +489,7 @@ class _LmdbTxn(StorageTxn):
             self._store.note_failure(exc)
             raise self._store.write_failure(exc, "writing an idempotency key") from exc
 
-    @_reads
+    @reads
     def kv_get(self, key: bytes) -> bytes | None:
         value = self._txn.get(key, db=self._store.kv)
         return None if value is None else bytes(value)
@@ -522,7 +512,7 @@ class _LmdbTxn(StorageTxn):
             self._store.note_failure(exc)
             raise self._store.write_failure(exc, "writing projection state") from exc
 
-    @_reads
+    @reads
     def kv_delete(self, key: bytes) -> bool:
         return bool(self._txn.delete(key, db=self._store.kv))
 
@@ -533,7 +523,7 @@ class _LmdbTxn(StorageTxn):
         except lmdb.Error as exc:
             raise translate(exc, "clearing projection state") from exc
 
-    @_reads
+    @reads
     def kv_scan(
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:

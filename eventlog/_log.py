@@ -13,17 +13,17 @@ import logging
 import os
 import tempfile
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from eventlog import _codec, _verify, limits
+from eventlog import _verify, limits
 from eventlog._chain import RecordChecker
 from eventlog._checks import ExpectedVersion, check_page, check_stream
 from eventlog._codec import Envelope
+from eventlog._handles import FORK_ADVICE, open_logs, open_on
 from eventlog._lease import Lease
 from eventlog._lease import check_name as check_lease_name
 from eventlog._memory import MemoryStorage
@@ -39,46 +39,13 @@ from eventlog.errors import (
     LimitExceededError,
     LogClosedError,
     StorageError,
+    StoreBusyError,
     StoreFullError,
 )
 from eventlog.events import Event
 
 logger = logging.getLogger("sessionlog.eventlog")
 _T = TypeVar("_T")
-
-
-_open_logs: weakref.WeakSet[EventLog] = weakref.WeakSet()
-
-
-def _mark_forked() -> None:
-    for log in list(_open_logs):
-        log._forked = True
-
-
-FORK_ADVICE = (
-    "LMDB cannot use it, nor open the same store again, in a child made by fork(): open the "
-    "store in the child only if the parent did not have it open when it forked (close it "
-    "before starting the child), or start the child with multiprocessing's 'spawn' or "
-    "'forkserver' start method"
-)
-"""What works after fork(). Dropping the inherited handle in the child is not offered: closing an
-LMDB environment in a forked child frees the parent's reader slots in the shared lock file, so a
-read the parent had in flight would lose its protection from the writer."""
-
-
-def _inherited_from_parent(path: str | os.PathLike[str]) -> EventLog | None:
-    """An open log of this process that fork() carried over from the parent, on `path`."""
-    wanted = os.path.realpath(path)
-    for log in list(_open_logs):
-        where = getattr(log._storage, "path", None)
-        if where is None or not log._forked or log._closed:
-            continue
-        if os.path.realpath(where) == wanted:
-            return log
-    return None
-
-
-os.register_at_fork(after_in_child=_mark_forked)
 
 
 class EventLog:
@@ -97,7 +64,7 @@ class EventLog:
         self._closed = False
         self._forked = False
         self._projector: Projector | None = None
-        _open_logs.add(self)
+        open_logs.add(self)
 
     def set_projector(self, projector: Projector | None) -> None:
         """Run `projector(tx, envelopes)` inside the transaction of every append, right after the
@@ -141,7 +108,7 @@ class EventLog:
         else:
             from eventlog._lmdb import LmdbStorage  # imported here: the memory log needs no LMDB
 
-            if _inherited_from_parent(path) is not None:
+            if open_on(path, forked=True) is not None:
                 raise StorageError(
                     f"the store `{path}` was open when this process forked: {FORK_ADVICE}"
                 )
@@ -166,8 +133,8 @@ class EventLog:
         """Open-time check of the newest record, so a damaged store fails at open, not later."""
         with self._storage.reader() as txn:
             head = txn.last_position()
-            if head:
-                view = LogView(txn)
+            view = LogView(txn)
+            if head > view.anchor[0]:
                 view.read(after=head - 1, limit=1)
 
     def __enter__(self) -> EventLog:
@@ -368,8 +335,29 @@ class EventLog:
         """The hash of the last event (32 zero bytes when the log is empty)."""
         with self.view() as view:
             head = view.head
-            page = view.read(after=head - 1, limit=1) if head else []
-        return page[0].hash if page else _codec.GENESIS_HASH
+            cut, anchor_hash = view.anchor
+            page = view.read(after=head - 1, limit=1) if head > cut else []
+        return page[0].hash if page else anchor_hash
+
+    @property
+    def anchor(self) -> tuple[int, bytes]:
+        """The last position truncated away and the chain hash stored there, from which the log
+        verifies; (0, the genesis hash) when it was never truncated (see `truncate`)."""
+        with self.view() as view:
+            return view.anchor
+
+    def truncate(self, before: int) -> tuple[int, bytes]:
+        """Drop every event at a position below `before`, in one durable commit, and keep the
+        chain hash at the cut as the log's anchor; returns the anchor (position, hash).
+
+        Archive what you drop first (`read_records` gives the stored bytes, which an archive can
+        verify on its own: its last hash is the anchor). Afterwards `verify` walks from the
+        anchor and still names the first bad position after it; reading a dropped position
+        raises `TruncatedError`; positions and stream versions carry on where they were, never
+        reused. The space is reused by later writes; `compact_files` (LMDB) or the server's
+        `VACUUM` (PostgreSQL) returns it. See `Transaction.truncate`."""
+        self._check_usable()
+        return self._durably(lambda tx: tx.truncate(before))
 
     def stream_version(self, stream: str) -> int:
         """The version of `stream`: the number of events in it, 0 when it does not exist."""
@@ -478,6 +466,19 @@ class EventLog:
             raise InvalidArgumentError(f"verify: no store at `{path}`")
         where = os.path.abspath(path)
         return _verify.walk_isolated("eventlog._walk", [where], progress, f"lmdb:{path}")
+
+    @staticmethod
+    def compact_files(path: str | os.PathLike[str]) -> tuple[int, int]:
+        """Replace the data file of the LMDB store in directory `path` with a compact copy (the
+        pages freed by `truncate` and by rewrites are left out), atomically; returns its size in
+        bytes before and after. Refused with `StoreBusyError` while any process, this one
+        included, has the store open. On PostgreSQL the server's `VACUUM` (or `VACUUM FULL`)
+        returns the space, and is the operator's to run. See `eventlog/_compaction.py`."""
+        from eventlog._compaction import compact_files
+
+        if open_on(path, forked=False) is not None:
+            raise StoreBusyError(f"compact: this process has the store `{path}` open; close it")
+        return compact_files(Path(path))
 
     @property
     def path(self) -> Path | None:

@@ -23,7 +23,12 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.records: list[bytes] = []
+        """The records from position `base + 1` on: the first `base` were truncated away."""
+        self.base = 0
+        self.anchor: tuple[int, bytes] | None = None
         self.index: dict[bytes, list[int]] = {}
+        """Per stream, the positions of its versions from `floors[key] + 1` on."""
+        self.floors: dict[bytes, int] = {}
         self.kv: dict[bytes, bytes] = {}
         self.kv_keys: list[bytes] = []
         self.idempotency: dict[str, tuple[str, int, int]] = {}
@@ -72,28 +77,68 @@ class _MemoryTxn(StorageTxn):
         self.done = False
 
     def last_position(self) -> int:
-        return len(self.store.records)
+        return self.store.base + len(self.store.records)
 
     def record(self, position: int) -> Buffer | None:
-        if 1 <= position <= len(self.store.records):
-            return self.store.records[position - 1]
+        store = self.store
+        if store.base < position <= store.base + len(store.records):
+            return store.records[position - store.base - 1]
         return None
 
     def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
-        records = self.store.records
-        stop = min(len(records), after + limit)
+        store = self.store
+        records, base = store.records, store.base
+        after = max(after, base)
+        stop = min(base + len(records), after + limit)
         for position in range(after + 1, stop + 1):
-            yield position, records[position - 1]
+            yield position, records[position - base - 1]
 
     def stream_version(self, key: bytes) -> int:
-        return len(self.store.index.get(key, ()))
+        return self.stream_floor(key) + len(self.store.index.get(key, ()))
 
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
-        return self.store.index.get(key, [])[after_version : after_version + limit]
+        start = max(after_version - self.stream_floor(key), 0)
+        return self.store.index.get(key, [])[start : start + limit]
 
     def stream_position(self, key: bytes, version: int) -> int | None:
         positions = self.store.index.get(key, [])
-        return positions[version - 1] if 1 <= version <= len(positions) else None
+        offset = version - self.stream_floor(key)
+        return positions[offset - 1] if 1 <= offset <= len(positions) else None
+
+    def anchor(self) -> tuple[int, bytes] | None:
+        return self.store.anchor
+
+    def stream_floor(self, key: bytes) -> int:
+        return self.store.floors.get(key, 0)
+
+    def truncate(
+        self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
+    ) -> None:
+        store = self.store
+        self.undo.append(
+            (
+                "truncate",
+                store.base,
+                list(store.records),
+                dict(store.index),
+                dict(store.floors),
+                store.anchor,
+            )
+        )
+        count = before - 1 - store.base
+        del store.records[:count]
+        store.base = before - 1
+        gone: dict[bytes, int] = {}
+        for key, version in dropped:
+            gone[key] = max(gone.get(key, 0), version)
+        for key, version in gone.items():
+            kept = store.index.get(key, [])[version - self.stream_floor(key) :]
+            if kept:
+                store.index[key] = kept
+            else:
+                store.index.pop(key, None)
+            store.floors[key] = version
+        store.anchor = (before - 1, anchor_hash)
 
     def index_size(self) -> int:
         return sum(map(len, self.store.index.values()))
@@ -102,10 +147,10 @@ class _MemoryTxn(StorageTxn):
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
     ) -> None:
         store = self.store
-        if first_position != len(store.records) + 1:
+        if first_position != store.base + len(store.records) + 1:
             raise AssertionError("positions must be dense")
         positions = store.index.setdefault(key, [])
-        if first_version != len(positions) + 1:
+        if first_version != store.floors.get(key, 0) + len(positions) + 1:
             raise AssertionError("versions must be dense")
         for offset, record in enumerate(records):
             store.records.append(bytes(record))
@@ -171,6 +216,8 @@ class _MemoryTxn(StorageTxn):
                 del positions[-count:]
                 if not positions:
                     del store.index[key]
+            elif entry[0] == "truncate":
+                _, store.base, store.records, store.index, store.floors, store.anchor = entry
             elif entry[0] == "idempotency":
                 del store.idempotency[entry[1]]
             else:

@@ -14,8 +14,9 @@ from psycopg import sql
 from eventlog.errors import CorruptStoreError, StorageError
 
 FORMAT = "sessionlog-log/1"
-SCHEMA_VERSION = 2
-"""1: events, kv, meta. 2: adds `idempotency`, the keys of commands that may be retried."""
+SCHEMA_VERSION = 3
+"""1: events, kv, meta. 2: adds `idempotency`, the keys of commands that may be retried. 3: adds
+`stream_floors`, the last version of each stream a truncation deleted (the anchor is in `meta`)."""
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -32,6 +33,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         'CREATE TABLE idempotency (key text COLLATE "C" PRIMARY KEY,'
         ' stream text COLLATE "C" NOT NULL, first_position bigint NOT NULL,'
         " last_position bigint NOT NULL)",
+    ),
+    3: (
+        'CREATE TABLE stream_floors (stream text COLLATE "C" PRIMARY KEY,'
+        " version bigint NOT NULL CHECK (version > 0))",
     ),
 }
 

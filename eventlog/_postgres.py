@@ -27,6 +27,7 @@ from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, describe, ho
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
     ConcurrencyError,
+    CorruptStoreError,
     LeaseHeldError,
     LogClosedError,
     OutcomeUnknownError,
@@ -256,7 +257,7 @@ class PostgresStorage:
             assert isinstance(txn, _PgTxn)
             row = txn.one(
                 "SELECT pg_total_relation_size('events') + pg_total_relation_size('kv')"
-                " + pg_total_relation_size('idempotency')"
+                " + pg_total_relation_size('idempotency') + pg_total_relation_size('stream_floors')"
             )
         return int(row[0]) if row else 0
 
@@ -307,12 +308,50 @@ class _PgTxn(StorageTxn):
     def last_position(self) -> int:
         if not self._write:  # a reader asking for the head rarely wants the record with it
             row = self.one("SELECT position FROM events ORDER BY position DESC LIMIT 1")
-            return int(row[0]) if row else 0
-        row = self.one("SELECT position, record FROM events ORDER BY position DESC LIMIT 1")
+        else:
+            row = self.one("SELECT position, record FROM events ORDER BY position DESC LIMIT 1")
+            if row is not None:
+                self._head = (int(row[0]), row[1])
+        if row is not None:
+            return int(row[0])
+        anchor = self.anchor()
+        return 0 if anchor is None else anchor[0]
+
+    def anchor(self) -> tuple[int, bytes] | None:
+        row = self.one("SELECT value FROM meta WHERE key = 'anchor'")
         if row is None:
-            return 0
-        self._head = (int(row[0]), row[1])
-        return self._head[0]
+            return None
+        position, _, hash_hex = str(row[0]).partition(":")
+        try:
+            return int(position), bytes.fromhex(hash_hex)
+        except ValueError as exc:
+            raise CorruptStoreError(f"the log's anchor is damaged: {row[0]!r}") from exc
+
+    def stream_floor(self, key: bytes) -> int:
+        row = self.one("SELECT version FROM stream_floors WHERE stream = %s", (_stream_of(key),))
+        return int(row[0]) if row else 0
+
+    def truncate(
+        self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
+    ) -> None:
+        # Under the append lock this transaction took at its start: no writer can interleave.
+        # The rows' space is reused or returned by VACUUM, which is the operator's to run.
+        self._check_write()
+        floors: dict[str, int] = {}
+        for key, version in dropped:
+            floors[_stream_of(key)] = version
+        self._run("DELETE FROM events WHERE position < %s", (before,))
+        if floors:
+            self._run(
+                "INSERT INTO stream_floors SELECT * FROM unnest(%s::text[], %s::bigint[])"
+                " ON CONFLICT (stream) DO UPDATE SET version = excluded.version",
+                (list(floors), list(floors.values())),
+            )
+        self._run(
+            "INSERT INTO meta VALUES ('anchor', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (f"{before - 1}:{anchor_hash.hex()}",),
+        )
 
     def record(self, position: int) -> Buffer | None:
         if self._head is not None and self._head[0] == position:
@@ -367,7 +406,7 @@ class _PgTxn(StorageTxn):
             "SELECT version FROM events WHERE stream = %s ORDER BY version DESC LIMIT 1",
             (_stream_of(key),),
         )
-        return int(row[0]) if row else 0
+        return int(row[0]) if row else self.stream_floor(key)
 
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
         rows = self._run(

@@ -51,6 +51,17 @@ class ScratchTxn(StorageTxn):
     def index_size(self) -> int:
         return self._log.index_size()
 
+    def anchor(self) -> tuple[int, bytes] | None:
+        return self._log.anchor()
+
+    def stream_floor(self, key: bytes) -> int:
+        return self._log.stream_floor(key)
+
+    def truncate(
+        self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
+    ) -> None:
+        raise InvalidArgumentError("a scratch transaction rebuilds projections; it cannot truncate")
+
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
     ) -> None:

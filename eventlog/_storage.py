@@ -40,7 +40,8 @@ class StorageTxn(ABC):
     # The log: records by position, and the stream index (stream key + version -> position).
 
     @abstractmethod
-    def last_position(self) -> int: ...
+    def last_position(self) -> int:
+        """The last position written: the anchor's when every record was truncated away."""
 
     @abstractmethod
     def record(self, position: int) -> Buffer | None: ...
@@ -50,7 +51,8 @@ class StorageTxn(ABC):
         """Up to `limit` (position, record) pairs after `after`, in position order."""
 
     @abstractmethod
-    def stream_version(self, key: bytes) -> int: ...
+    def stream_version(self, key: bytes) -> int:
+        """The stream's last version, counting versions truncated away (`stream_floor`)."""
 
     @abstractmethod
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]: ...
@@ -65,6 +67,26 @@ class StorageTxn(ABC):
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
     ) -> None: ...
+
+    # Truncation: a prefix of the log dropped, and the hash at the cut kept as the anchor.
+
+    @abstractmethod
+    def anchor(self) -> tuple[int, bytes] | None:
+        """The last position truncated away and the chain hash stored there; None when the log
+        was never truncated."""
+
+    @abstractmethod
+    def stream_floor(self, key: bytes) -> int:
+        """The last version of the stream truncated away (0 when none was)."""
+
+    @abstractmethod
+    def truncate(
+        self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
+    ) -> None:
+        """Delete the records at positions below `before` (the stream index entries of those
+        not already gone are `dropped`, as (stream key, version) in position order), raise each
+        stream's floor to its last dropped version, and store the anchor (`before - 1`,
+        `anchor_hash`). The caller has checked the dropped records against the chain."""
 
     @abstractmethod
     def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:

@@ -28,7 +28,12 @@ from eventlog._checks import (
 from eventlog._codec import Envelope
 from eventlog._storage import StorageTxn, stream_key
 from eventlog._view import LogView
-from eventlog.errors import ConcurrencyError, InvalidArgumentError, LimitExceededError
+from eventlog.errors import (
+    ConcurrencyError,
+    IntegrityError,
+    InvalidArgumentError,
+    LimitExceededError,
+)
 from eventlog.events import Event
 
 Projector = Callable[["Transaction", list[Envelope]], None]
@@ -249,6 +254,44 @@ class Transaction(LogView):
             self._versions[stream_key(stream)] = version
         self._appended(envelopes, size)
         return envelopes
+
+    def truncate(self, before: int) -> tuple[int, bytes]:
+        """Drop the events at positions below `before` and keep the chain hash at the cut as the
+        log's anchor; returns the anchor (position, hash). The dropped events are checked against
+        the chain first (`IntegrityError` naming the first bad one, and nothing is dropped): an
+        anchor is only ever the hash of a chain that verified up to it. Cutting at or before the
+        current anchor changes nothing."""
+        head = self.head
+        if isinstance(before, bool) or not isinstance(before, int) or not 1 <= before <= head + 1:
+            raise InvalidArgumentError(
+                f"truncate: `before` must be a position from 1 to {head + 1}, got {before!r}",
+                expected=f"1 to {head + 1}",
+                got=before,
+            )
+        txn = self._txn
+        cut, prev = txn.anchor() or (0, _codec.GENESIS_HASH)
+        if before - 1 <= cut:
+            return cut, prev
+        dropped: list[tuple[bytes, int]] = []
+        keys: dict[str, bytes] = {}
+        checked = cut
+        while checked < before - 1:
+            limit = min(limits.read_page_events_max, before - 1 - checked)
+            page = _chain.check_run(prev, txn.values_after(checked, limit), checked + 1)
+            if not page:
+                raise IntegrityError(f"position {checked + 1} is missing from the log", checked + 1)
+            for envelope in page:
+                key = keys.get(envelope.stream) or keys.setdefault(
+                    envelope.stream, stream_key(envelope.stream)
+                )
+                dropped.append((key, envelope.version))
+            prev, checked = page[-1].hash, page[-1].position
+        try:
+            txn.truncate(before, prev, dropped)
+        except BaseException:
+            self._broken = True  # part of the cut may be in the transaction: it must not commit
+            raise
+        return before - 1, prev
 
     def _appended(self, envelopes: list[Envelope], size: int) -> None:
         """Keep what was just written for delivery, and run the projector over it."""

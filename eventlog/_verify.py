@@ -26,6 +26,9 @@ class VerifyReport:
     head_hash: bytes
     first_bad_position: int | None = None
     problem: str | None = None
+    anchor_position: int = 0
+    """Where the walk started: the last position truncated away (0 for a log never truncated),
+    whose stored chain hash the first kept event must chain to."""
     projection_keys_checked: int | None = None
     """Projection keys found equal to the log's rebuild (`SessionStore.verify(projections=True)`);
     None when the projections were not checked."""
@@ -49,6 +52,7 @@ def walk_isolated(
             first_bad_position=fields["first_bad_position"],
             problem=fields["problem"],
             projection_keys_checked=fields.get("projection_keys_checked"),
+            anchor_position=fields.get("anchor_position", 0),
         )
     if not death.startswith("killed"):
         raise StorageError(f"verify of {description}: the walk failed: {death}")
@@ -71,18 +75,20 @@ def verify_here(storage: Storage, progress: Callable[[int, int], object] | None)
     """The walk itself, in this process: a page at a time through the chain reader, and record by
     record where a page is not right, to name the first problem."""
     versions: dict[str, int] = {}
-    prev = _codec.GENESIS_HASH
-    checked = 0
+    with storage.reader() as txn:
+        cut, prev = txn.anchor() or (0, _codec.GENESIS_HASH)
+    checked = cut
     page = limits.read_page_events_max
 
     def report(position: int | None, problem: str | None) -> VerifyReport:
         return VerifyReport(
             ok=problem is None,
-            events_checked=checked,
+            events_checked=checked - cut,
             streams_checked=len(versions),
             head_hash=prev,
             first_bad_position=position,
             problem=problem,
+            anchor_position=cut,
         )
 
     keys: dict[str, bytes] = {}  # stream name -> index prefix, encoded once per stream
@@ -92,7 +98,7 @@ def verify_here(storage: Storage, progress: Callable[[int, int], object] | None)
                 head = txn.last_position()
                 envelopes = _chain_fast(txn, prev, checked, page)
                 if envelopes is not None:
-                    bad = page_indexed(txn, envelopes, versions, keys)
+                    bad = page_indexed(txn, envelopes, versions, keys, cut)
                     for envelope in envelopes:
                         if bad is not None and envelope.position == bad[0]:
                             return report(envelope.position, bad[1])
@@ -106,7 +112,9 @@ def verify_here(storage: Storage, progress: Callable[[int, int], object] | None)
                 count = 0
                 for position, record in txn.records_after(checked, page):
                     count += 1
-                    problem = _verify_one(txn, position, checked + 1, prev, record, versions, keys)
+                    problem = _verify_one(
+                        txn, position, checked + 1, prev, record, versions, keys, cut
+                    )
                     if problem is not None:
                         return report(checked + 1, problem)  # a gap is bad where it starts
                     prev = _codec.stored_hash(record)
@@ -115,10 +123,10 @@ def verify_here(storage: Storage, progress: Callable[[int, int], object] | None)
                     if checked < head:
                         return report(checked + 1, f"position {checked + 1} is missing")
                     indexed = txn.index_size()
-                    if head == checked and indexed != checked:
+                    if head == checked and indexed != checked - cut:
                         return report(
                             None,
-                            f"the stream index holds {indexed} entries for {checked} events",
+                            f"the stream index holds {indexed} entries for {checked - cut} events",
                         )
                     return report(None, None)
             if progress is not None:
@@ -153,6 +161,7 @@ def _verify_one(
     record: bytes | bytearray | memoryview,
     versions: dict[str, int],
     keys: dict[str, bytes],
+    cut: int,
 ) -> str | None:
     if position != expected_position:
         return f"position {expected_position} is missing"
@@ -160,19 +169,30 @@ def _verify_one(
         envelope = _chain.check_one(prev, record, position)
     except IntegrityError as exc:
         return str(exc)
-    bad = page_indexed(txn, [envelope], versions, keys)
+    bad = page_indexed(txn, [envelope], versions, keys, cut)
     return None if bad is None else bad[1]
 
 
 def page_indexed(
-    txn: StorageTxn, envelopes: list[Envelope], versions: dict[str, int], keys: dict[str, bytes]
+    txn: StorageTxn,
+    envelopes: list[Envelope],
+    versions: dict[str, int],
+    keys: dict[str, bytes],
+    cut: int = 0,
 ) -> tuple[int, str] | None:
     """`_verify_indexed` of a page of events with one index lookup for the page (one query on
-    a server); the first problem with its position, or None."""
+    a server); the first problem with its position, or None. After a truncation at `cut`, a
+    stream's first kept event follows the last version truncated away (its floor)."""
     entries: list[tuple[bytes, int]] = []
     for envelope in envelopes:
         stream = envelope.stream
-        version = versions.get(stream, 0) + 1
+        seen = versions.get(stream)
+        if seen is None:
+            key = keys.get(stream)
+            if key is None:
+                key = keys[stream] = stream_key(stream)
+            seen = txn.stream_floor(key) if cut else 0
+        version = seen + 1
         if envelope.version != version:
             return envelope.position, (
                 f"event at position {envelope.position} has version {envelope.version} of "

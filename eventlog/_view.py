@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from eventlog import _chain, limits
 from eventlog._checks import check_key, check_page, check_stream
-from eventlog._codec import Envelope
+from eventlog._codec import GENESIS_HASH, Envelope
 from eventlog._storage import StorageTxn
-from eventlog.errors import IntegrityError, InvalidArgumentError
+from eventlog.errors import IntegrityError, InvalidArgumentError, TruncatedError
 
 if TYPE_CHECKING:
     from eventlog._transaction import Transaction
@@ -82,14 +82,32 @@ class LogView:
         """The events at `positions`, each hash-checked against its predecessor; raises
         `IntegrityError` if one is missing. Cheapest when runs of positions are consecutive."""
         wanted = list(positions)
-        return _chain.check_at(wanted, self._txn.records_around(wanted))
+        try:
+            return _chain.check_at(wanted, self._txn.records_around(wanted))
+        except IntegrityError:
+            anchor = self._txn.anchor()
+            if anchor is None:
+                raise
+        # A truncated log: a run may start right after the anchor, or reach before it.
+        around = StorageTxn.records_around(self._txn, wanted)
+        return _chain.check_at(wanted, around, anchor)
 
     def event_at(self, position: int) -> Envelope | None:
-        """The event at `position`, hash-checked against its predecessor; None past the head."""
+        """The event at `position`, hash-checked against its predecessor; None past the head,
+        `TruncatedError` for a position truncated away."""
         record = self._txn.record(position) if position >= 1 else None
         if record is None:
+            anchor = self._txn.anchor()
+            if anchor is not None:
+                _chain.check_kept(position, anchor[0])
             return None
         return _chain.check_one(self._hash_before(position), record, position)
+
+    @property
+    def anchor(self) -> tuple[int, bytes]:
+        """The last position truncated away and the chain hash there, from which the log
+        verifies: (0, the genesis hash) when the log was never truncated."""
+        return self._txn.anchor() or (0, GENESIS_HASH)
 
     def _hash_before(self, position: int) -> bytes:
         """The hash the record at `position` must chain to; `IntegrityError` when the record
@@ -106,6 +124,14 @@ class LogView:
         after, limit = check_page(after, limit, "read_stream")
         txn = self._txn
         out: list[Envelope] = []
+        floor = txn.stream_floor(key)
+        if after < floor:
+            raise TruncatedError(
+                f"reading stream `{stream}` from version {after + 1}: versions 1 to {floor} of it "
+                "are gone",
+                None,
+                self.anchor[0],
+            )
         for version, position in enumerate(txn.stream_positions(key, after, limit), after + 1):
             record = txn.record(position)
             if record is None:

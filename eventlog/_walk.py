@@ -38,6 +38,7 @@ def report_fields(report: Any) -> dict[str, Any]:
         "first_bad_position": report.first_bad_position,
         "problem": report.problem,
         "projection_keys_checked": report.projection_keys_checked,
+        "anchor_position": report.anchor_position,
     }
 
 

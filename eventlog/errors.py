@@ -100,8 +100,32 @@ class CorruptStoreError(IntegrityError):
     """A store cannot be opened because its files are not a sessionlog store, or are damaged."""
 
 
+class TruncatedError(SessionLogError, LookupError):
+    """A read asked for events that `EventLog.truncate` removed from the log: positions up to
+    the anchor live only in an archive now. Nothing is wrong with the store; read after the
+    anchor (`EventLog.anchor`) instead."""
+
+    def __init__(self, message: str, position: int | None, anchor: int) -> None:
+        self.position = position
+        self.anchor = anchor
+        super().__init__(
+            f"{message}: positions 1 to {anchor} were truncated from the log, which now starts "
+            f"after position {anchor}",
+            expected=f"a position after {anchor}",
+            got=position,
+        )
+
+    def __str__(self) -> str:  # LookupError would quote the message otherwise
+        return str(self.args[0])
+
+
 class StorageError(SessionLogError, OSError):
     """The storage layer failed for a reason outside the caller's input (disk, locks, map)."""
+
+
+class StoreBusyError(StorageError):
+    """An operation that needs a store to itself (compacting its files) found another process
+    with it open; nothing was changed."""
 
 
 class StoreFullError(StorageError):

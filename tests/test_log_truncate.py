@@ -1,0 +1,262 @@
+"""Truncating a prefix of the log: the anchor it keeps, reads of what is gone, verify from the anchor.
+
+Runs on every backend (the `log` fixture). The tamper tests change bytes of an LMDB store directly
+(with the log closed, one environment per path per process), after a truncation: verify must start
+at the anchor and still name the first bad position after it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from eventlog import (
+    ANY,
+    NO_STREAM,
+    ConcurrencyError,
+    EventLog,
+    IntegrityError,
+    InvalidArgumentError,
+    StoreBusyError,
+)
+from eventlog._codec import BODY_START, GENESIS_HASH
+from eventlog.errors import TruncatedError
+from eventlog.events import Message, MessageInjected
+
+STREAMS = 3
+
+
+def message(text: str) -> MessageInjected:
+    return MessageInjected(message=Message(role="user", content=text))
+
+
+def fill(log: EventLog, count: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        log.append(f"s-{i % STREAMS}", [message(f"m{i} " + "x" * 300)], expected_version=ANY)
+
+
+def test_truncate_keeps_the_hash_at_the_cut_and_verifies_from_it(log: EventLog) -> None:
+    fill(log, 30)
+    before = log.read(after=0, limit=100)
+    cut_hash = before[11].hash  # the event at position 12
+    assert log.anchor == (0, GENESIS_HASH)
+
+    assert log.truncate(before=13) == (12, cut_hash)
+
+    assert log.anchor == (12, cut_hash)
+    assert log.head == 30
+    assert log.head_hash == before[-1].hash
+    report = log.verify()
+    assert report.ok, report.problem
+    assert report.anchor_position == 12
+    assert report.events_checked == 18
+    assert report.head_hash == before[-1].hash
+    assert log.read(after=12, limit=100) == before[12:]
+
+
+def test_reads_of_a_truncated_position_raise_truncated_error(log: EventLog) -> None:
+    fill(log, 12)
+    log.truncate(before=7)
+    with pytest.raises(TruncatedError) as raised:
+        log.read(after=0)
+    assert raised.value.position == 1 and raised.value.anchor == 6
+    assert "truncated" in str(raised.value)
+    with pytest.raises(TruncatedError):
+        log.read(after=5, limit=1)
+    with pytest.raises(TruncatedError):
+        log.read_records(after=3)
+    with log.view() as view:
+        with pytest.raises(TruncatedError) as raised:
+            view.event_at(4)
+        assert raised.value.position == 4
+        assert view.event_at(7) is not None and view.event_at(13) is None
+        with pytest.raises(TruncatedError):
+            view.events_at([2, 8])
+        assert [e.position for e in view.events_at([7, 8, 11])] == [7, 8, 11]
+    # s-0 holds positions 1, 4, 7, 10: versions 1 and 2 are gone, 3 and 4 remain.
+    with pytest.raises(TruncatedError):
+        log.read_stream("s-0")
+    assert [e.version for e in log.read_stream("s-0", after=2)] == [3, 4]
+
+
+def test_positions_and_versions_carry_on_after_a_truncation(log: EventLog) -> None:
+    fill(log, 9)
+    log.truncate(before=10)  # everything
+    assert log.head == 9
+    assert log.stream_version("s-1") == 3
+    with pytest.raises(ConcurrencyError):
+        log.append("s-1", [message("again")], expected_version=NO_STREAM)
+    assert log.append("s-1", [message("next")], expected_version=3) == [10]
+    report = log.verify()
+    assert report.ok and report.anchor_position == 9 and report.events_checked == 1
+    assert [e.version for e in log.read_stream("s-1", after=3)] == [4]
+
+
+def test_truncate_twice_and_out_of_range(log: EventLog) -> None:
+    fill(log, 10)
+    first = log.truncate(before=4)
+    assert log.truncate(before=2) == first  # at or before the anchor: nothing changes
+    assert log.truncate(before=8)[0] == 7
+    for bad in (0, 12, -1, True, "5"):
+        with pytest.raises(InvalidArgumentError):
+            log.truncate(before=bad)  # type: ignore[arg-type]
+    assert log.verify().ok
+
+
+def test_a_truncation_inside_an_aborted_transaction_keeps_everything(log: EventLog) -> None:
+    fill(log, 10)
+    with pytest.raises(RuntimeError), log.transaction() as tx:
+        tx.truncate(6)
+        raise RuntimeError("abort")
+    assert log.anchor[0] == 0
+    assert len(log.read(after=0, limit=100)) == 10
+    assert log.verify().ok
+
+
+# Tampering after a truncation (LMDB, bytes changed underneath the API).
+
+
+def built(tmp_path: Path) -> Path:
+    path = tmp_path / "log"
+    with EventLog.open(path) as log:
+        fill(log, 40)
+        log.truncate(before=21)
+    return path
+
+
+def test_truncation_refuses_a_prefix_that_does_not_chain(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    with EventLog.open(path) as log:
+        fill(log, 20)
+    env = lmdb.open(str(path), subdir=True, max_dbs=8)
+    with env.begin(write=True) as txn:
+        events = env.open_db(b"events", txn=txn)
+        record = bytearray(txn.get((5).to_bytes(8, "big"), db=events))
+        record[BODY_START + 3] ^= 0x40
+        txn.put((5).to_bytes(8, "big"), bytes(record), db=events)
+    env.close()
+    with EventLog.open(path) as log:
+        with pytest.raises(IntegrityError) as raised:
+            log.truncate(before=11)
+        assert raised.value.position == 5
+        assert log.anchor[0] == 0  # nothing dropped
+
+
+@pytest.mark.parametrize("position", [21, 22, 33, 39])
+def test_a_flipped_byte_after_the_anchor_is_named(tmp_path: Path, position: int) -> None:
+    path = built(tmp_path)
+    env = lmdb.open(str(path), subdir=True, max_dbs=8)
+    with env.begin(write=True) as txn:
+        events = env.open_db(b"events", txn=txn)
+        record = bytearray(txn.get(position.to_bytes(8, "big"), db=events))
+        record[(BODY_START + len(record)) // 2] ^= 0x40
+        txn.put(position.to_bytes(8, "big"), bytes(record), db=events)
+    env.close()
+    report = EventLog.verify_files(path)
+    assert not report.ok
+    assert report.anchor_position == 20
+    assert report.first_bad_position == position
+    assert report.events_checked == position - 21
+
+
+def test_a_changed_anchor_is_named_at_the_first_kept_position(tmp_path: Path) -> None:
+    path = built(tmp_path)
+    env = lmdb.open(str(path), subdir=True, max_dbs=8)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        anchor = bytearray(txn.get(b"anchor", db=meta))
+        anchor[20] ^= 0x01  # a byte of the stored hash
+        txn.put(b"anchor", bytes(anchor), db=meta)
+    env.close()
+    report = EventLog.verify_files(path)
+    assert not report.ok
+    assert report.first_bad_position == 21
+
+
+def test_a_deleted_kept_event_is_named(tmp_path: Path) -> None:
+    path = built(tmp_path)
+    env = lmdb.open(str(path), subdir=True, max_dbs=8)
+    with env.begin(write=True) as txn:
+        events = env.open_db(b"events", txn=txn)
+        assert txn.delete((26).to_bytes(8, "big"), db=events)
+    env.close()
+    report = EventLog.verify_files(path)
+    assert not report.ok
+    assert report.first_bad_position == 26
+
+
+def test_a_lowered_stream_floor_is_named(tmp_path: Path) -> None:
+    path = built(tmp_path)
+    env = lmdb.open(str(path), subdir=True, max_dbs=8)
+    with env.begin(write=True) as txn:
+        floors = env.open_db(b"floors", txn=txn)
+        # s-0 lost positions 1, 4, ..., 19: versions 1 to 7; claim only 6 were dropped.
+        assert txn.get(b"s-0\x00", db=floors) == (7).to_bytes(8, "big")
+        txn.put(b"s-0\x00", (6).to_bytes(8, "big"), db=floors)
+    env.close()
+    report = EventLog.verify_files(path)
+    assert not report.ok
+    assert report.first_bad_position == 22  # s-0's first kept event, version 8
+    assert report.problem is not None and "expected 7" in report.problem
+
+
+# Compacting the files after a truncation (LMDB).
+
+
+def test_compact_files_shrinks_a_truncated_store_and_keeps_every_kept_event(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log"
+    with EventLog.open(path) as log:
+        fill(log, 600)
+        log.truncate(before=571)
+        kept = log.read_records(after=570, limit=100)
+        anchor = log.anchor
+    size, compacted = EventLog.compact_files(path)
+    assert compacted * 4 < size, (size, compacted)
+    assert (path / "data.mdb").stat().st_size == compacted
+    assert not list(path.glob(".compact-*"))
+    with EventLog.open(path) as log:
+        assert log.anchor == anchor
+        assert log.read_records(after=570, limit=100) == kept
+        assert log.verify().ok
+        fill(log, 5, start=600)
+        assert log.head == 605
+    with EventLog.open(path) as log:
+        assert log.verify().ok and log.head == 605
+
+
+def test_compact_files_refuses_a_store_open_in_this_or_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    with EventLog.open(path) as log:
+        fill(log, 10)
+        with pytest.raises(StoreBusyError):
+            EventLog.compact_files(path)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from eventlog import EventLog; log = EventLog.open(sys.argv[1]);"
+            " print('open', flush=True); time.sleep(60)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        before = (path / "data.mdb").read_bytes()
+        with pytest.raises(StoreBusyError) as raised:
+            EventLog.compact_files(path)
+        assert "another process" in str(raised.value)
+        assert (path / "data.mdb").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    assert EventLog.compact_files(path)[1] > 0  # the holder is gone: allowed again
