@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import lmdb
@@ -128,17 +129,31 @@ def built(tmp_path: Path) -> Path:
     return path
 
 
+def change(path: Path, table: bytes, key: bytes, how: Callable[[bytearray], None] | None) -> None:
+    """Change the value under `key` in LMDB table `table` of the closed store (None deletes)."""
+    env = lmdb.open(str(path), subdir=True, max_dbs=8)
+    try:
+        with env.begin(write=True) as txn:
+            db = env.open_db(table, txn=txn)
+            if how is None:
+                assert txn.delete(key, db=db)
+                return
+            value = bytearray(txn.get(key, db=db))
+            how(value)
+            txn.put(key, bytes(value), db=db)
+    finally:
+        env.close()
+
+
+def flip_middle(record: bytearray) -> None:
+    record[(BODY_START + len(record)) // 2] ^= 0x40
+
+
 def test_truncation_refuses_a_prefix_that_does_not_chain(tmp_path: Path) -> None:
     path = tmp_path / "log"
     with EventLog.open(path) as log:
         fill(log, 20)
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    with env.begin(write=True) as txn:
-        events = env.open_db(b"events", txn=txn)
-        record = bytearray(txn.get((5).to_bytes(8, "big"), db=events))
-        record[BODY_START + 3] ^= 0x40
-        txn.put((5).to_bytes(8, "big"), bytes(record), db=events)
-    env.close()
+    change(path, b"events", (5).to_bytes(8, "big"), flip_middle)
     with EventLog.open(path) as log:
         with pytest.raises(IntegrityError) as raised:
             log.truncate(before=11)
@@ -149,13 +164,7 @@ def test_truncation_refuses_a_prefix_that_does_not_chain(tmp_path: Path) -> None
 @pytest.mark.parametrize("position", [21, 22, 33, 39])
 def test_a_flipped_byte_after_the_anchor_is_named(tmp_path: Path, position: int) -> None:
     path = built(tmp_path)
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    with env.begin(write=True) as txn:
-        events = env.open_db(b"events", txn=txn)
-        record = bytearray(txn.get(position.to_bytes(8, "big"), db=events))
-        record[(BODY_START + len(record)) // 2] ^= 0x40
-        txn.put(position.to_bytes(8, "big"), bytes(record), db=events)
-    env.close()
+    change(path, b"events", position.to_bytes(8, "big"), flip_middle)
     report = EventLog.verify_files(path)
     assert not report.ok
     assert report.anchor_position == 20
@@ -165,13 +174,11 @@ def test_a_flipped_byte_after_the_anchor_is_named(tmp_path: Path, position: int)
 
 def test_a_changed_anchor_is_named_at_the_first_kept_position(tmp_path: Path) -> None:
     path = built(tmp_path)
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    with env.begin(write=True) as txn:
-        meta = env.open_db(b"meta", txn=txn)
-        anchor = bytearray(txn.get(b"anchor", db=meta))
-        anchor[20] ^= 0x01  # a byte of the stored hash
-        txn.put(b"anchor", bytes(anchor), db=meta)
-    env.close()
+
+    def flip_hash_byte(anchor: bytearray) -> None:
+        anchor[20] ^= 0x01  # a byte of the stored hash (after the 8-byte position)
+
+    change(path, b"meta", b"anchor", flip_hash_byte)
     report = EventLog.verify_files(path)
     assert not report.ok
     assert report.first_bad_position == 21
@@ -179,11 +186,7 @@ def test_a_changed_anchor_is_named_at_the_first_kept_position(tmp_path: Path) ->
 
 def test_a_deleted_kept_event_is_named(tmp_path: Path) -> None:
     path = built(tmp_path)
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    with env.begin(write=True) as txn:
-        events = env.open_db(b"events", txn=txn)
-        assert txn.delete((26).to_bytes(8, "big"), db=events)
-    env.close()
+    change(path, b"events", (26).to_bytes(8, "big"), None)
     report = EventLog.verify_files(path)
     assert not report.ok
     assert report.first_bad_position == 26
@@ -191,13 +194,13 @@ def test_a_deleted_kept_event_is_named(tmp_path: Path) -> None:
 
 def test_a_lowered_stream_floor_is_named(tmp_path: Path) -> None:
     path = built(tmp_path)
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    with env.begin(write=True) as txn:
-        floors = env.open_db(b"floors", txn=txn)
+
+    def lower(floor: bytearray) -> None:
         # s-0 lost positions 1, 4, ..., 19: versions 1 to 7; claim only 6 were dropped.
-        assert txn.get(b"s-0\x00", db=floors) == (7).to_bytes(8, "big")
-        txn.put(b"s-0\x00", (6).to_bytes(8, "big"), db=floors)
-    env.close()
+        assert floor == (7).to_bytes(8, "big")
+        floor[:] = (6).to_bytes(8, "big")
+
+    change(path, b"floors", b"s-0\x00", lower)
     report = EventLog.verify_files(path)
     assert not report.ok
     assert report.first_bad_position == 22  # s-0's first kept event, version 8
