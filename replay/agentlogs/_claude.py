@@ -10,7 +10,12 @@ are kept as attached metadata. It reads and builds; it never writes.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from replay.agentlogs._common import (
     Built,
@@ -25,6 +30,8 @@ from replay.agentlogs._common import (
 )
 
 NAME = "claude-code"
+_AGENT_ID = re.compile(r"\bagent_?[iI]d: ([\w@.-]+)")
+_SNIFF_BYTES = 64 * 1024
 _MAIN = "main"
 _KNOWN = frozenset(
     ("user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation")
@@ -103,6 +110,8 @@ class _Reader:
         self.sidechain_of: dict[str, str] = {}  # uuid of a sidechain record -> its session key
         self.held_id: dict[str, object] = {}  # session key -> message.id of its held message
         self.tasks: list[tuple[str, object]] = []  # (call id, prompt) of the main session's spawns
+        self.task_ids: set[object] = set()
+        self.agents: dict[str, str] = {}  # call id of a spawn -> the agent id its result names
         self.records = 0
         self.main_records = 0
         self.about: dict[str, Any] = {}
@@ -202,6 +211,7 @@ class _Reader:
                 self.tasks.append(
                     (block["id"], spec.get("prompt") if isinstance(spec, dict) else None)
                 )
+                self.task_ids.add(block["id"])
         else:
             target["metadata"].setdefault("other_blocks", []).append(block)
 
@@ -213,6 +223,10 @@ class _Reader:
         carried: Record | None = record
         for block in results:
             call_id = block.get("tool_use_id")
+            if built is self.main and call_id in self.task_ids:
+                agent = _spawned_agent(record, block)
+                if agent is not None and isinstance(call_id, str):
+                    self.agents[call_id] = agent
             answered = built.result(call_id)
             inner = block.get("content")
             tool: Message = {
@@ -257,6 +271,7 @@ class _Reader:
             source_session_id=self.about.get("session_id"),
             records=self.records,
             extra={"cwd": self.about.get("cwd")},
+            spawns=[(call, prompt, self.agents.get(call)) for call, prompt in self.tasks],
         )
 
     def _subagent_file(self, children: list[Built]) -> Parsed:
@@ -290,3 +305,104 @@ def _usage(usage: Record) -> dict[str, Any]:
         "cache_read_tokens": count("cache_read_input_tokens"),
         "cache_write_tokens": count("cache_creation_input_tokens"),
     }
+
+
+def _spawned_agent(record: Record, block: Record) -> str | None:
+    """The agent id a spawning call's result names: `toolUseResult.agentId`, else the
+    `agentId: ...` line the tool writes into the result's text."""
+    result = record.get("toolUseResult")
+    if isinstance(result, dict) and isinstance(result.get("agentId"), str):
+        return str(result["agentId"])
+    found = _AGENT_ID.search(text_of(block.get("content")) or "")
+    return found.group(1) if found else None
+
+
+def subagent_files(path: str, source_session_id: str | None) -> list[str]:
+    """The files holding this session's subagents' conversations, where Claude Code writes
+    them: `<session id>/subagents/agent-*.jsonl` beside the session's file (newer versions) or
+    `agent-*.jsonl` in the same folder (older ones); each kept only when its first record names
+    this session (`sessionId`) as its own."""
+    if source_session_id is None:
+        return []
+    folder = os.path.dirname(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    found = []
+    for place in (os.path.join(folder, stem, "subagents"), folder):
+        try:
+            names = sorted(os.listdir(place))
+        except OSError:
+            continue
+        for name in names:
+            candidate = os.path.join(place, name)
+            if (
+                name.startswith("agent-")
+                and name.endswith(".jsonl")
+                and candidate != path
+                and _session_of_file(candidate) == source_session_id
+            ):
+                found.append(candidate)
+    return found
+
+
+def _session_of_file(path: str) -> object:
+    """The `sessionId` of the first sidechain record of a file (None if it has none)."""
+    try:
+        with open(path, "rb") as file:
+            first = file.read(_SNIFF_BYTES).split(b"\n", 1)[0]
+        record = msgspec.json.decode(first)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if isinstance(record, dict) and record.get("isSidechain") is True:
+        return record.get("sessionId")
+    return None
+
+
+def add_subagent_files(parsed: Parsed, path: str, read: Callable[[str], Source]) -> None:
+    """Read the subagent files of the session `parsed` holds (`subagent_files`) into child
+    sessions of it, each spawned by the `Task` call whose result names its agent id (else whose
+    prompt is its first message), and note the files in `parsed.files`. `read(path)` makes the
+    `Source` of a file (so a damaged line is reported in that file, and nothing is written)."""
+    if not parsed.sessions or parsed.sessions[0].key != _MAIN:
+        return  # a subagent's own file, or a file without a main conversation
+    used: set[str] = set()
+    for file in subagent_files(path, parsed.source_session_id):
+        source = read(file)
+        own = parse(source)
+        if own.sessions and own.sessions[0].key == _MAIN:
+            continue  # not only sidechain records after all: not a subagent's file
+        stem = os.path.splitext(os.path.basename(file))[0]
+        keys = {built.key for built in parsed.sessions}
+        for index, child in enumerate(own.sessions):
+            child.key = stem if index == 0 else f"{stem}.{index}"
+            while child.key in keys:  # the same agent's file in both places
+                child.key += "+"
+            agent = (child.info.get("subagent_of") or {}).get("agent_id")
+            call = _spawning_call(parsed.spawns, used, agent, child.first_prompt)
+            child.spawn_ref = {"session": _MAIN, "kind": "subagent"}
+            if call is not None:
+                used.add(call)
+                child.spawn_ref["tool_call_id"] = call
+            child.info.update(
+                file=os.path.basename(file),
+                blake3=source.digest.hexdigest(),
+                bytes=source.size,
+                records=own.records,
+            )
+            if source.skipped:
+                child.info["skipped_lines"] = [[line, why] for line, why in source.skipped]
+            parsed.sessions.append(child)
+        parsed.files.append(file)
+    parsed.sessions[0].counts["subagent_files"] = len(parsed.files)
+
+
+def _spawning_call(
+    spawns: list[tuple[str, object, str | None]], used: set[str], agent: object, prompt: object
+) -> str | None:
+    free = [spawn for spawn in spawns if spawn[0] not in used]
+    for call, _, named in free:
+        if agent is not None and named == agent:
+            return call
+    for call, asked, _ in free:
+        if prompt is not None and asked == prompt:
+            return call
+    return None

@@ -508,3 +508,6 @@ class Parsed:
     source_session_id: str | None = None
     records: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)  # other files read into these sessions
+    spawns: list[tuple[str, object, str | None]] = field(default_factory=list)
+    """(call id, prompt, agent id its result names) of each subagent the main session spawned."""

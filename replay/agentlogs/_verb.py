@@ -74,6 +74,7 @@ class ImportedFile:
     records: int
     blake3: str
     skipped_lines: tuple[tuple[int, str], ...] = ()
+    subagent_files: tuple[str, ...] = ()  # subagents' own files, imported with it
 
     @property
     def written(self) -> bool:
@@ -141,13 +142,22 @@ def import_agent_log(
         raise InvalidArgumentError(f"{_VERB}: `session_id` names one session; {shown} is a folder")
     done: list[ImportedFile] = []
     others: list[str] = []
-    for name in _log_files(shown, flags["recursive"]):
+    names = list(_log_files(shown, flags["recursive"]))
+    # A subagent's file is read with its session's file, so it comes after all the others.
+    names.sort(key=lambda name: os.path.basename(name).startswith("agent-"))
+    taken: set[str] = set()
+    for name in names:
+        if name in taken:
+            continue
         try:
-            done.append(_import_file(store, name, format, None, progress, flags["skip_bad_lines"]))
+            one = _import_file(store, name, format, None, progress, flags["skip_bad_lines"])
         except NotAnAgentLogError:
             if format != "auto":
                 raise
             others.append(name)
+            continue
+        done.append(one)
+        taken.update(one.subagent_files)
     return AgentLogImport(files=tuple(done), not_agent_logs=tuple(others))
 
 
@@ -236,6 +246,12 @@ def _import_file(
 ) -> ImportedFile:
     source = Source(path, skip_bad_lines=skip_bad_lines, progress=progress)
     name, detected, parsed = _parse(source, format)
+    if name == _claude.NAME:
+        _claude.add_subagent_files(
+            parsed,
+            path,
+            lambda file: Source(file, skip_bad_lines=skip_bad_lines, progress=progress),
+        )
     digest = source.digest.hexdigest()
     main_id = session_id or f"{name}-{digest[:32]}"
     ids = {
@@ -275,6 +291,7 @@ def _import_file(
         records=parsed.records,
         blake3=digest,
         skipped_lines=tuple(source.skipped),
+        subagent_files=tuple(parsed.files),
     )
 
 
