@@ -194,3 +194,36 @@ class ConfigurationError(InvalidArgumentError):
     """Something the installation or configuration lacks: a `postgresql://` store without the
     PostgreSQL driver installed, or a runtime provider that is not registered, an input filter or
     hook that is not callable."""
+
+
+# Encryption at rest (`sessions/_keyring.py`, `sessions/_seal.py`).
+
+
+class KeyUnavailableError(SessionLogError):
+    """Sealed content could not be opened, or sealed, because a key is missing or is not the
+    store's. Nothing was read into plaintext and nothing was written or destroyed."""
+
+
+class MissingKeyError(KeyUnavailableError):
+    """The store is encrypted and was opened without a key provider (`keys=`)."""
+
+
+class WrongKeyError(KeyUnavailableError):
+    """The key provider's key-encryption key does not open this store's data keys: another key
+    file, or a rotated-away key. Reopen with the right one; nothing was changed."""
+
+
+class ForgottenError(SessionLogError, LookupError):
+    """The session was forgotten (`store.forget`): its data key is destroyed, so its content can
+    never be read again. Its ancestry and event kinds remain."""
+
+    def __init__(self, session_id: str, verb: str | None = None, reason: str | None = None) -> None:
+        self.session_id = session_id
+        self.verb = verb
+        self.reason = reason
+        shown = f"{verb}: " if verb else ""
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"{shown}session `{session_id}` was forgotten{why}: its content is gone for good",
+            where=verb,
+        )

@@ -68,6 +68,9 @@ class Message(_Record, frozen=True):
     metadata: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     item: Any = None
+    sealed: bytes | None = None
+    """In an encrypted session: every field but `role`, `usage`, `synthetic` and `summary`, as
+    one ciphertext the engine opens on reading (`sessions/_seal.py`); the others are empty."""
 
 
 class Event(
@@ -96,6 +99,8 @@ class SessionOpened(Event, tag="session_opened", frozen=True):
     workspace_policy: dict[str, Any] | None = None
     metadata: dict[str, Any] = {}
     parent_spawn_ref: dict[str, Any] | None = None
+    key_slot: int = 0
+    """Where the session's data key sits in the store's keyring; 0: the session is not encrypted."""
 
 
 class SessionForked(Event, tag="session_forked", frozen=True):
@@ -109,6 +114,9 @@ class SessionForked(Event, tag="session_forked", frozen=True):
     keep_first: int | None = None
     branched_at_event_index: int | None = None
     title: str | None = None
+    key_slot: int = 0
+    """The child's own data key (see `SessionOpened.key_slot`); what it shares of its parent stays
+    sealed under the parent's key."""
 
 
 class MessageInjected(Event, tag="message_injected", frozen=True):
@@ -244,6 +252,14 @@ class SessionDeleted(Event, tag="session_deleted", frozen=True):
     """The session is gone from every query; its events stay in the log."""
 
     reason: str | None = None
+
+
+class SessionForgotten(Event, tag="session_forgotten", frozen=True):
+    """The session's data key was destroyed (crypto-shredding): its events stay in the log and
+    still verify, their sealed content can never be read again. `key_slot` names the key."""
+
+    reason: str | None = None
+    key_slot: int = 0
 
 
 class PromptStarted(Event, tag="prompt_started", frozen=True):
@@ -475,6 +491,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     ToolCallStarted,
     ToolCallFinished,
     SessionMetadataSet,
+    SessionForgotten,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

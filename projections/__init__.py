@@ -30,7 +30,7 @@ from projections._queries import (
     read_messages,
     rebuild,
 )
-from projections._refs import message_of, slice_ranges
+from projections._refs import Opener, message_of, slice_ranges
 from projections._runtime import BUSY as RUNTIME_BUSY
 from projections._runtime import (
     CONTEXT_LENGTH,
@@ -64,6 +64,7 @@ from projections._tokens import (
 )
 
 __all__ = [
+    "Opener",
     "ACTIVE",
     "BEARER_STREAM_PREFIX",
     "BearerRecord",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from eventlog import LogView
 from eventlog import events as ev
 from projections._queries import read_refs
-from projections._refs import messages_at, slice_ranges
+from projections._refs import Opener, messages_at, slice_ranges
 from projections._state import Transcript
 
 Ref = tuple[int, int]
@@ -31,16 +31,18 @@ def is_checkpoint(messages: list[ev.Message], index: int) -> bool:
 
 
 def read_span(
-    view: LogView, transcript: Transcript, start: int, stop: int
+    view: LogView, transcript: Transcript, start: int, stop: int, opener: Opener | None = None
 ) -> tuple[list[ev.Message], list[Ref]]:
     """Messages ``[start, stop)`` of a transcript with their references, hash-checked."""
     refs: list[Ref] = []
     for segment, lo, hi in slice_ranges(transcript.ranges, start, stop):
         refs.extend(read_refs(view, segment, lo, hi))
-    return messages_at(view, refs), refs
+    return messages_at(view, refs, opener), refs
 
 
-def read_tail(view: LogView, transcript: Transcript) -> tuple[int, list[ev.Message], list[Ref]]:
+def read_tail(
+    view: LogView, transcript: Transcript, opener: Opener | None = None
+) -> tuple[int, list[ev.Message], list[Ref]]:
     """``(start, messages, refs)``: the transcript from its latest checkpoint on (from its first
     message when it has none)."""
     messages: list[ev.Message] = []
@@ -48,7 +50,7 @@ def read_tail(view: LogView, transcript: Transcript) -> tuple[int, list[ev.Messa
     low, page = transcript.length, TAIL_PAGE_MESSAGES_FIRST
     while low > 0:
         first = max(low - page, 0)
-        more, more_refs = read_span(view, transcript, first, low)
+        more, more_refs = read_span(view, transcript, first, low, opener)
         messages, refs = more + messages, more_refs + refs
         for index in range(len(more) - 1, -1, -1):
             if is_checkpoint(messages, index):

@@ -184,6 +184,7 @@ def _open(tx: Transaction, envelope: Envelope) -> None:
         parent_spawn_ref=data.parent_spawn_ref,
         workspace_anchor=data.workspace_anchor,
         workspace_policy=data.workspace_policy or {},
+        key_slot=data.key_slot,
     )
     _begin_incarnation(tx, state, _touch(EMPTY_TRANSCRIPT, envelope), first=previous is None)
 
@@ -211,7 +212,7 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
         branched_at_event_index=data.branched_at_event_index,
     )
     if parent is None:
-        state = SessionState(**base, title=data.title)  # type: ignore[arg-type]
+        state = SessionState(**base, title=data.title, key_slot=data.key_slot)  # type: ignore[arg-type]
     else:
         state = msgspec.structs.replace(
             parent,
@@ -222,6 +223,9 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
             controller_id=None,
             close_reason=None,
             close_status={},
+            key_slot=data.key_slot,
+            forgotten=False,
+            forgotten_reason=None,
         )
     transcript = Transcript(ranges=ranges, length=length)
     _begin_incarnation(tx, state, _touch(transcript, envelope), first=previous is None)
@@ -476,7 +480,14 @@ def _closed(state: SessionState, envelope: Envelope) -> SessionState:
     )
 
 
+def _forgotten(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.SessionForgotten)
+    return _replace(state, forgotten=True, forgotten_reason=data.reason)
+
+
 _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
+    ev.SessionForgotten: _forgotten,
     ev.ScratchpadSet: _scratchpad_set,
     ev.ScratchpadCleared: _scratchpad_cleared,
     ev.LiveSessionClient: _live_client,

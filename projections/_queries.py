@@ -15,21 +15,25 @@ from projections import _keys as keys
 from projections import _kv
 from projections import _state as st
 from projections._fold import apply
-from projections._refs import messages_at
+from projections._refs import Opener, messages_at
 from projections._state import STATE_CODEC, SessionState, Transcript
 
 Ranges = tuple[tuple[int, int, int], ...]
 
 
 def read_messages(
-    view: LogView, transcript: Transcript, *, ranges: Ranges | None = None
+    view: LogView,
+    transcript: Transcript,
+    *,
+    ranges: Ranges | None = None,
+    opener: Opener | None = None,
 ) -> list[ev.Message]:
     """The messages of a transcript (or of `ranges` of it), in order, each read (hash-checked)
     from the log."""
     refs: list[tuple[int, int]] = []
     for segment, start, end in transcript.ranges if ranges is None else ranges:
         refs.extend(read_refs(view, segment, start, end))
-    return messages_at(view, refs)
+    return messages_at(view, refs, opener)
 
 
 def ranges_window(ranges: Ranges, skip: int, count: int | None) -> Ranges:

@@ -56,7 +56,14 @@ def put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: byte
     return slot
 
 
-def messages_at(view: LogView, refs: Sequence[tuple[int, int]]) -> list[ev.Message]:
+Opener = Callable[[ev.Message, int, int], ev.Message]
+"""Called on each message read with its reference (position, index): the engine opens sealed
+messages there (`sessions/_seal.py`); the projections never see a key."""
+
+
+def messages_at(
+    view: LogView, refs: Sequence[tuple[int, int]], opener: Opener | None = None
+) -> list[ev.Message]:
     """The messages `refs` (position, index) point at, in order: each event read and hash-checked
     once, however many of its messages are wanted (a batch holds up to a thousand)."""
     positions: list[int] = []
@@ -65,12 +72,19 @@ def messages_at(view: LogView, refs: Sequence[tuple[int, int]]) -> list[ev.Messa
             positions.append(position)
     if len(positions) == len(refs):  # one message per event: the common case
         envelopes = view.events_at(positions)
-        return [
+        found = [
             message_of(envelope.data, index)
             for envelope, (_, index) in zip(envelopes, refs, strict=True)
         ]
-    events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
-    return [message_of(events[position], index) for position, index in refs]
+    else:
+        events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
+        found = [message_of(events[position], index) for position, index in refs]
+    if opener is None:
+        return found
+    return [
+        opener(message, position, index)
+        for message, (position, index) in zip(found, refs, strict=True)
+    ]
 
 
 def message_of(data: ev.Event, index: int) -> ev.Message:

@@ -123,6 +123,11 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     controller_id: str | None = None
     close_reason: str | None = None
     close_status: dict[str, Any] = {}
+    key_slot: int = 0
+    """The keyring slot of the session's data key; 0 when it is not encrypted."""
+    forgotten: bool = False
+    """The session's data key was destroyed (`session_forgotten`): its content is unreadable."""
+    forgotten_reason: str | None = None
 
 
 class Transcript(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -7,16 +7,21 @@ from eventlog import (
     CapacityError,
     ConcurrencyError,
     ControllerConflictError,
+    ForgottenError,
     IntegrityError,
     InvalidArgumentError,
+    KeyUnavailableError,
     LengthConflictError,
     LimitExceededError,
+    MissingKeyError,
     SessionExistsError,
     SessionLogError,
     UnknownSessionError,
+    WrongKeyError,
 )
 from sessions._context_policy import ContextPolicy
 from sessions._ids import current_id, uuid7
+from sessions._keys import KeyProvider, LocalKeyProvider
 from sessions._store import SessionStore, SessionSubscription
 from sessions._tokens import BearerSession, BearerSessions
 
@@ -27,15 +32,21 @@ __all__ = [
     "ConcurrencyError",
     "ContextPolicy",
     "ControllerConflictError",
+    "ForgottenError",
     "IntegrityError",
     "InvalidArgumentError",
+    "KeyProvider",
+    "KeyUnavailableError",
     "LengthConflictError",
     "LimitExceededError",
+    "LocalKeyProvider",
+    "MissingKeyError",
     "SessionExistsError",
     "SessionLogError",
     "SessionStore",
     "SessionSubscription",
     "UnknownSessionError",
+    "WrongKeyError",
     "current_id",
     "uuid7",
 ]

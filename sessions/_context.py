@@ -61,7 +61,9 @@ class ContextView:
         return self.tokens
 
 
-def _extend(hit: ContextView, transcript: pj.Transcript, view: LogView) -> ContextView | None:
+def _extend(
+    hit: ContextView, transcript: pj.Transcript, view: LogView, opener: pj.Opener | None
+) -> ContextView | None:
     """`hit` with the messages appended since, or None if more than appends happened."""
     added = pj.ranges_added(hit.ranges, transcript.ranges)
     if added is None:
@@ -70,7 +72,7 @@ def _extend(hit: ContextView, transcript: pj.Transcript, view: LogView) -> Conte
     new_refs: list[Ref] = []
     if added:
         flat = pj.Transcript(ranges=added, length=sum(hi - lo for _, lo, hi in added))
-        new, new_refs = read_span(view, flat, 0, flat.length)
+        new, new_refs = read_span(view, flat, 0, flat.length, opener)
     messages, refs, shown = hit.messages + new, hit.refs + new_refs, hit.shown + new
     start = hit.start
     for index in range(len(messages) - 2, max(len(hit.messages) - 2, -1), -1):
@@ -113,15 +115,16 @@ class ContextVerbs(SessionHost):
         sid = state.session_id
         transcript = pj.load_transcript(view, sid) or pj.Transcript()
         pruned_at = pj.prune_version(view, sid)
+        opener = self._opener(view, state, "context")
         hit = self._context_views.get(sid)
         found = None
         if hit is not None and hit.generation == state.generation:
             if hit.version == transcript.version and hit.ranges == transcript.ranges:
                 found = hit
             elif hit.prune_version == pruned_at:
-                found = _extend(hit, transcript, view)
+                found = _extend(hit, transcript, view, opener)
         if found is None:
-            start, messages, refs = read_tail(view, transcript)
+            start, messages, refs = read_tail(view, transcript, opener)
             oldest = min((position for position, _ in refs), default=0)
             prunes = pj.load_prunes(view, sid, state.generation, from_position=oldest)
             found = ContextView(

@@ -32,7 +32,10 @@ from eventlog import (
     UnknownSessionError,
 )
 from eventlog import events as ev
+from eventlog.errors import ForgottenError
 from sessions._ids import check_session_id, uuid7
+from sessions._keyring import Keyring
+from sessions._seal import Sealer
 
 R = TypeVar("R")
 
@@ -59,11 +62,15 @@ def append(
     meta: dict[str, Any] | None = None,
     checked: bool = False,
     new: bool = False,
+    sealer: Sealer | None = None,
 ) -> list[int]:
     """Append what a decision decided, at the version the stream has (see the module's text), or,
     with `new`, only if the stream does not exist yet (`ConcurrencyError` otherwise). `checked`:
     every field of every event already holds exactly its declared, immutable type (see
-    `Transaction.append`)."""
+    `Transaction.append`). A store with keys passes its `sealer`: the content of an encrypted
+    session's events is sealed here, on the one way in (`sessions/_seal.py`)."""
+    if sealer is not None and events:
+        events = sealer.seal(tx, stream, list(events))
     return tx.append(
         stream, events, expected_version=NO_STREAM if new else ANY, meta=meta, checked=checked
     )
@@ -73,10 +80,17 @@ class Command:
     """What a session verb's decision works with: the open write transaction, and the state and
     transcript of the session it acts on, as the projection holds them in that transaction."""
 
-    __slots__ = ("session_id", "state", "transcript", "tx")
+    __slots__ = ("sealer", "session_id", "state", "transcript", "tx")
 
-    def __init__(self, tx: Transaction, state: pj.SessionState, transcript: pj.Transcript) -> None:
+    def __init__(
+        self,
+        tx: Transaction,
+        state: pj.SessionState,
+        transcript: pj.Transcript,
+        sealer: Sealer | None = None,
+    ) -> None:
         self.tx = tx
+        self.sealer = sealer
         self.session_id = state.session_id
         self.state = state
         self.transcript = transcript
@@ -96,6 +110,7 @@ class Command:
             events,
             meta=meta,
             checked=checked,
+            sealer=self.sealer,
         )
 
 
@@ -109,6 +124,33 @@ class SessionHost:
     max_sessions: int | None
     _hot_cap: int
     _valid_ids: set[str]
+    _sealer: Sealer | None
+    """Seals and opens the content of encrypted sessions; None in a store that has none."""
+    _keyring: Keyring
+
+    def _new_key(self, tx: Transaction, session_id: str, verb: str) -> int:
+        """The keyring slot a session opened (or forked) now encrypts under; 0 in a store without
+        keys. An id opened again keeps its key, so `forget` has one key to destroy."""
+        keyring = self._keyring
+        if not keyring.encrypted:
+            return 0
+        before = pj.load_state(tx, session_id)
+        if before is not None and before.key_slot and not before.forgotten:
+            keyring.provider_checked(verb)
+            return before.key_slot
+        slot, _ = keyring.new_key(session_id, verb)
+        return slot
+
+    def _opener(self, view: LogView, state: pj.SessionState, verb: str) -> pj.Opener | None:
+        """What opens the sealed messages `state`'s transcript may hold (None: no keyring);
+        `ForgottenError` for a forgotten session."""
+        sealer = self._sealer
+        return None if sealer is None else sealer.opener(view, state, verb)
+
+    def _opened(self, state: pj.SessionState, verb: str) -> pj.SessionState:
+        """`state` with its sealed texts and values opened."""
+        sealer = self._sealer
+        return state if sealer is None else sealer.open_state(state, verb)
 
     def _view(self) -> AbstractContextManager[LogView]:
         return self.log.view()
@@ -147,7 +189,9 @@ class SessionHost:
             transcript = pj.load_transcript(tx, sid)
             if state is None or state.status != pj.ACTIVE or transcript is None:
                 raise UnknownSessionError(sid, verb)
-            return decide(Command(tx, state, transcript))
+            if state.forgotten:
+                raise ForgottenError(sid, verb, state.forgotten_reason)
+            return decide(Command(tx, state, transcript, self._sealer))
 
         return transact(self.log, load_and_decide)
 

@@ -63,7 +63,8 @@ class LiveVerbs(SessionHost):
         """The session's scratchpad dict (None when empty); raises for an unknown id."""
         with self._view() as view:
             state = self._state(view, session_id, "scratchpad")
-        return to_builtins(state.scratchpad)  # type: ignore[no-any-return]
+        opened = self._opened(state, "scratchpad")
+        return to_builtins(opened.scratchpad)  # type: ignore[no-any-return]
 
     def set_scratchpad(
         self, session_id: str, scratchpad: Mapping[str, Any], opts: Mapping[str, Any] | None = None

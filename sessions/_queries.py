@@ -19,6 +19,7 @@ from sessions._checks import check_count, client_dict, iso
 from sessions._host import SessionHost, readable
 from sessions._ids import check_session_id
 from sessions._messages import to_dicts
+from sessions._seal import SEALED_TEXT, Sealer
 
 
 class QueryVerbs(SessionHost):
@@ -60,16 +61,20 @@ class QueryVerbs(SessionHost):
         with self.log.view() as view:
             state = self._state(view, session_id, "messages", closed=True)
             if skip == 0 and count is None and tail is None:
-                return to_dicts(self._messages(view, state.session_id))
+                return to_dicts(self._messages(view, state, "messages"))
             transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
             if tail is not None:
                 end = transcript.length if count is None else min(transcript.length, skip + count)
                 first = max(skip, end - tail)
                 skip, count = first, max(end - first, 0)
             window = pj.ranges_window(transcript.ranges, skip, count)
-            return to_dicts(pj.read_messages(view, transcript, ranges=window), fresh=True)
+            opener = self._opener(view, state, "messages")
+            messages = pj.read_messages(view, transcript, ranges=window, opener=opener)
+            return to_dicts(messages, fresh=True)
 
-    def _messages(self, view: LogView, session_id: str) -> list[ev.Message]:
+    def _messages(self, view: LogView, state: pj.SessionState, verb: str) -> list[ev.Message]:
+        session_id = state.session_id
+        opener = self._opener(view, state, verb)
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
         cacheable = self._hot_cap > 0 and not self.log.in_transaction
         hit = self._hot.get(session_id) if cacheable else None
@@ -79,9 +84,9 @@ class QueryVerbs(SessionHost):
         added = None if hit is None else pj.ranges_added(hit[1], transcript.ranges)
         if hit is not None and added is not None:
             # Messages were only appended since: read just those (the inject-then-read loop).
-            messages = hit[2] + pj.read_messages(view, transcript, ranges=added)
+            messages = hit[2] + pj.read_messages(view, transcript, ranges=added, opener=opener)
         else:
-            messages = pj.read_messages(view, transcript)
+            messages = pj.read_messages(view, transcript, opener=opener)
         if cacheable:
             self._hot[session_id] = (transcript.version, transcript.ranges, messages)
             self._hot.move_to_end(session_id)
@@ -100,9 +105,9 @@ class QueryVerbs(SessionHost):
             if state is None or not readable(state, True):
                 return None
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
-            messages = self._messages(view, sid)
+            messages = self._messages(view, state, "snapshot")
             children = pj.child_ids(view, sid)
-        return _snapshot(state, transcript, messages, children)
+        return _snapshot(self._opened(state, "snapshot"), transcript, messages, children)
 
     def summary(self, session_id: object) -> dict[str, Any] | None:
         """The snapshot without its transcript: every other field, read from the projection
@@ -117,7 +122,7 @@ class QueryVerbs(SessionHost):
                 return None
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
             children = pj.child_ids(view, sid)
-        summary = _snapshot(state, transcript, [], children)
+        summary = _snapshot(self._opened(state, "summary"), transcript, [], children)
         del summary["transcript"]
         return summary
 
@@ -184,7 +189,7 @@ class QueryVerbs(SessionHost):
                 wanted = state.status == status if status else state.status != pj.DELETED
                 if wanted:
                     transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
-                    page.append(_summary(state, transcript))
+                    page.append(_summary(state, transcript, self._sealer))
         return {"sessions": page, "next_cursor": last if more else None}
 
 
@@ -197,10 +202,16 @@ def _possible_id(session_id: object) -> str | None:
         return None
 
 
-def _summary(state: pj.SessionState, transcript: pj.Transcript) -> dict[str, Any]:
+def _summary(
+    state: pj.SessionState, transcript: pj.Transcript, sealer: Sealer | None
+) -> dict[str, Any]:
+    title = state.title
+    if sealer is not None and title is not None and title.startswith(SEALED_TEXT):
+        # A page of sessions lists forgotten ones too: their titles went with their keys.
+        title = None if state.forgotten else sealer.open_state(state, "list_sessions").title
     return {
         "session_id": state.session_id,
-        "title": state.title,
+        "title": title,
         "status": state.status,
         "length": transcript.length,
         "created_at": iso(state.created_at),

@@ -21,6 +21,7 @@ from eventlog import (
     ANY,
     Envelope,
     EventLog,
+    ForgottenError,
     InvalidArgumentError,
     SessionExistsError,
     Subscription,
@@ -37,9 +38,12 @@ from sessions._context_policy import ContextPolicy
 from sessions._group import GroupCommit, grouped
 from sessions._host import Command, append, transact
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
+from sessions._keys import KeyProvider
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter
 from sessions._queries import QueryVerbs
+from sessions._seal import Sealer
+from sessions._shred import ShredVerbs, finish_shredding, keyring_of
 from sessions._tokens import BearerSessions
 from sessions._transcript import TranscriptVerbs
 
@@ -105,7 +109,7 @@ class SessionSubscription:
         self.close()
 
 
-class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
+class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs, ShredVerbs):
     """Sessions as projections of one event log. Open with `SessionStore.open(path)`."""
 
     def __init__(
@@ -119,6 +123,7 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         readonly_at: int | None = None,
         context_policy: ContextPolicy | None = None,
         readonly: bool = False,
+        keys: KeyProvider | None = None,
     ) -> None:
         if isinstance(hot_sessions, bool) or not isinstance(hot_sessions, int) or hot_sessions < 0:
             raise InvalidArgumentError(f"hot_sessions must be an int >= 0, got {hot_sessions!r}")
@@ -147,10 +152,13 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         self.tokens = BearerSessions(self)
         """Durable bearer sessions: `create`, `get`, `touch`, `expire` (see `sessions/_tokens.py`)."""
         log.set_projector(pj.project)
+        self._keyring = keyring_of(log, keys)
+        self._sealer = Sealer(self._keyring) if self._keyring.encrypted else None
         if readonly:
             pj.check_current(log)
         elif readonly_at is None:
             pj.catch_up(log)
+            finish_shredding(log, self._keyring)
 
     @classmethod
     def open(
@@ -164,12 +172,18 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         summarizer: _compact.Summarizer | None = None,
         context_policy: ContextPolicy | None = None,
         readonly: bool = False,
+        keys: KeyProvider | None = None,
     ) -> SessionStore:
         """Open (creating if missing) the store in directory `path`, on the durable LMDB log, or
         in the PostgreSQL database a `postgresql://` URL names (see `EventLog.open`).
 
         `readonly=True` opens an existing store for reading only: nothing is created or written,
-        and every command that would write raises `InvalidArgumentError`."""
+        and every command that would write raises `InvalidArgumentError`.
+
+        `keys` (a `KeyProvider`, e.g. `LocalKeyProvider.from_file(path)`) encrypts every session
+        opened from then on, each under a data key of its own (see `sessions/_seal.py`). A store
+        with encrypted sessions opens without it too: `verify`, ancestry and paging need no key,
+        and what does need one raises `MissingKeyError`."""
         log = EventLog.open(path, sync=sync, readonly=readonly)
         try:
             return cls(
@@ -180,6 +194,7 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
                 summarizer=summarizer,
                 context_policy=context_policy,
                 readonly=readonly,
+                keys=keys,
             )
         except BaseException:
             log.close()
@@ -195,6 +210,11 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _forget_cached(self) -> None:
+        """Drop the decrypted messages this process holds (after a `forget`)."""
+        self._hot.clear()
+        self._context_views.clear()
 
     def close(self) -> None:
         self._group.close()  # the queued writes are committed (or refused) first
@@ -238,11 +258,16 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
         def decide(tx: Transaction) -> str:
             existing = pj.load_state(tx, sid)
             if existing is not None and existing.status == pj.ACTIVE:
-                _check_same_options(tx, existing, event_fields)
+                _check_same_options(tx, existing, event_fields, self._sealer)
                 return sid
             self._check_capacity(tx, "open_session")
-            opened = ev.SessionOpened(session_id=sid, created_at=datetime.now(UTC), **event_fields)
-            append(tx, sid, [opened])
+            opened = ev.SessionOpened(
+                session_id=sid,
+                created_at=datetime.now(UTC),
+                key_slot=self._new_key(tx, sid, "open_session"),
+                **event_fields,
+            )
+            append(tx, sid, [opened], sealer=self._sealer)
             return sid
 
         return transact(self.log, decide)
@@ -295,7 +320,7 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
             cmd.emit([event])
             after = pj.load_state(cmd.tx, cmd.session_id)
             assert after is not None, "the projection did not fold session_metadata_set"
-            return dict(to_builtins(after.metadata))
+            return dict(to_builtins(self._opened(after, verb).metadata))
 
         return self._command(verb, session_id, decide)
 
@@ -387,14 +412,24 @@ class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs):
                         recorded_at=envelope.recorded_at,
                     )
             after = page[-1].position
-        return SessionStore(past, hot_sessions=0, readonly_at=position)
+        view = SessionStore(past, hot_sessions=0, readonly_at=position)
+        view._sealer = self._sealer  # the same positions, so the same ciphertexts open
+        return view
 
 
-def _check_same_options(tx: Transaction, state: pj.SessionState, fields: Mapping[str, Any]) -> None:
+def _check_same_options(
+    tx: Transaction, state: pj.SessionState, fields: Mapping[str, Any], sealer: Sealer | None
+) -> None:
     """Refuse to reuse an open session for a call that asked for something else: each option
     given is compared with what the session was opened (or forked) with."""
     first = tx.read_stream(state.session_id, after=state.opened_version - 1, limit=1)
-    opened = first[0].data if first else None
+    opened: ev.Event | None = first[0].data if first else None
+    if sealer is not None and fields:
+        if state.forgotten:
+            raise ForgottenError(state.session_id, "open_session", state.forgotten_reason)
+        state = sealer.open_state(state, "open_session")
+        if opened is not None:
+            opened = sealer.open_event(opened, state.key_slot, "open_session")
     differing = []
     for name, wanted in fields.items():
         held = getattr(opened if isinstance(opened, ev.SessionOpened) else state, name, None)

@@ -128,7 +128,9 @@ class TranscriptVerbs(SessionHost):
             if transcript.length == 0:
                 return None
             last = pj.ranges_window(transcript.ranges, transcript.length - 1, 1)
-            popped = to_dicts(pj.read_messages(cmd.tx, transcript, ranges=last), fresh=True)[0]
+            opener = self._opener(cmd.tx, cmd.state, "pop")
+            found = pj.read_messages(cmd.tx, transcript, ranges=last, opener=opener)
+            popped = to_dicts(found, fresh=True)[0]
             cmd.emit([ev.SessionRewound(to_length=transcript.length - 1, removed=1, reason="pop")])
             return popped
 
@@ -220,6 +222,7 @@ class TranscriptVerbs(SessionHost):
                 created_at=datetime.now(UTC),
                 keep_first=kept,
                 branched_at_event_index=kept,
+                key_slot=self._new_key(cmd.tx, child, verb),
             )
             cmd.emit([forked], stream=child)
             return child
@@ -243,7 +246,9 @@ class TranscriptVerbs(SessionHost):
             seen = self._state(view, sid, "compact")
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
             expected = view.stream_version(sid)
-            messages = pj.read_messages(view, transcript)
+            messages = pj.read_messages(
+                view, transcript, opener=self._opener(view, seen, "compact")
+            )
         plan, kept = _compact.plan(
             messages, options, token_counter=self.token_counter, summarizer=self.summarizer
         )

@@ -261,6 +261,12 @@ SAMPLES: list[tuple[str, ev.Event]] = [
         ),
     ),
     ("s-1", ev.SessionMetadataSet(metadata={"team": "red"}, removed=["stale"])),
+    ("s-4", ev.SessionOpened(session_id="s-4", created_at=T0, key_slot=1)),
+    (
+        "s-4",
+        ev.MessageInjected(message=ev.Message(role="user", sealed=b"\x01header+nonce+ciphertext")),
+    ),
+    ("s-4", ev.SessionForgotten(reason="erasure request", key_slot=1)),
 ]
 
 

@@ -51,6 +51,7 @@ def of_type(info: msgspec.inspect.Type, ints: st.SearchStrategy[int]) -> st.Sear
         msgspec.inspect.NoneType: st.none(),
         msgspec.inspect.AnyType: JSON,
         msgspec.inspect.FloatType: st.floats(),
+        msgspec.inspect.BytesType: st.binary(max_size=40),
     }
     if type(info) in simple:
         return simple[type(info)]

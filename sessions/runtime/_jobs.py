@@ -106,7 +106,7 @@ def adopt_session(
                 )
             return info(tx, session_id, "adopt")
         adopted = ev.RuntimeAdopted(provider=provider, agent_id=agent_id, runtime_params=params)
-        append(tx, session_id, [adopted])
+        append(tx, session_id, [adopted], sealer=store._sealer)
         return info(tx, session_id, "adopt")
 
     return transact(store.log, decide)
@@ -163,7 +163,7 @@ def start_prompt(
             parallel_group=parallel_group,
             warnings=warnings,
         )
-        append(tx, session_id, [started])
+        append(tx, session_id, [started], sealer=store._sealer)
         # The provider sees the context view: from the latest checkpoint on, prunes applied.
         messages = store.context(session_id)
         return Started(
@@ -236,6 +236,7 @@ def finish_prompt(store: SessionStore, session_id: str, request_id: str, event: 
             tx,
             session_id,
             [*answer_open_calls(runtime, _ending_kind(event), str(why)[:200]), event],
+            sealer=store._sealer,
         )
         return True
 
@@ -251,7 +252,7 @@ def record_step(
     def decide(tx: Transaction) -> bool:
         if _in_flight(tx, session_id, request_id) is None:
             return False
-        append(tx, session_id, events)
+        append(tx, session_id, events, sealer=store._sealer)
         return True
 
     return transact(store.log, decide)
@@ -264,7 +265,7 @@ def reject_input(
 
     def decide(tx: Transaction) -> None:
         _session(tx, session_id, "prompt")
-        append(tx, session_id, [rejected])
+        append(tx, session_id, [rejected], sealer=store._sealer)
 
     transact(store.log, decide)
 
@@ -282,7 +283,7 @@ def close_session(store: SessionStore, session_id: str, reason: str, verb: str) 
             events.append(ev.PromptCancelled(request_id=last["request_id"], reason=reason))
         status = {"reason": reason, "status": last["status"]}
         events.append(ev.AgentSessionClosed(reason=reason, status=status))
-        append(tx, session_id, events)
+        append(tx, session_id, events, sealer=store._sealer)
         return last
 
     return transact(store.log, decide)
@@ -300,7 +301,12 @@ def recover(store: SessionStore) -> list[str]:
                 continue
             why = "the process running this prompt stopped before it finished"
             failed = ev.PromptFailed(request_id=runtime.request_id, error=why, kind=INTERRUPTED)
-            append(tx, session_id, [*answer_open_calls(runtime, INTERRUPTED, why), failed])
+            append(
+                tx,
+                session_id,
+                [*answer_open_calls(runtime, INTERRUPTED, why), failed],
+                sealer=store._sealer,
+            )
             touched.append(session_id)
         return touched
 

@@ -1,0 +1,301 @@
+"""The keyring: every session's data key, wrapped by the key-encryption key, in fixed-size slots.
+
+The keyring lives beside the log, never inside it: a log is append-only and a B-tree keeps freed
+pages, while a key that is forgotten must leave no copy in any file. So each wrapped key has a slot
+of its own in one small file (`keyring` in the store's directory), written in place: a new key
+is written and synced before any event names it, forgetting overwrites its slot with zeros and
+syncs, and rotation writes every slot re-wrapped to a new file that replaces the old one by an
+atomic rename (the old file's blocks then belong to no file). Every write runs inside the log's
+write transaction, which is the lock between processes. The key-encryption key never touches it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import blake3
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from eventlog.errors import CorruptStoreError, MissingKeyError, WrongKeyError
+from sessions._keys import DATA_KEY_BYTES, KeyProvider
+
+SLOT_BYTES = 512
+"""One wrapped key per slot, slot 0 the header: room for a cloud KMS's wrapped key (about 200
+bytes), and one disk sector, so zeroing a slot is one sector write."""
+_MAGIC = b"SLKEYS01"
+_RECORD = b"K1"
+_CHECK_CONTEXT = b"sessionlog keyring check"
+_EMPTY = bytes(SLOT_BYTES)
+FILE_NAME = "keyring"
+
+
+def owner_digest(session_id: str) -> bytes:
+    return blake3.blake3(session_id.encode()).digest(16)
+
+
+def _context(slot: int, owner: bytes) -> bytes:
+    return b"sessionlog data key\x00" + slot.to_bytes(8, "big") + owner
+
+
+def _pack(*parts: bytes) -> bytes:
+    out = b"".join(struct.pack(">H", len(part)) + part for part in parts)
+    if len(out) + len(_MAGIC) > SLOT_BYTES:
+        raise AssertionError("a keyring record outgrew its slot")
+    return out
+
+
+def _unpack(data: bytes, count: int, where: str) -> list[bytes]:
+    parts, offset = [], 0
+    for _ in range(count):
+        if offset + 2 > len(data):
+            raise CorruptStoreError(f"keyring: {where} is cut short")
+        (size,) = struct.unpack_from(">H", data, offset)
+        parts.append(data[offset + 2 : offset + 2 + size])
+        offset += 2 + size
+    return parts
+
+
+class Slots:
+    """The keyring's bytes in memory (for the in-memory store); `FileSlots` keeps them on disk."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def exists(self) -> bool:
+        return bool(self._data)
+
+    def read(self, slot: int) -> bytes:
+        return bytes(self._data[slot * SLOT_BYTES : (slot + 1) * SLOT_BYTES])
+
+    def count(self) -> int:
+        return -(-len(self._data) // SLOT_BYTES)
+
+    def write(self, slot: int, record: bytes) -> None:
+        end = (slot + 1) * SLOT_BYTES
+        if len(self._data) < end:
+            self._data.extend(bytes(end - len(self._data)))
+        self._data[slot * SLOT_BYTES : end] = record.ljust(SLOT_BYTES, b"\x00")
+
+    def replace(self, records: list[bytes]) -> None:
+        self._data = bytearray(b"".join(r.ljust(SLOT_BYTES, b"\x00") for r in records))
+
+    def tidy(self) -> None:
+        """Remove what an interrupted rotation left behind (nothing in memory)."""
+
+
+class FileSlots(Slots):
+    """The keyring file of a store directory, read and written through fresh descriptors (a
+    rotation in another process replaces the file)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+        self._new = directory / (FILE_NAME + ".new")
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def read(self, slot: int) -> bytes:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return b""
+        try:
+            return os.pread(fd, SLOT_BYTES, slot * SLOT_BYTES)
+        finally:
+            os.close(fd)
+
+    def count(self) -> int:
+        try:
+            return -(-self.path.stat().st_size // SLOT_BYTES)
+        except FileNotFoundError:
+            return 0
+
+    def write(self, slot: int, record: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, record.ljust(SLOT_BYTES, b"\x00"), slot * SLOT_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if slot == 0:
+            _sync_directory(self.path.parent)
+
+    def replace(self, records: list[bytes]) -> None:
+        fd = os.open(self._new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"".join(r.ljust(SLOT_BYTES, b"\x00") for r in records))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self._new, self.path)
+        _sync_directory(self.path.parent)
+
+    def has_leftover(self) -> bool:
+        return self._new.exists()
+
+    def tidy(self) -> None:
+        if self._new.exists():
+            # A rotation died before its rename: the old keyring stands. Zero the copy before
+            # unlinking it, so a key forgotten later has no copy in it either.
+            size = self._new.stat().st_size
+            with open(self._new, "r+b") as file:
+                file.write(bytes(size))
+                file.flush()
+                os.fsync(file.fileno())
+            self._new.unlink()
+            _sync_directory(self.path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Keyring:
+    """Data keys by slot: made, opened (cached unwrapped in this process), shredded, re-wrapped.
+    The writing calls must run inside the log's write transaction."""
+
+    def __init__(self, slots: Slots, provider: KeyProvider | None) -> None:
+        self.slots = slots
+        self.provider = provider
+        self._keys: dict[int, AESGCM] = {}
+        self._checked = False
+
+    @property
+    def encrypted(self) -> bool:
+        return self.provider is not None or self.slots.exists()
+
+    def _header(self) -> tuple[str, bytes, bytes] | None:
+        """(key id, check, pending shred) of the keyring; None when there is none yet."""
+        data = self.slots.read(0)
+        if not data:
+            return None
+        if not data.startswith(_MAGIC):
+            raise CorruptStoreError("keyring: the header does not start with the keyring magic")
+        key_id, check, pending = _unpack(data[len(_MAGIC) :], 3, "the header")
+        return key_id.decode(), check, pending
+
+    def _write_header(self, key_id: str, check: bytes, pending: bytes) -> None:
+        self.slots.write(0, _MAGIC + _pack(key_id.encode(), check, pending))
+
+    def pending_shred(self) -> tuple[int, str] | None:
+        """The slot and session a `forget` was destroying when it stopped, if one was."""
+        header = self._header()
+        if header is None or not header[2]:
+            return None
+        pending = header[2]
+        return int.from_bytes(pending[:8], "big"), pending[8:].decode()
+
+    def begin_shred(self, slot: int, session_id: str) -> None:
+        """Name `slot` in the header as being destroyed, synced, before the event that says so
+        commits: whoever opens the store next finishes or drops it (`sessions/_shred.py`)."""
+        header = self._header()
+        if header is None:
+            raise AssertionError("a shred of a keyring that has no header")
+        self._write_header(header[0], header[1], slot.to_bytes(8, "big") + session_id.encode())
+
+    def end_shred(self, destroy: bool) -> None:
+        """Zero the pending slot (when `destroy`), then clear the pending mark."""
+        header, pending = self._header(), self.pending_shred()
+        if header is None or pending is None:
+            return
+        if destroy:
+            self.shred(pending[0])
+        self._write_header(header[0], header[1], b"")
+
+    def provider_checked(self, where: str) -> KeyProvider:
+        """The provider, once it is known to open this keyring; writes the header of a new one."""
+        provider = self.provider
+        if provider is None:
+            raise MissingKeyError(
+                f"{where}: the store is encrypted; open it with keys= (a KeyProvider)", where=where
+            )
+        if self._checked:
+            return provider
+        header = self._header()
+        if header is None:
+            check = provider.wrap(bytes(DATA_KEY_BYTES), _CHECK_CONTEXT)
+            self._write_header(provider.key_id, check, b"")
+        else:
+            key_id, check, _ = header
+            try:
+                provider.unwrap(check, _CHECK_CONTEXT)
+            except WrongKeyError as exc:
+                raise WrongKeyError(
+                    f"{where}: the store's keys are wrapped by {key_id}, not by "
+                    f"{provider.key_id}; nothing was read or written",
+                    where=where,
+                    expected=key_id,
+                    got=provider.key_id,
+                ) from exc
+        self._checked = True
+        return provider
+
+    def new_key(self, owner: str, where: str) -> tuple[int, AESGCM]:
+        """A fresh data key for session `owner` in a new slot, on disk before this returns."""
+        provider = self.provider_checked(where)
+        slot = max(self.slots.count(), 1)
+        key = AESGCM.generate_key(bit_length=8 * DATA_KEY_BYTES)
+        digest = owner_digest(owner)
+        wrapped = provider.wrap(key, _context(slot, digest))
+        self.slots.write(slot, _RECORD + _pack(digest, wrapped))
+        aead = AESGCM(key)
+        self._keys[slot] = aead
+        return slot, aead
+
+    def key(self, slot: int, where: str, *, fresh: bool = False) -> AESGCM | None:
+        """The data key of `slot`; None when it was shredded. `fresh` reads the slot again even
+        when this process holds the key (another process may have forgotten it)."""
+        if not fresh:
+            cached = self._keys.get(slot)
+            if cached is not None:
+                return cached
+        record = self.slots.read(slot)
+        if not record or record == _EMPTY[: len(record)]:
+            self._keys.pop(slot, None)
+            return None
+        cached = self._keys.get(slot)
+        if cached is not None:
+            return cached
+        provider = self.provider_checked(where)
+        if not record.startswith(_RECORD):
+            raise CorruptStoreError(f"keyring: slot {slot} holds no key record")
+        digest, wrapped = _unpack(record[len(_RECORD) :], 2, f"slot {slot}")
+        aead = AESGCM(provider.unwrap(wrapped, _context(slot, digest)))
+        self._keys[slot] = aead
+        return aead
+
+    def shred(self, slot: int) -> None:
+        """Overwrite the slot with zeros, synced: the wrapped key is gone from the file."""
+        self._keys.pop(slot, None)
+        self.slots.tidy()
+        if slot > 0 and self.slots.read(slot).strip(b"\x00"):
+            self.slots.write(slot, _EMPTY)
+
+    def rotate(self, new: KeyProvider, where: str) -> int:
+        """Re-wrap every live data key under `new`, replacing the keyring in one rename; the
+        events are not touched. Returns the number of keys re-wrapped."""
+        old = self.provider_checked(where)
+        if self.pending_shred() is not None:
+            raise AssertionError("rotate: finish the pending shred first")
+        self.slots.tidy()
+        check = new.wrap(bytes(DATA_KEY_BYTES), _CHECK_CONTEXT)
+        records, moved = [_MAGIC + _pack(new.key_id.encode(), check, b"")], 0
+        for slot in range(1, self.slots.count()):
+            record = self.slots.read(slot)
+            if record.startswith(_RECORD):
+                digest, wrapped = _unpack(record[len(_RECORD) :], 2, f"slot {slot}")
+                key = old.unwrap(wrapped, _context(slot, digest))
+                record = _RECORD + _pack(digest, new.wrap(key, _context(slot, digest)))
+                moved += 1
+            else:
+                record = _EMPTY
+            records.append(record)
+        self.slots.replace(records)
+        self.provider = new
+        return moved

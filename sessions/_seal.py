@@ -1,0 +1,302 @@
+"""Sealing: the content of an encrypted session's events, encrypted with the session's data key.
+
+What is sealed: every message (all of it but its role, usage and the synthetic and summary flags,
+as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments and error texts,
+and the values of metadata, scratchpads and permission requests (their keys stay readable, so the
+projections merge them without a key). What stays readable: stream ids, positions, versions,
+kinds, times, counts, ids of forks and clients: `verify`, the projections and paging need no key.
+
+Each ciphertext is AES-256-GCM under the data key of the session that wrote it, with a header
+saying which key (its keyring slot), the log position and the index of the message in its event;
+the header and the field's name are the associated data, so a ciphertext moved to another event,
+field or session fails to open. A fork's shared prefix stays sealed under its parent's key.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+import projections as pj
+from eventlog import IntegrityError, InvalidArgumentError, LogView, StructCodec, Transaction
+from eventlog import events as ev
+from eventlog.errors import ForgottenError
+from sessions._keyring import Keyring
+from sessions._keys import NONCE_BYTES
+
+_HEADER = struct.Struct(">BIQH")
+"""Format (1), keyring slot, log position, index of the message in its event."""
+_FORMAT = 1
+SEALED_TEXT = "\x00sealed:"
+"""How a sealed text or value starts (then base64 of header, nonce and ciphertext): JSON carries
+it, and no text a caller gives starts with a NUL."""
+
+_MESSAGES_CODEC = StructCodec(ev.Message, "sealed message")
+_VALUES_CODEC = StructCodec(object, "sealed value")
+
+_MESSAGES: dict[type[ev.Event], tuple[str, ...]] = {
+    ev.MessageInjected: ("message",),
+    ev.PromptStarted: ("prompt",),
+    ev.PromptCompleted: ("reply",),
+    ev.StepCompleted: ("reply",),
+    ev.ToolCallFinished: ("result",),
+    ev.DoomLoopDetected: ("message",),
+    ev.ContextCompacted: ("boundary", "summary"),  # indexes 0 and 1, as `message_of` reads them
+}
+_MESSAGE_LISTS: dict[type[ev.Event], str] = {
+    ev.MessagesInjected: "messages",
+    ev.SessionCompacted: "replacement",
+}
+_TEXTS: dict[type[ev.Event], tuple[str, ...]] = {
+    ev.SessionOpened: ("title", "system_prompt"),
+    ev.SessionForked: ("title",),
+    ev.SessionRenamed: ("title",),
+    ev.PromptFailed: ("error",),
+    ev.ToolCallFinished: ("error",),
+    ev.ContextCompactionFailed: ("error",),
+}
+_VALUES: dict[type[ev.Event], tuple[str, ...]] = {
+    ev.SessionOpened: ("metadata",),
+    ev.SessionMetadataSet: ("metadata",),
+    ev.ScratchpadSet: ("scratchpad", "metadata"),
+    ev.ScratchpadCleared: ("metadata",),
+    ev.LiveSessionPermissionRoute: ("request", "metadata"),
+    ev.ToolCallStarted: ("arguments",),
+}
+SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES))
+
+
+def _aad(header: bytes, label: str) -> bytes:
+    return header + label.encode()
+
+
+class Sealer:
+    """Seals what an encrypted session writes and opens what it reads, with the keyring's keys."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    # Writing
+
+    def seal(self, tx: Transaction, session_id: str, events: list[ev.Event]) -> list[ev.Event]:
+        """`events` as they are stored for `session_id`: sealed when the session is encrypted."""
+        first = events[0]
+        if isinstance(first, (ev.SessionOpened, ev.SessionForked)):
+            slot = first.key_slot
+        else:
+            state = pj.load_state(tx, session_id)
+            if state is None or not state.key_slot:
+                return events
+            if state.forgotten:
+                raise ForgottenError(session_id, "write", state.forgotten_reason)
+            slot = state.key_slot
+        if not slot or not any(type(event) in SEALED_KINDS for event in events):
+            return events
+        aead = self.keyring.key(slot, "write")
+        if aead is None:
+            raise ForgottenError(session_id, "write")
+        position = tx.head + 1
+        return [
+            self._seal_event(aead, slot, position + offset, event)
+            for offset, event in enumerate(events)
+        ]
+
+    def _seal_event(self, aead: AESGCM, slot: int, position: int, event: ev.Event) -> ev.Event:
+        kind = type(event)
+        if kind not in SEALED_KINDS:
+            return event
+        changes: dict[str, Any] = {}
+        for index, name in enumerate(_MESSAGES.get(kind, ())):
+            changes[name] = seal_message(aead, slot, position, index, getattr(event, name))
+        listed = _MESSAGE_LISTS.get(kind)
+        if listed is not None:
+            changes[listed] = [
+                seal_message(aead, slot, position, index, message)
+                for index, message in enumerate(getattr(event, listed))
+            ]
+        for name in _TEXTS.get(kind, ()):
+            text = getattr(event, name)
+            if text is not None:
+                changes[name] = _seal_value(aead, slot, position, name, text)
+        for name in _VALUES.get(kind, ()):
+            values = getattr(event, name)
+            changes[name] = {
+                key: _seal_value(aead, slot, position, f"{name}\x00{key}", value)
+                for key, value in values.items()
+            }
+        return msgspec.structs.replace(event, **changes)
+
+    # Reading
+
+    def opener(self, view: LogView, state: pj.SessionState, verb: str) -> pj.Opener | None:
+        """What opens the messages of `state`'s transcript; None for a session never encrypted
+        (its inherited messages may still be: a fork of an encrypted parent)."""
+        if state.forgotten:
+            raise ForgottenError(state.session_id, verb, state.forgotten_reason)
+        keys = _Keys(self.keyring, state.key_slot, verb)
+
+        def open_message(message: ev.Message, position: int, index: int) -> ev.Message:
+            if message.sealed is None:
+                return message
+            return open_message_at(keys, message, position, index)
+
+        return open_message
+
+    def open_state(self, state: pj.SessionState, verb: str) -> pj.SessionState:
+        """`state` with its sealed texts and values opened (those under a destroyed key of an
+        ancestor read as None)."""
+        if state.forgotten:
+            raise ForgottenError(state.session_id, verb, state.forgotten_reason)
+        keys = _Keys(self.keyring, state.key_slot, verb)
+        return msgspec.structs.replace(
+            state,
+            title=keys.text(state.title, "title"),
+            system_prompt=keys.text(state.system_prompt, "system_prompt"),
+            metadata=keys.values(state.metadata, "metadata"),
+            scratchpad=None
+            if state.scratchpad is None
+            else keys.values(state.scratchpad, "scratchpad"),
+        )
+
+    def open_event(self, event: ev.Event, own_slot: int, verb: str) -> ev.Event:
+        """An event's sealed texts and values opened (for comparing what a session was opened
+        with)."""
+        keys = _Keys(self.keyring, own_slot, verb)
+        changes: dict[str, Any] = {}
+        for name in _TEXTS.get(type(event), ()):
+            changes[name] = keys.text(getattr(event, name), name)
+        for name in _VALUES.get(type(event), ()):
+            changes[name] = keys.values(getattr(event, name), name)
+        return msgspec.structs.replace(event, **changes) if changes else event
+
+
+def seal_message(
+    aead: AESGCM, slot: int, position: int, index: int, message: ev.Message
+) -> ev.Message:
+    if message.sealed is not None:
+        raise InvalidArgumentError(
+            "a message given to an encrypted session carries `sealed` already; it is the "
+            "engine's field"
+        )
+    header = _HEADER.pack(_FORMAT, slot, position, index)
+    nonce = os.urandom(NONCE_BYTES)
+    body = aead.encrypt(nonce, _MESSAGES_CODEC.encode(message), _aad(header, "message"))
+    return ev.Message(
+        role=message.role,
+        usage=message.usage,
+        synthetic=message.synthetic,
+        summary=message.summary,
+        sealed=header + nonce + body,
+    )
+
+
+def _seal_value(aead: AESGCM, slot: int, position: int, label: str, value: Any) -> str:
+    header = _HEADER.pack(_FORMAT, slot, position, 0)
+    nonce = os.urandom(NONCE_BYTES)
+    body = aead.encrypt(nonce, _VALUES_CODEC.encode(value), _aad(header, label))
+    return SEALED_TEXT + base64.b64encode(header + nonce + body).decode("ascii")
+
+
+class _Keys:
+    """The data keys one read needs: the session's own (which reading checked is not forgotten)
+    and its ancestors', whose slots are read again, since another process may have shredded them."""
+
+    __slots__ = ("_found", "keyring", "own", "verb")
+
+    def __init__(self, keyring: Keyring, own: int, verb: str) -> None:
+        self.keyring, self.own, self.verb = keyring, own, verb
+        self._found: dict[int, AESGCM | None] = {}
+
+    def get(self, slot: int) -> AESGCM | None:
+        if slot in self._found:
+            return self._found[slot]
+        key = self.keyring.key(slot, self.verb, fresh=slot != self.own)
+        self._found[slot] = key
+        return key
+
+    def open(self, blob: bytes, label: str, check: Callable[[int, int], None] | None) -> Any:
+        if len(blob) < _HEADER.size + NONCE_BYTES:
+            raise IntegrityError(f"{self.verb}: a sealed value of {len(blob)} bytes is cut short")
+        header = blob[: _HEADER.size]
+        form, slot, position, index = _HEADER.unpack(header)
+        if form != _FORMAT:
+            raise IntegrityError(f"{self.verb}: sealed format {form} is not known here")
+        if check is not None:
+            check(position, index)
+        key = self.get(slot)
+        if key is None:
+            return _FORGOTTEN
+        nonce = blob[_HEADER.size : _HEADER.size + NONCE_BYTES]
+        try:
+            return key.decrypt(nonce, blob[_HEADER.size + NONCE_BYTES :], _aad(header, label))
+        except InvalidTag as exc:
+            raise IntegrityError(
+                f"{self.verb}: the sealed {label.split(chr(0), maxsplit=1)[0]} written at position "
+                f"{position} does not open with its key: it was altered or moved",
+                position,
+            ) from exc
+
+    def text(self, text: str | None, label: str) -> str | None:
+        if text is None or not text.startswith(SEALED_TEXT):
+            return text
+        plain = self.open(_unbase(text), label, None)
+        return None if plain is _FORGOTTEN else str(_VALUES_CODEC.decode(plain))
+
+    def values(self, values: Mapping[str, Any], label: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            if isinstance(value, str) and value.startswith(SEALED_TEXT):
+                plain = self.open(_unbase(value), f"{label}\x00{key}", None)
+                out[key] = None if plain is _FORGOTTEN else _VALUES_CODEC.decode(plain)
+            else:
+                out[key] = value
+        return out
+
+
+_FORGOTTEN: Any = object()
+
+
+def _unbase(text: str) -> bytes:
+    try:
+        return base64.b64decode(text[len(SEALED_TEXT) :], validate=True)
+    except ValueError as exc:
+        raise IntegrityError("a sealed value is not base64") from exc
+
+
+def open_message_at(keys: _Keys, message: ev.Message, position: int, index: int) -> ev.Message:
+    """The message sealed in `message`, read at log position `position`, index `index`; a
+    placeholder saying so when its key (an ancestor's) was destroyed."""
+
+    def check(claimed: int, claimed_index: int) -> None:
+        if (claimed, claimed_index) != (position, index):
+            raise IntegrityError(
+                f"{keys.verb}: the sealed message at position {position} (index {index}) was "
+                f"written at position {claimed} (index {claimed_index}): it was moved",
+                position,
+            )
+
+    assert message.sealed is not None
+    plain = keys.open(message.sealed, "message", check)
+    if plain is _FORGOTTEN:
+        return ev.Message(
+            role=message.role,
+            synthetic=message.synthetic,
+            summary=message.summary,
+            metadata={"forgotten": True},
+        )
+    return _MESSAGES_CODEC.decode(plain)
+
+
+def seal_all(
+    sealer: Sealer | None, tx: Transaction, sid: str, events: Sequence[ev.Event]
+) -> list[ev.Event]:
+    """`Sealer.seal` when the store has a sealer (for appends outside `SessionStore._emit`)."""
+    listed = list(events)
+    return listed if sealer is None or not listed else sealer.seal(tx, sid, listed)

@@ -1,0 +1,274 @@
+"""Encryption at rest and crypto-shredding, on real LMDB stores: no planted plaintext in any byte
+of any file; `forget` leaves neither the data key (wrapped or not) nor the plaintext anywhere,
+while the log still verifies; a wrong or missing key refuses and changes nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import projections as pj
+from eventlog import events as ev
+from sessions import (
+    ForgottenError,
+    InvalidArgumentError,
+    LocalKeyProvider,
+    MissingKeyError,
+    SessionStore,
+    UnknownSessionError,
+    WrongKeyError,
+)
+from sessions._keyring import _RECORD, _context, _unpack
+
+KEY = LocalKeyProvider(bytes(range(32)))
+OTHER = LocalKeyProvider(bytes(range(1, 33)))
+
+
+def every_byte(path: Path) -> bytes:
+    """Every file of the store, concatenated (LMDB's free pages included)."""
+    return b"".join(p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file())
+
+
+def plant(store: SessionStore, tag: str) -> tuple[str, list[bytes]]:
+    """A session whose every encrypted field holds a marker; returns it and the markers."""
+    words = [f"{tag}-{what}-7f3a" for what in ("title", "prompt", "meta", "msg", "tool", "pad")]
+    sid = store.open_session(title=words[0], system_prompt=words[1], metadata={"note": words[2]})
+    store.inject(sid, {"role": "user", "content": words[3]})
+    store.inject_many(
+        sid,
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "function": {"arguments": words[4]}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": words[4] + "-result"},
+        ],
+    )
+    store.set_scratchpad(sid, {"plan": words[5]})
+    store.update_metadata(sid, {"more": words[2] + "-2"})
+    store.rename(sid, words[0] + "-renamed")
+    return sid, [w.encode() for w in words]
+
+
+def state_of(store: SessionStore, sid: str) -> pj.SessionState:
+    with store.log.view() as view:
+        state = pj.load_state(view, sid)
+    assert state is not None
+    return state
+
+
+def raw_key(store: SessionStore, sid: str) -> tuple[bytes, bytes]:
+    """The session's data key, unwrapped, and its wrapped form, as the keyring holds them."""
+    slot = state_of(store, sid).key_slot
+    record = store._keyring.slots.read(slot)
+    assert record.startswith(_RECORD)
+    digest, wrapped = _unpack(record[len(_RECORD) :], 2, "test")
+    return KEY.unwrap(wrapped, _context(slot, digest)), wrapped
+
+
+def test_no_planted_plaintext_in_any_file(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+        sid, words = plant(store, "plain")
+        child = store.fork_at(sid, keep_first=2)
+        store.inject(child, {"role": "user", "content": "child-own-7f3a"})
+        assert store.context(sid)[0]["content"] == "plain-msg-7f3a"  # context views are built
+        snap = store.snapshot(sid)
+        assert snap is not None and snap["title"] == "plain-title-7f3a-renamed"
+        assert snap["system_prompt"] == "plain-prompt-7f3a"
+        assert snap["metadata"] == {"note": "plain-meta-7f3a", "more": "plain-meta-7f3a-2"}
+        assert snap["scratchpad"] == {"plan": "plain-pad-7f3a"}
+        assert [m.get("content") for m in snap["transcript"]] == [
+            "plain-msg-7f3a",
+            None,
+            "plain-tool-7f3a-result",
+        ]
+        assert store.messages(child)[2]["content"] == "child-own-7f3a"
+        assert store.log.verify().ok
+    data = every_byte(path)
+    for word in [*words, b"child-own-7f3a"]:
+        assert word not in data, word
+
+
+def test_the_same_store_without_keys_holds_the_plaintext(tmp_path: Path) -> None:
+    # The scan above can fail: without keys the words are there to be found.
+    path = tmp_path / "s"
+    with SessionStore.open(path) as store:
+        _, words = plant(store, "open")
+    data = every_byte(path)
+    assert all(word in data for word in words)
+
+
+def test_verify_ancestry_and_paging_need_no_key(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+        sid, _ = plant(store, "v")
+        child = store.fork(sid, "kid")
+    with SessionStore.open(path) as store:
+        assert store.log.verify().ok
+        assert store.ancestry(child) == {"parent_id": sid, "child_ids": [], "root_id": sid}
+        assert store.length(sid) == 3
+        kinds = [e.type for e in store.log.read_stream(sid, after=0, limit=100)]
+        assert kinds[:2] == ["session_opened", "message_injected"]
+        store.rebuild()
+        with pytest.raises(MissingKeyError):
+            store.snapshot(sid)
+        with pytest.raises(MissingKeyError):
+            store.open_session("new")  # nothing plain is written into an encrypted store
+        assert store.log.head == len(store.log.read(after=0, limit=1000))
+
+
+def test_a_wrong_key_refuses_everything_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+        sid, _ = plant(store, "w")
+        expected = store.snapshot(sid)
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.name != "lock.mdb"}
+    with SessionStore.open(path, keys=OTHER) as store:
+        head = store.log.head
+        for read in (store.snapshot, store.messages, store.context, store.scratchpad):
+            with pytest.raises(WrongKeyError) as caught:
+                read(sid)
+            assert caught.value.expected == KEY.key_id and caught.value.got == OTHER.key_id
+        for write in (
+            lambda: store.inject(sid, {"role": "user", "content": "x"}),
+            lambda: store.open_session("another"),
+            lambda: store.fork(sid),
+            lambda: store.forget(sid, "no"),
+            lambda: store.rotate_keys(KEY),
+        ):
+            with pytest.raises(WrongKeyError):
+                write()
+        assert store.log.head == head
+    after = {p.name: p.read_bytes() for p in path.iterdir() if p.name != "lock.mdb"}
+    assert after["keyring"] == before["keyring"]
+    with SessionStore.open(path, keys=KEY) as store:
+        assert store.snapshot(sid) == expected
+
+
+def test_forget_leaves_no_key_and_no_plaintext_and_the_log_verifies(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+        sid, words = plant(store, "gone")
+        keep, _ = plant(store, "kept")
+        key, wrapped = raw_key(store, sid)
+        data = every_byte(path)
+        assert wrapped in data and key not in data
+        store.forget(sid, "erasure request")
+        with pytest.raises(ForgottenError) as caught:
+            store.snapshot(sid)
+        assert caught.value.session_id == sid and caught.value.reason == "erasure request"
+        for read in (store.messages, store.context, store.scratchpad):
+            with pytest.raises(ForgottenError):
+                read(sid)
+        with pytest.raises(ForgottenError):
+            store.inject(sid, {"role": "user", "content": "more"})
+        assert store.ancestry(sid) == {"parent_id": None, "child_ids": [], "root_id": sid}
+        kinds = [e.type for e in store.log.read_stream(sid, after=0, limit=100)]
+        assert kinds[-1] == "session_forgotten" and kinds[1] == "message_injected"
+        assert store.log.verify().ok
+        store.forget(sid)  # again: nothing more to do
+        assert store.snapshot(keep)["system_prompt"] == "kept-prompt-7f3a"
+    data = every_byte(path)
+    assert key not in data and wrapped not in data
+    for word in words:
+        assert word not in data
+    with SessionStore.open(path, keys=KEY) as store:
+        assert store.log.verify().ok
+        store.rebuild()
+        with pytest.raises(ForgottenError):
+            store.messages(sid)
+
+
+def test_forks_made_before_a_forget_keep_their_own_messages(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        parent = store.open_session(title="parent-title")
+        store.inject_many(parent, [{"role": "user", "content": f"p{i}"} for i in range(3)])
+        child = store.fork_at(parent, keep_first=2)
+        store.inject(child, {"role": "assistant", "content": "mine"})
+        store.forget(parent, "asked")
+        shown = store.messages(child)
+        # The shared prefix went with the parent's key: still there, counted, marked; never
+        # skipped, never readable.
+        assert shown == [
+            {"role": "user", "metadata": {"forgotten": True}},
+            {"role": "user", "metadata": {"forgotten": True}},
+            {"role": "assistant", "content": "mine"},
+        ]
+        snap = store.snapshot(child)
+        assert snap is not None and snap["title"] is None and snap["length"] == 3
+        store.inject(child, {"role": "user", "content": "still writable"})
+        assert store.messages(child, last=1)[0]["content"] == "still writable"
+        store.forget(child)
+        with pytest.raises(ForgottenError):
+            store.messages(child)
+
+
+def test_rotation_rewraps_the_keys_and_the_old_key_opens_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+        sid, _ = plant(store, "r")
+        expected = store.snapshot(sid)
+        head = store.log.head
+        assert store.rotate_keys(OTHER) == 1
+        assert store.log.head == head
+        assert store.snapshot(sid) == expected
+    with SessionStore.open(path, keys=KEY) as store, pytest.raises(WrongKeyError):
+        store.snapshot(sid)
+    with SessionStore.open(path, keys=OTHER) as store:
+        assert store.snapshot(sid) == expected
+        store.forget(sid)
+
+
+def test_a_sealed_message_moved_to_another_event_does_not_open(tmp_path: Path) -> None:
+    from eventlog import IntegrityError
+
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        sid = store.open_session()
+        store.inject_many(sid, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+        first = store.log.read_stream(sid, after=1, limit=1)[0].data
+        assert isinstance(first, ev.MessagesInjected)
+        sealer = store._sealer
+        assert sealer is not None
+        with store.log.view() as view:
+            opener = sealer.opener(view, state_of(store, sid), "test")
+        assert opener(first.messages[1], 2, 1).content == "b"
+        with pytest.raises(IntegrityError):
+            opener(first.messages[1], 2, 0)  # the same ciphertext at another index
+        with pytest.raises(IntegrityError):
+            opener(first.messages[0], 5, 0)  # or at another position
+
+
+def test_forget_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "p") as store:
+        sid = store.open_session()
+        with pytest.raises(InvalidArgumentError):
+            store.forget(sid)  # a plain session has no key to destroy
+        with pytest.raises(UnknownSessionError):
+            store.forget("nobody")
+    with SessionStore.open(tmp_path / "e", keys=KEY) as store:
+        sid = store.open_session()
+        with store.transaction(), pytest.raises(InvalidArgumentError):
+            store.forget(sid)
+
+
+def test_key_providers_read_files_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = LocalKeyProvider.new_key()
+    (tmp_path / "kek").write_text(text + "\n")
+    monkeypatch.setenv("SESSIONLOG_KEK", text)
+    assert LocalKeyProvider.from_file(tmp_path / "kek").key_id == LocalKeyProvider.from_env().key_id
+    with pytest.raises(MissingKeyError):
+        LocalKeyProvider.from_file(tmp_path / "missing")
+    (tmp_path / "short").write_text("abcd")
+    with pytest.raises(InvalidArgumentError) as caught:
+        LocalKeyProvider.from_file(tmp_path / "short")
+    assert caught.value.expected == 64 and caught.value.got == 4
+    monkeypatch.delenv("SESSIONLOG_KEK")
+    with pytest.raises(MissingKeyError):
+        LocalKeyProvider.from_env()
+    assert os.environ.get("SESSIONLOG_KEK") is None
