@@ -7,8 +7,10 @@ report. Verify never raises for damage it finds: that is what the report is for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from eventlog import _chain, _codec, _walk, limits
 from eventlog._codec import Envelope
@@ -33,6 +35,18 @@ class VerifyReport:
     """Projection keys found equal to the log's rebuild (`SessionStore.verify(projections=True)`);
     None when the projections were not checked."""
 
+    def as_json(self) -> dict[str, Any]:
+        """The fields as JSON-ready data (the hash in hex): what the walking child sends, the
+        service answers and the CLI prints."""
+        fields = dataclasses.asdict(self)
+        fields["head_hash"] = self.head_hash.hex()
+        return fields
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> VerifyReport:
+        """The report `as_json` gave."""
+        return cls(**{**fields, "head_hash": bytes.fromhex(fields["head_hash"])})
+
 
 def walk_isolated(
     module: str,
@@ -44,16 +58,7 @@ def walk_isolated(
     what it sent, or how it died, into a report."""
     fields, done, death = _walk.run_child(module, arguments, progress)
     if fields is not None:
-        return VerifyReport(
-            ok=fields["ok"],
-            events_checked=fields["events_checked"],
-            streams_checked=fields["streams_checked"],
-            head_hash=bytes.fromhex(fields["head_hash"]),
-            first_bad_position=fields["first_bad_position"],
-            problem=fields["problem"],
-            projection_keys_checked=fields.get("projection_keys_checked"),
-            anchor_position=fields.get("anchor_position", 0),
-        )
+        return VerifyReport.from_json(fields)
     if not death.startswith("killed"):
         raise StorageError(f"verify of {description}: the walk failed: {death}")
     page = limits.read_page_events_max

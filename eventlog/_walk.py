@@ -12,6 +12,7 @@ Run as `python -m eventlog._walk PATH`: the log's own walk, then every other tab
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,26 +21,16 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventlog.errors import IntegrityError, SessionLogError
 
+if TYPE_CHECKING:
+    from eventlog._log import EventLog
+    from eventlog._verify import VerifyReport
+
 # The stderr of a child that died, kept to quote LMDB's own message (its failed assertion).
 _STDERR_BYTES_MAX = 4096
-
-
-def report_fields(report: Any) -> dict[str, Any]:
-    """A `VerifyReport` (or a subclass's) fields as JSON-ready data."""
-    return {
-        "ok": report.ok,
-        "events_checked": report.events_checked,
-        "streams_checked": report.streams_checked,
-        "head_hash": report.head_hash.hex(),
-        "first_bad_position": report.first_bad_position,
-        "problem": report.problem,
-        "projection_keys_checked": report.projection_keys_checked,
-        "anchor_position": report.anchor_position,
-    }
 
 
 def emit(message: dict[str, Any]) -> None:
@@ -114,35 +105,44 @@ def _death(code: int, stderr: str) -> str:
     return how + (f" ({said[-1][:300]})" if said else "")
 
 
-def _main(argv: list[str]) -> int:
-    from eventlog._log import EventLog
+def walk_here(log: EventLog, progress: Callable[[int, int], object] | None) -> VerifyReport:
+    """The log's own walk, then every other table's pages (in this process)."""
+    report = log.verify(progress=progress, isolated=False)
+    if not report.ok:
+        return report
+    problem = log.walk_other_tables()
+    if problem is not None:
+        return dataclasses.replace(report, ok=False, problem=problem)
+    return report
 
-    path = argv[0]
+
+def child_main(
+    argv: list[str],
+    walk: Callable[[EventLog, Callable[[int, int], object]], VerifyReport] = walk_here,
+) -> int:
+    """The child's side of the protocol: open the store at `argv[0]` read-only, `walk` it while
+    sending progress, then send the report (one saying so when the store cannot be opened)."""
+    from eventlog._log import EventLog
+    from eventlog._verify import VerifyReport
+
     try:
-        with EventLog.open(path, readonly=True) as log:
-            report = log.verify(
-                progress=lambda done, head: emit({"progress": [done, head]}), isolated=False
-            )
-            fields = report_fields(report)
-            if report.ok:
-                problem = log.walk_other_tables()
-                if problem is not None:
-                    fields.update(ok=False, problem=problem)
+        with EventLog.open(argv[0], readonly=True) as log:
+            report = walk(log, lambda done, head: emit({"progress": [done, head]}))
     except IntegrityError as exc:
-        fields = {
-            "ok": False,
-            "events_checked": 0,
-            "streams_checked": 0,
-            "head_hash": bytes(32).hex(),
-            "first_bad_position": exc.position,
-            "problem": f"the store cannot be opened: {exc}",
-        }
+        report = VerifyReport(
+            ok=False,
+            events_checked=0,
+            streams_checked=0,
+            head_hash=bytes(32),
+            first_bad_position=exc.position,
+            problem=f"the store cannot be opened: {exc}",
+        )
     except SessionLogError as exc:  # not damage (a lock, a permission): the caller raises
         sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
         return 1
-    emit({"report": fields})
+    emit({"report": report.as_json()})
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:]))

@@ -18,13 +18,11 @@ from collections.abc import Callable, Iterator
 
 from eventlog import (
     EventLog,
-    IntegrityError,
     InvalidArgumentError,
     LogView,
-    SessionLogError,
     VerifyReport,
 )
-from eventlog._walk import emit, report_fields
+from eventlog._walk import child_main, walk_here
 from projections import _keys as keys
 from projections import _kv
 from projections._queries import _rebuild_in
@@ -112,12 +110,9 @@ def verify_files(
 
 
 def _verify_here(log: EventLog, progress: Callable[[int, int], object] | None) -> VerifyReport:
-    report = log.verify(progress=progress, isolated=False)
+    report = walk_here(log, progress)
     if not report.ok:
         return report
-    problem = log.walk_other_tables()
-    if problem is not None:
-        return dataclasses.replace(report, ok=False, problem=problem)
     compared, problem = check(log)
     return dataclasses.replace(
         report, ok=problem is None, problem=problem, projection_keys_checked=compared
@@ -127,25 +122,5 @@ def _verify_here(log: EventLog, progress: Callable[[int, int], object] | None) -
 _MODULE = "projections._check"
 
 
-def _main(argv: list[str]) -> int:
-    try:
-        with EventLog.open(argv[0], readonly=True) as log:
-            report = _verify_here(log, lambda done, head: emit({"progress": [done, head]}))
-    except IntegrityError as exc:
-        report = VerifyReport(
-            ok=False,
-            events_checked=0,
-            streams_checked=0,
-            head_hash=bytes(32),
-            first_bad_position=exc.position,
-            problem=f"the store cannot be opened: {exc}",
-        )
-    except SessionLogError as exc:  # not damage (a lock, a permission): the caller raises
-        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
-        return 1
-    emit({"report": report_fields(report)})
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:], _verify_here))

@@ -308,7 +308,7 @@ async def verify(request: Request) -> Response:
     projections = _flag("projections", request.query_params.get("projections", "false"))
     if "text/event-stream" not in request.headers.get("accept", ""):
         report = await read(lambda: store.verify(projections=projections))
-        return respond(_report(report))
+        return respond(report.as_json())
     return StreamingResponse(
         _verify_frames(store, projections), media_type="text/event-stream", headers=SSE_HEADERS
     )
@@ -335,19 +335,7 @@ async def _verify_frames(store: SessionStore, projections: bool) -> AsyncIterato
         except TimeoutError:
             continue
         yield control_frame("progress", {"done": done, "head": head})
-    yield control_frame("result", _report(task.result()))
-
-
-def _report(report: Any) -> dict[str, Any]:
-    return {
-        "ok": report.ok,
-        "events_checked": report.events_checked,
-        "streams_checked": report.streams_checked,
-        "head_hash": report.head_hash.hex(),
-        "first_bad_position": report.first_bad_position,
-        "problem": report.problem,
-        "projection_keys_checked": report.projection_keys_checked,
-    }
+    yield control_frame("result", task.result().as_json())
 
 
 def _version() -> str:

@@ -258,6 +258,7 @@ class VerifyResult(_Response):
     head_hash: str
     first_bad_position: int | None
     problem: str | None
+    anchor_position: int
     projection_keys_checked: int | None
 
 

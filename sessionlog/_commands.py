@@ -437,17 +437,8 @@ def verify(args: argparse.Namespace) -> int:
         raise no_store(path)
     with Progress("verify") as progress:
         report = _verify_report(path, progress, projections=args.projections)
-    found = {
-        "ok": report.ok,
-        "events_checked": report.events_checked,
-        "streams_checked": report.streams_checked,
-        "head_hash": report.head_hash.hex(),
-        "first_bad_position": report.first_bad_position,
-        "problem": report.problem,
-        "projection_keys_checked": report.projection_keys_checked,
-    }
     if args.json:
-        emit_json(found)
+        emit_json(report.as_json())
     elif report.ok:
         print(
             f"ok: {report.events_checked:,} events in {report.streams_checked:,} streams, "
