@@ -97,22 +97,17 @@ class QueryVerbs(SessionHost):
     def snapshot(self, session_id: object) -> dict[str, Any] | None:
         """Everything about a session, transcript included; None for an unknown or deleted id. A
         closed session is still readable: its `status` says `closed`."""
-        sid = _possible_id(session_id)
-        if sid is None:
-            return None
-        with self.log.view() as view:
-            state = pj.load_state(view, sid)
-            if state is None or not readable(state, True):
-                return None
-            transcript = pj.load_transcript(view, sid) or pj.Transcript()
-            messages = self._messages(view, state, "snapshot")
-            children = pj.child_ids(view, sid)
-        return _snapshot(self._opened(state, "snapshot"), transcript, messages, children)
+        return self._described(session_id, "snapshot", with_transcript=True)
 
     def summary(self, session_id: object) -> dict[str, Any] | None:
         """The snapshot without its transcript: every other field, read from the projection
         without touching a message (O(1) in the transcript's length); None for an unknown or
         deleted id."""
+        return self._described(session_id, "summary", with_transcript=False)
+
+    def _described(
+        self, session_id: object, verb: str, *, with_transcript: bool
+    ) -> dict[str, Any] | None:
         sid = _possible_id(session_id)
         if sid is None:
             return None
@@ -121,10 +116,12 @@ class QueryVerbs(SessionHost):
             if state is None or not readable(state, True):
                 return None
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
+            messages = self._messages(view, state, verb) if with_transcript else []
             children = pj.child_ids(view, sid)
-        summary = _snapshot(self._opened(state, "summary"), transcript, [], children)
-        del summary["transcript"]
-        return summary
+        described = _snapshot(self._opened(state, verb), transcript, messages, children)
+        if not with_transcript:
+            del described["transcript"]
+        return described
 
     def ancestry(self, session_id: object) -> dict[str, Any] | None:
         """``{parent_id, child_ids, root_id}``; None for an unknown or deleted id (a closed session
