@@ -7,8 +7,10 @@ under 15 minutes), `deep` (a long soak, run by hand).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 
+JOIN_TIMEOUT_S = 300
+"""How long `run_processes` waits for a worker process."""
+
 LOG_KINDS = ["memory", "lmdb", "postgres"]
 STORE_KINDS = ["lmdb", "postgres"]
 """The durable backends a `SessionStore` runs on; `memory` is the reference they are compared to."""
@@ -58,6 +63,19 @@ def make_log(kind: str, path: Path) -> EventLog:
     if kind == "postgres":
         return EventLog.open(_pg.fresh_schema_url())
     return EventLog.open(path / "log")
+
+
+def run_processes(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> None:
+    """Run `target(*one)` for each `one` of `args`, each in a process of its own (spawned, so no
+    log or store is inherited), all at once; every one must exit with status 0."""
+    ctx = multiprocessing.get_context("spawn")
+    processes = [ctx.Process(target=target, args=one) for one in args]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(JOIN_TIMEOUT_S)
+    codes = [process.exitcode for process in processes]
+    assert codes == [0] * len(processes), f"worker exit codes {codes}"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -129,6 +147,17 @@ def assert_store_consistent(store: SessionStore) -> None:
     assert report.ok, f"the log does not verify: {report.problem}"
     _, problem = pj.check(store.log)
     assert problem is None, f"the projections differ from a rebuild: {problem}"
+
+
+def refused(
+    store: SessionStore, error: type[BaseException], text: str, call: Callable[[], object]
+) -> BaseException:
+    """`call` raises `error` mentioning `text`, and writes nothing."""
+    head = store.log.head
+    with pytest.raises(error, match=re.escape(text)) as caught:
+        call()
+    assert store.log.head == head
+    return caught.value
 
 
 @pytest.fixture

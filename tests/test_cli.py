@@ -440,13 +440,18 @@ def test_import_refusals(family: Path, tmp_path: Path) -> None:
 # Progress on a terminal, quiet in a pipe
 
 
-def test_progress_shows_on_a_terminal_only(family: Path) -> None:
+def on_terminal(
+    args: list[str], *, drawn_on: str = "stderr", env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """Run `sessionlog ARGS` with its `drawn_on` stream ("stdout" or "stderr") on a pseudo-terminal
+    and the other one piped: the finished process, and every byte drawn on the terminal."""
     main, secondary = pty.openpty()
     try:
         done = subprocess.run(
-            [str(SCRIPT), "--store", str(family), "verify"],
-            stdout=subprocess.PIPE,
-            stderr=secondary,
+            [str(SCRIPT), *args],
+            stdout=secondary if drawn_on == "stdout" else subprocess.PIPE,
+            stderr=secondary if drawn_on == "stderr" else subprocess.PIPE,
+            env=env,
             text=True,
             timeout=60,
             check=False,
@@ -455,7 +460,7 @@ def test_progress_shows_on_a_terminal_only(family: Path) -> None:
         drawn = b""
         while True:
             try:
-                chunk = os.read(main, 4096)
+                chunk = os.read(main, 65536)
             except OSError:  # the terminal closed: everything written was read
                 break
             if not chunk:
@@ -463,6 +468,11 @@ def test_progress_shows_on_a_terminal_only(family: Path) -> None:
             drawn += chunk
     finally:
         os.close(main)
+    return done, drawn
+
+
+def test_progress_shows_on_a_terminal_only(family: Path) -> None:
+    done, drawn = on_terminal(["--store", str(family), "verify"])
     assert done.returncode == 0 and done.stdout.startswith("ok: ")
     head, _ = head_of(family)
     assert b"verify " in drawn and b"100%" in drawn and f"{head}/{head}".encode() in drawn
@@ -479,28 +489,9 @@ def test_export_draws_its_progress_on_a_terminal_only(tmp_path: Path) -> None:
             sid, [{"role": "user", "content": f"line {i} of the log"} for i in range(2_500)]
         )
         steps = 2 * sessions.log.stream_version(sid) + 2_500
-    main, secondary = pty.openpty()
-    try:
-        done = subprocess.run(
-            [str(SCRIPT), "--store", str(store), "export", sid, "-o", str(tmp_path / "b.json")],
-            stdout=subprocess.PIPE,
-            stderr=secondary,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        os.close(secondary)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(main, 4096)
-            except OSError:  # the terminal closed: everything written was read
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(main)
+    done, drawn = on_terminal(
+        ["--store", str(store), "export", sid, "-o", str(tmp_path / "b.json")]
+    )
     assert done.returncode == 0 and done.stdout.startswith("exported sanitized bundle")
     assert b"export " in drawn and b"100%" in drawn and f"{steps}/{steps}".encode() in drawn
     assert drawn.endswith(b"\x1b[2K")

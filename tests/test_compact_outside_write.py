@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,14 @@ def session_of(store: SessionStore, sid: str, count: int) -> str:
     return sid
 
 
-def compact_in_thread(
-    store: SessionStore, sid: str, summarizer: SlowSummarizer, outcome: dict[str, Any]
-) -> threading.Thread:
+@contextmanager
+def compacting(store: SessionStore, sid: str) -> Iterator[tuple[list[str], dict[str, Any]]]:
+    """An LLM `compact` of `sid` in another thread, held inside its summarizer while the body of
+    the `with` runs, then released and joined. Yields the order of what happened (the body adds
+    to it) and the outcome (`kept` or `error`, filled in once the `with` ends)."""
+    summarizer = SlowSummarizer([])
+    outcome: dict[str, Any] = {}
+
     def run() -> None:
         try:
             outcome["kept"] = store.compact(
@@ -78,20 +84,21 @@ def compact_in_thread(
 
     thread = threading.Thread(target=run)
     thread.start()
-    assert summarizer.entered.wait(60), "the summarizer was never called"
-    return thread
+    try:
+        assert summarizer.entered.wait(60), "the summarizer was never called"
+        yield summarizer.order, outcome
+    finally:
+        summarizer.release.set()
+        thread.join(60)
+    outcome["seen"] = [m["content"] for m in summarizer.seen]
 
 
 def test_a_slow_summarizer_holds_up_no_writer_here_or_in_another_process(
     store: SessionStore, store_target: str
 ) -> None:
-    order: list[str] = []
     session_of(store, "a", 6)
     session_of(store, "b", 0)
-    summarizer = SlowSummarizer(order)
-    outcome: dict[str, Any] = {}
-    thread = compact_in_thread(store, "a", summarizer, outcome)
-    try:
+    with compacting(store, "a") as (order, outcome):
         store.inject("b", {"role": "user", "content": "while summarizing"})
         order.append("inject in another thread")
         other = subprocess.run(
@@ -104,37 +111,26 @@ def test_a_slow_summarizer_holds_up_no_writer_here_or_in_another_process(
         )
         assert other.stdout.strip() == "ok", other.stderr
         order.append("open and inject in another process")
-    finally:
-        summarizer.release.set()
-        thread.join(60)
     assert order == [
         "inject in another thread",
         "open and inject in another process",
         "compact returned",
     ]
-    assert outcome == {"kept": 4}
+    assert outcome == {"kept": 4, "seen": ["m0", "m1", "m2", "m3"]}
     contents = [m["content"] for m in store.messages("a")]
     assert contents == ["[summary of the 4 earlier messages]", "summary of 4", "m4", "m5"]
-    assert [m["content"] for m in summarizer.seen] == ["m0", "m1", "m2", "m3"]
     assert [m["content"] for m in store.messages("c")] == ["from another process"]
 
 
 def test_messages_appended_during_summarization_stay_after_the_summary(
     store: SessionStore,
 ) -> None:
-    order: list[str] = []
     session_of(store, "a", 6)
-    summarizer = SlowSummarizer(order)
-    outcome: dict[str, Any] = {}
-    thread = compact_in_thread(store, "a", summarizer, outcome)
-    try:
+    with compacting(store, "a") as (order, outcome):
         store.inject("a", {"role": "user", "content": "late"})
         order.append("inject into the same session")
-    finally:
-        summarizer.release.set()
-        thread.join(60)
     assert order == ["inject into the same session", "compact returned"]
-    assert outcome == {"kept": 5}
+    assert outcome == {"kept": 5, "seen": ["m0", "m1", "m2", "m3"]}
     contents = [m["content"] for m in store.messages("a")]
     assert contents == ["[summary of the 4 earlier messages]", "summary of 4", "m4", "m5", "late"]
     assert store.length("a") == 5
@@ -144,12 +140,8 @@ def test_messages_appended_during_summarization_stay_after_the_summary(
 def test_any_other_change_during_summarization_is_a_conflict_and_writes_nothing(
     store: SessionStore, change: str
 ) -> None:
-    order: list[str] = []
     session_of(store, "a", 6)
-    summarizer = SlowSummarizer(order)
-    outcome: dict[str, Any] = {}
-    thread = compact_in_thread(store, "a", summarizer, outcome)
-    try:
+    with compacting(store, "a") as (order, outcome):
         if change == "trim":
             store.trim("a", 3)
         elif change == "reset":
@@ -158,9 +150,6 @@ def test_any_other_change_during_summarization_is_a_conflict_and_writes_nothing(
             store.compact("a", compact_strategy="truncate", keep_last=3)
         before = (store.log.head, store.messages("a"))
         order.append(change)
-    finally:
-        summarizer.release.set()
-        thread.join(60)
     assert order == [change, "compact returned"]
     assert isinstance(outcome.get("error"), ConcurrencyError), outcome
     assert "changed while the strategy ran" in str(outcome["error"])

@@ -22,7 +22,7 @@ import pytest
 
 from eventlog import StorageError
 from sessions import SessionExistsError, SessionStore
-from tests.test_cli import SAMPLE, SCRIPT, run, seed
+from tests.test_cli import SAMPLE, SCRIPT, on_terminal, run, seed
 
 ROOT = Path(__file__).resolve().parent.parent
 READING = (
@@ -512,31 +512,10 @@ def test_seeds_md_maps_every_verb_it_names_and_states_each_difference() -> None:
 
 def _on_terminal(args: list[str], columns: int) -> str:
     """What `sessionlog ARGS` draws on a terminal `columns` wide, without its escape codes."""
-    import pty
     import re
 
-    main, secondary = pty.openpty()
-    try:
-        done = subprocess.run(
-            [str(SCRIPT), *args],
-            stdout=secondary,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "COLUMNS": str(columns), "TERM": "xterm"},
-            timeout=60,
-            check=False,
-        )
-        os.close(secondary)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:  # the terminal closed: everything written was read
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(main)
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    done, drawn = on_terminal(args, drawn_on="stdout", env=env)
     assert done.returncode == 0, done.stderr
     return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", drawn.decode()).replace("\r\n", "\n")
 

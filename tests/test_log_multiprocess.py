@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import lmdb
 import pytest
@@ -20,23 +18,11 @@ import pytest
 from eventlog import Envelope, EventLog
 from eventlog.events import MessageInjected
 from tests._log_workers import SHARED_STREAMS, append_worker, open_worker, own_stream
-from tests.conftest import PROFILE
+from tests.conftest import PROFILE, run_processes
 
 WORKERS = 4
 OPS = {"dev": 200, "ci": 1_500, "deep": 10_000}.get(PROFILE, 150)
 SEED = 4_242
-JOIN_TIMEOUT_S = 300
-
-
-def run_processes(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    processes = [ctx.Process(target=target, args=one) for one in args]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(JOIN_TIMEOUT_S)
-    codes = [process.exitcode for process in processes]
-    assert codes == [0] * len(processes), f"worker exit codes {codes}"
 
 
 def label(envelope: Envelope) -> str:

@@ -3,7 +3,6 @@ and on the in-memory reference store."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -18,6 +17,7 @@ from sessions import (
     SessionStore,
     UnknownSessionError,
 )
+from tests.conftest import refused
 
 
 @pytest.fixture(params=["lmdb", "memory"])
@@ -31,17 +31,6 @@ def store(store: SessionStore) -> SessionStore:
     """The shared `store` fixture with session `s` open."""
     store.open_session("s")
     return store
-
-
-def refused(
-    store: SessionStore, error: type[BaseException], text: str, call: Callable[[], object]
-) -> BaseException:
-    """`call` raises `error` mentioning `text`, and writes nothing."""
-    head = store.log.head
-    with pytest.raises(error, match=re.escape(text)) as caught:
-        call()
-    assert store.log.head == head
-    return caught.value
 
 
 def events(store: SessionStore, sid: str = "s") -> list[Any]:

@@ -3,7 +3,6 @@ transactions, each on the durable LMDB store and on the in-memory reference stor
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from sessions import (
     SessionStore,
     UnknownSessionError,
 )
+from tests.conftest import refused
 
 StoreFactory = Callable[..., SessionStore]
 
@@ -61,17 +61,6 @@ def types(store: SessionStore, sid: str) -> list[str]:
 def dump(store: SessionStore) -> list[tuple[bytes, bytes]]:
     with store.log.view() as view:
         return projections.dump(view)
-
-
-def refused(
-    store: SessionStore, error: type[BaseException], text: str, call: Callable[[], object]
-) -> BaseException:
-    """`call` raises `error` mentioning `text`, and writes nothing."""
-    head = store.log.head
-    with pytest.raises(error, match=re.escape(text)) as caught:
-        call()
-    assert store.log.head == head
-    return caught.value
 
 
 # open_session, exists, length, snapshot

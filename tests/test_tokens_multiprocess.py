@@ -11,9 +11,7 @@ import json
 import multiprocessing
 import random
 import secrets
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,22 +20,10 @@ from eventlog import events as ev
 from sessions import SessionStore
 from sessions._tokens import token_handle
 from tests._token_workers import EXPIRES_AT, create_worker, moment, touch_worker
-from tests.conftest import PROFILE
+from tests.conftest import PROFILE, run_processes
 
 WORKERS = 4
 TOUCHES = {"dev": 150, "ci": 300, "deep": 3_000}.get(PROFILE, 150)
-JOIN_TIMEOUT_S = 300
-
-
-def run_processes(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    processes = [ctx.Process(target=target, args=one) for one in args]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(JOIN_TIMEOUT_S)
-    codes = [process.exitcode for process in processes]
-    assert codes == [0] * len(processes), f"worker exit codes {codes}"
 
 
 @pytest.mark.slow
