@@ -364,6 +364,8 @@ class Built:
         self.first_prompt: str | None = None
         self.files_written: list[str] = []
         self.unknown_fields: list[str] = []
+        self.fork_of: tuple[str, int] | None = None  # (session key, messages kept) of a branch
+        self.fork_at_lines: dict[int, int] = {}  # line of an entry a branch leaves at -> length
 
     def check_fields(self, record: Record, known: frozenset[str]) -> None:
         """Count the fields of `record` its format does not define (they stay in the record)."""
@@ -488,8 +490,9 @@ class Built:
             self.pending = []
         dangling: dict[int, list[str]] = {}
         for call_id, index in self.open_calls.items():
-            dangling.setdefault(index, []).append(call_id)
-        self.counts["dangling_calls"] = len(self.open_calls)
+            if index >= 0:  # not a call made before a fork's own messages
+                dangling.setdefault(index, []).append(call_id)
+        self.counts["dangling_calls"] = sum(map(len, dangling.values()))
         for index, ids in dangling.items():
             if index == len(self.kept) and self.held is not None:
                 self.held["metadata"]["dangling_tool_calls"] = ids

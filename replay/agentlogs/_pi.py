@@ -4,14 +4,16 @@ The first line is the `session` header; `message` entries carry pi's messages (`
 `assistant` with `text`/`thinking`/`toolCall` blocks, `toolResult`, and pi's own roles), each
 assistant message naming its own provider and model, so a switch mid-session stays per message.
 `compaction` entries become context checkpoints. `model_change`, `thinking_level_change`,
-labels, session info and extension entries are kept as attached metadata. Entries are taken in
-file order; the `id`/`parentId` tree of later versions is kept in the records, and branch points
-(an entry whose parent is not the entry before it) are counted.
+labels, session info and extension entries are kept as attached metadata. The `id`/`parentId`
+tree of later versions is followed (`replay.agentlogs._pi_tree`): the branch pi would resume (the
+root to the last entry) is the session, each other branch a fork of the branch it leaves.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from blake3 import blake3
 
 from replay.agentlogs._common import (
     Built,
@@ -24,6 +26,7 @@ from replay.agentlogs._common import (
     text_of,
     text_or,
 )
+from replay.agentlogs._pi_tree import MAIN, Branches, Entry, branches
 
 NAME = "pi"
 _KNOWN = frozenset(
@@ -80,39 +83,80 @@ def looks_like(record: Record) -> bool:
 
 
 def parse(source: Source) -> Parsed:
-    built = Built("main", source)
-    source.held = built.held_bytes
+    """The file's session: the active branch (root to the last entry) as its transcript, every
+    other branch a fork of the branch it leaves. A file whose entries form one line is read
+    once; a tree is read again, each entry into its branch's session."""
+    entries: list[Entry] = []
+    parsed = _read(source, None, entries)
+    tree = branches(entries)
+    if tree is None:
+        return parsed
+    source.digest, source.skipped = blake3(), []
+    return _read(source, tree, [])
+
+
+def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed:
+    main = Built(MAIN, source)
+    sessions = {MAIN: main}
+    calls_at: dict[int, list[str]] = {}  # branch point -> the calls still open there
+    started: set[str] = set()
+    points = tree.points if tree is not None else set()
+    for key in tree.forks if tree is not None else ():
+        sessions[key] = Built(key, source)
+    source.held = lambda: sum(built.held_bytes() for built in sessions.values())
     about: dict[str, Any] = {}
     records = 0
-    previous: object = None
     for line, record in json_lines(source):
         records += 1
-        built.check_fields(record, _FIELDS)
         kind = record.get("type")
-        parent = record.get("parentId")
-        if parent is not None and previous is not None and parent != previous:
-            built.counts["branch_points"] += 1
-        previous = record.get("id", previous) if kind != "session" else None
-        message = record.get("message")
-        if kind == "message" and isinstance(message, dict):
-            _message(built, line, record, message)
-        elif kind == "compaction" and isinstance(record.get("summary"), str):
-            built.checkpoint(record["summary"], line, record)
-        elif kind == "custom_message":
-            added = built.add(_custom(record), line, record)
-            added["metadata"]["custom_type"] = record.get("customType")
-        else:
-            _other(built, about, kind, record)
-            built.attach(line, record, known=kind in _KNOWN)
-    built.title = built.title or built.first_prompt
-    built.finish()
+        if kind != "session":
+            entries.append(Entry.of(line, record))
+        built = sessions[tree.owner.get(line, MAIN)] if tree is not None else main
+        if tree is not None and built.key not in started:
+            started.add(built.key)  # a branch starts: the calls open where it left may answer
+            point = tree.forks[built.key][1] if built is not main else None
+            if point is not None:
+                built.open_calls.update(dict.fromkeys(calls_at.get(point, ()), -1))
+        _entry(built, about, line, record, kind)
+        if line in points:
+            built.fork_at_lines[line] = built.length
+            calls_at[line] = list(built.open_calls)
+    for key, built in sessions.items():
+        if key != MAIN and tree is not None:
+            parent, point = tree.forks[key]
+            keep = 0  # a root of its own; else what its branch holds there, its prefix too
+            if point is not None:
+                prefix = sessions[parent].fork_of
+                keep = (prefix[1] if prefix else 0) + sessions[parent].fork_at_lines[point]
+            built.fork_of = (parent, keep)
+            built.info["branch"] = {"from_line": point, "leaf_line": tree.leaves[key]}
+        built.title = built.title or built.first_prompt
+        built.finish()
+    main.counts["branches"] = len(sessions) - 1
+    if tree is not None:
+        main.info["branch"] = {"leaf_line": tree.leaves[MAIN]}
     return Parsed(
-        sessions=[built],
+        sessions=list(sessions.values()),
         tool_version=str(about["version"]) if "version" in about else None,
         source_session_id=about.get("id"),
         records=records,
         extra={"cwd": about.get("cwd"), "parent_session": about.get("parentSession")},
     )
+
+
+def _entry(built: Built, about: dict[str, Any], line: int, record: Record, kind: object) -> None:
+    built.check_fields(record, _FIELDS)
+    message = record.get("message")
+    if kind == "message" and isinstance(message, dict):
+        _message(built, line, record, message)
+    elif kind == "compaction" and isinstance(record.get("summary"), str):
+        built.checkpoint(record["summary"], line, record)
+    elif kind == "custom_message":
+        added = built.add(_custom(record), line, record)
+        added["metadata"]["custom_type"] = record.get("customType")
+    else:
+        _other(built, about, kind, record)
+        built.attach(line, record, known=kind in _KNOWN)
 
 
 def _other(built: Built, about: dict[str, Any], kind: object, record: Record) -> None:

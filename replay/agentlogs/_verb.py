@@ -275,7 +275,7 @@ def _import_file(
     sessions = tuple(
         ImportedSession(
             session_id=ids[built.key],
-            parent_id=None if index == 0 else main_id,
+            parent_id=None if index == 0 else ids[built.fork_of[0]] if built.fork_of else main_id,
             messages=built.length,
             roles=dict(built.roles),
             counts=dict(built.counts),
@@ -343,7 +343,12 @@ def _commit(
         for built in parsed.sessions:
             sid = ids[built.key]
             try:
-                store.open_session(sid, **_open_options(built, about, ids))
+                options = _open_options(built, about, ids)
+                if built.fork_of is None:
+                    store.open_session(sid, **options)
+                else:  # a branch of a tree-shaped log: it shares the prefix it left
+                    store.fork_at(ids[built.fork_of[0]], built.fork_of[1], sid)
+                    store.update_metadata(sid, options["metadata"])
                 for batch in built.kept.batches(
                     path, limits.messages_per_event_max, _limits.seed_batch_bytes
                 ):
