@@ -50,6 +50,8 @@ _ANCHOR_KEY = b"anchor"
 
 
 class LmdbStorage:
+    outcome_may_be_unknown = False  # a commit is on disk when it returns, or wrote nothing
+
     def __init__(
         self,
         path: str | os.PathLike[str],

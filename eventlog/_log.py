@@ -157,6 +157,14 @@ class EventLog:
         return self._closed
 
     @property
+    def outcome_may_be_unknown(self) -> bool:
+        """Whether a commit can end in `OutcomeUnknownError` (on PostgreSQL: the connection was
+        lost during COMMIT): only then is retrying a write safe just under an idempotency key.
+        An LMDB or in-memory commit has happened when it returns, and wrote nothing when it
+        raised."""
+        return self._storage.outcome_may_be_unknown
+
+    @property
     def in_transaction(self) -> bool:
         """Whether the calling thread is inside `transaction()` on this log."""
         return self._current() is not None

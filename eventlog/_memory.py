@@ -20,6 +20,8 @@ from eventlog.errors import LogClosedError
 
 
 class MemoryStorage:
+    outcome_may_be_unknown = False
+
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.records: list[bytes] = []

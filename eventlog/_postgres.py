@@ -105,6 +105,8 @@ def translate(exc: psycopg.Error, doing: str) -> SessionLogError:
 
 
 class PostgresStorage:
+    outcome_may_be_unknown = True  # the connection can drop while COMMIT is on its way
+
     def __init__(self, url: str, *, sync: bool, readonly: bool) -> None:
         conninfo, schema, pool_max = split_url(url)
         self.where = _redact(url)

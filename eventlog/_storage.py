@@ -166,6 +166,9 @@ class StorageTxn(ABC):
 class Storage(Protocol):
     """A backend: hands out short read transactions and one write transaction at a time."""
 
+    outcome_may_be_unknown: bool
+    """Whether a commit can fail without knowing if it happened (`OutcomeUnknownError`)."""
+
     def reader(self) -> AbstractContextManager[StorageTxn]: ...
 
     def begin_write(self) -> StorageTxn: ...

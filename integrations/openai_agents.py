@@ -2,8 +2,10 @@
 
 Pass it where the SDK takes a session (`Runner.run(agent, input, session=...)`). Each item the SDK
 adds is stored verbatim as one transcript item, so `get_items` gives back exactly what was added.
-`add_items` is one atomic commit carrying an idempotency key, retried under the same key when the
-outcome of a commit is unknown, so a batch is stored whole or not at all and never twice.
+`add_items` is one atomic commit, so a batch is stored whole or not at all. Where a commit can end
+with its outcome unknown (PostgreSQL, when the connection drops during COMMIT) it carries an
+idempotency key and is retried under it, so a batch is never stored twice; an LMDB commit has
+either happened or written nothing, so it needs no key (and stores none).
 `fork(at_item=...)` returns a new session sharing the history's prefix without copying it.
 With `compaction=ContextPolicy(summarizer=...)`, the SDK's compaction hook (`run_compaction`, called
 after a turn) writes a summarization checkpoint when the history passes the policy's threshold, and
@@ -106,13 +108,16 @@ class SessionlogSession:
         wrapper: RunContextWrapper[Any] | None = None,
         idempotency_key: str | None = None,
     ) -> None:
-        """Append `items` in one atomic commit. A commit whose outcome is unknown (the process
-        cannot tell whether it reached the disk) is retried under the same idempotency key, so
-        it is applied once. Give `idempotency_key` to make your own retries safe as well."""
+        """Append `items` in one atomic commit. On a backend where a commit's outcome can be
+        unknown (the process cannot tell whether it happened), the commit carries an
+        idempotency key and is retried under it, so it is applied once. Give `idempotency_key`
+        to make your own retries safe as well."""
         if not items:
             return
         sid = self._sid(wrapper)
-        key = idempotency_key or uuid.uuid4().hex
+        key = idempotency_key
+        if key is None and self.store.store.log.outcome_may_be_unknown:
+            key = uuid.uuid4().hex
         entries = [{"role": _role(item), "item": item} for item in items]
         for attempt in range(_ATTEMPTS):
             try:
@@ -124,7 +129,7 @@ class SessionlogSession:
                 if attempt == _ATTEMPTS - 1:
                     raise
             except OutcomeUnknownError:
-                if attempt == _ATTEMPTS - 1:
+                if key is None or attempt == _ATTEMPTS - 1:
                     raise
 
     async def pop_item(

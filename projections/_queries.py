@@ -16,7 +16,13 @@ from projections import _kv
 from projections import _state as st
 from projections._fold import apply
 from projections._refs import Opener, messages_at
-from projections._state import STATE_CODEC, SessionState, Transcript
+from projections._state import (
+    SCRATCHPAD_CODEC,
+    STATE_CODEC,
+    SessionState,
+    StateScratchpad,
+    Transcript,
+)
 
 Ranges = tuple[tuple[int, int, int], ...]
 
@@ -127,6 +133,14 @@ def iter_states(
     start = st.state_key(after) + b"\x00" if after is not None else None
     for _, value in _kv.scan(view, keys.STATE_PREFIX, start=start, limit=limit):
         yield STATE_CODEC.decode(value)
+
+
+def iter_scratchpads(view: LogView, *, prefix: str) -> Iterator[StateScratchpad]:
+    """The id, status and scratchpad of each session whose id starts with `prefix`, in id order,
+    each decoded without the rest of its state (a few times cheaper per session than
+    `iter_states`, which decodes every field)."""
+    for _, value in _kv.scan(view, st.state_key(prefix)):
+        yield SCRATCHPAD_CODEC.decode(value)
 
 
 def active_count(view: LogView) -> int:

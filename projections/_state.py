@@ -140,6 +140,16 @@ class Transcript(msgspec.Struct, frozen=True, array_like=True, gc=False):
     last_activity_at: datetime | None = None
 
 
+class StateScratchpad(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The id, status and scratchpad of a `SessionState`, decoded without its other fields: what
+    a listing of many sessions by their scratchpads reads (`iter_scratchpads`)."""
+
+    session_id: str
+    status: str = ACTIVE
+    scratchpad: dict[str, Any] | None = None
+
+
 STATE_CODEC = StructCodec(SessionState, "session state")
+SCRATCHPAD_CODEC = StructCodec(StateScratchpad, "session state")
 TRANSCRIPT_CODEC = StructCodec(Transcript, "transcript")
 EMPTY_TRANSCRIPT = Transcript()

@@ -252,11 +252,23 @@ def test_list_and_delete_sessions(tmp_path: Path) -> None:
         assert sorted(s.id for s in everyone) == sorted(
             f"{u}/{i}" for u in ("u-1", "u-2") for i in range(3)
         )
+        shared = {"app:tier": "gold", "user:lang": "nb"}
+        await service.append_event(mine[0], _event("y", at=3_000.0, state_delta=shared))
+        for listed in (await service.list_sessions(app_name=APP)).sessions:
+            got = await service.get_session(
+                app_name=APP, user_id=listed.user_id, session_id=listed.id
+            )
+            assert got is not None and listed.state == got.state  # app: and user: keys merged
+            assert listed.last_update_time == got.last_update_time
+        listed = (await service.list_sessions(app_name=APP, user_id="u-1")).sessions
+        assert listed[-1].state["user:lang"] == "nb" and listed[0].state["app:tier"] == "gold"
+        listed[0].state["n"] = "changed"  # each listed session holds a state of its own
+        assert [s.state["n"] for s in listed[1:]] == [0, 2]
         await service.delete_session(app_name=APP, user_id="u-1", session_id="u-1/0")
         await service.delete_session(app_name=APP, user_id="u-1", session_id="never-was")
         assert await service.get_session(app_name=APP, user_id="u-1", session_id="u-1/0") is None
         mine = (await service.list_sessions(app_name=APP, user_id="u-1")).sessions
-        assert [s.id for s in mine] == ["u-1/2", "u-1/1"]
+        assert [s.id for s in mine] == ["u-1/1", "u-1/2"]  # u-1/2 was updated last
 
     asyncio.run(main())
 

@@ -25,8 +25,10 @@ from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from eventlog import OutcomeUnknownError
+from eventlog import events as ev
 from integrations.openai_agents import SessionlogSession, async_store
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore
+from tests.conftest import open_store, store_target_of
 
 set_tracing_disabled(True)  # no tracing exporter: the tests talk to no service
 WORKER = Path(__file__).with_name("_openai_agents_worker.py")
@@ -115,8 +117,13 @@ def test_add_items_is_atomic_and_a_retried_key_is_applied_once(tmp_path: Path) -
 
 
 def test_a_commit_of_unknown_outcome_is_retried_without_duplicating(tmp_path: Path) -> None:
+    """On PostgreSQL a commit can end with its outcome unknown: add_items carries a key of its
+    own, so its retry of a commit that did happen stores nothing twice."""
+    store = open_store("postgres", store_target_of("postgres", tmp_path))
+    assert store.log.outcome_may_be_unknown
+
     async def main() -> None:
-        session = SessionlogSession("s", store=tmp_path / "store")
+        session = SessionlogSession("s", store=store)
         real = session.store.inject_many
         failures: list[str] = []
 
@@ -134,6 +141,29 @@ def test_a_commit_of_unknown_outcome_is_retried_without_duplicating(tmp_path: Pa
             del session.store.inject_many
         assert failures == ["lost"]
         assert await session.get_items() == [{"role": "user", "content": "once"}]
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_on_lmdb_add_items_stores_no_key_of_its_own(tmp_path: Path) -> None:
+    """An LMDB commit has happened or wrote nothing, so add_items needs no retry key: none is
+    stored unless the caller gives one, and the caller's key still makes its retry a no-op."""
+
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        assert not session.store.store.log.outcome_may_be_unknown
+        await session.add_items([{"role": "user", "content": "a"}, {"type": "x", "n": 1}])
+        await session.add_items([{"role": "user", "content": "b"}], idempotency_key="k")
+        await session.add_items([{"role": "user", "content": "b"}], idempotency_key="k")
+        keys = [
+            envelope.data.idempotency_key
+            for envelope in session.store.store.log.read(after=0, limit=100)
+            if isinstance(envelope.data, ev.MessagesInjected)
+        ]
+        assert keys == [None, "k"]
+        assert len(await session.get_items()) == 3
+        await session.store.aclose()
 
     asyncio.run(main())
 
