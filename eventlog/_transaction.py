@@ -79,6 +79,10 @@ class Transaction(LogView):
         self._head_hash: bytes = parent._head_hash if parent else b""
         self._broken = False
         self._stamp: dict[str, Any] | None = parent._stamp if parent else None
+        self.writes: int = parent.writes if parent else 0
+        """Writes begun in this transaction so far (appends, projection writes, commit hooks):
+        a caller that ran a block without a savepoint tells by it whether a block that raised
+        left anything behind (see `sessions/_group.py`)."""
 
     def stamp_next_append(self, meta: dict[str, Any] | None) -> None:
         """Merge `meta` into the meta of the next append of this transaction, once: a layer above
@@ -105,6 +109,7 @@ class Transaction(LogView):
 
     def on_commit(self, hook: Callable[[], None]) -> None:
         """Run `hook` once the outermost transaction has committed durably (never on abort)."""
+        self.writes += 1
         self._hooks.append(hook)
 
     def append(
@@ -149,6 +154,7 @@ class Transaction(LogView):
         records, envelopes = self._encode(stream, events, version, meta, at, checked)
         size = sum(map(len, records))
         self._reserve(size)
+        self.writes += 1
         try:
             txn.put_records(self._head + 1, records, key, version + 1)
             if idempotency_key is not None:
@@ -238,6 +244,7 @@ class Transaction(LogView):
             return []
         size = sum(map(len, records))
         self._reserve(size)
+        self.writes += 1
         try:
             start = 0
             for end in range(1, len(envelopes) + 1):  # one storage call per run of one stream
@@ -326,6 +333,7 @@ class Transaction(LogView):
                 "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
             )
         self._reserve(len(key) + len(value))
+        self.writes += 1
         try:
             self._txn.kv_put(key, value)
         except BaseException:
@@ -350,6 +358,7 @@ class Transaction(LogView):
                 )
             size += len(key) + length
         self._reserve(size)
+        self.writes += 1
         try:
             self._txn.kv_put_many(items)
         except BaseException:
@@ -357,10 +366,13 @@ class Transaction(LogView):
             raise
 
     def kv_delete(self, key: bytes) -> bool:
-        return self._txn.kv_delete(check_key(key))
+        check_key(key)
+        self.writes += 1
+        return self._txn.kv_delete(key)
 
     def kv_clear(self) -> None:
         """Delete every projection key in one storage call (for `rebuild`)."""
+        self.writes += 1
         try:
             self._txn.kv_clear()
         except BaseException:
@@ -392,6 +404,7 @@ class Transaction(LogView):
         parent._head = self._head
         parent._head_hash = self._head_hash
         parent._stamp = self._stamp
+        parent.writes = self.writes
 
 
 class ScratchTransaction(Transaction):

@@ -2,13 +2,16 @@
 
 Every write that is not already inside a transaction joins one queue per store: the store's verbs
 called from threads, the asyncio face (`sessions.aio`), the delegation runtime and the HTTP
-service. The first caller that finds no commit in progress leads: it takes the queued commands,
-runs each in its own savepoint of one transaction (a refused command undoes only itself and raises
-only to its own caller), commits once, and hands each caller its result. Callers that arrived
-meanwhile wait and form the next batch, led by the first of them. Every caller gets its result
-only after the commit holding its events is durable, so nothing acknowledged can be lost to a
-crash; the shared commit pays the disk's sync once for the whole batch (on PostgreSQL, one round
-trip of `COMMIT` for the batch instead of one per command).
+service. The first caller that finds no commit in progress leads: it takes the queued commands
+and runs them one after another in one transaction, taking in those that arrive meanwhile (up to
+as many as the previous batch held: the writers it woke are on their way back), commits once, and
+hands each caller its result. A refused command fails only its own caller and leaves nothing
+behind: the engine's commands refuse before they write, so none needs a savepoint of its own, and
+should one raise after writing, the batch runs again with a savepoint per command. Callers that
+arrive after the batch is closed wait and form the next one, led by the first of them. Every
+caller gets its result only after the commit holding its events is durable, so nothing
+acknowledged can be lost to a crash; the shared commit pays the disk's sync once for the whole
+batch (on PostgreSQL, one round trip of `COMMIT` for the batch instead of one per command).
 
 A thread caller waits on a bare lock and may be handed the lead. A coroutine (`submit`) never
 blocks its event loop: it awaits a future, and when the lead falls to it, a thread of the queue's
@@ -39,10 +42,11 @@ BATCH_MAX = 256
 commit's latency, and what one failed commit takes down, small."""
 
 GATHER_S = 0.001
-"""How long a leader waits, at most, for the writers of the previous shared commit to queue their
-next commands. They were all woken at once, and without this wait the first of them back would
-commit alone while the others queue behind it, halving the commands per commit. A writer with
-nobody beside it never waits (its previous commit held only its own command)."""
+"""How long a leader keeps its batch open, at most, for the writers of the previous shared commit
+to queue their next commands. They were all woken at once, and without this wait the first of
+them back would commit alone while the others queue behind it, halving the commands per commit.
+The leader runs the commands already queued meanwhile, so the wait costs only what is left of it.
+A writer with nobody beside it never waits (its previous commit held only its own command)."""
 
 
 class _Slot:
@@ -193,7 +197,7 @@ class GroupCommit:
             if not self._leading:
                 self._leading = slot.lead = True
             elif self._gathering:
-                self._arrived.notify()
+                self._arrived.notify()  # the leader waits for the next command to run
         return slot.lead
 
     @staticmethod
@@ -211,30 +215,33 @@ class GroupCommit:
     def _lead(self) -> None:
         """Take the queue, commit it, then hand the lead to the next waiter, if any."""
         with self._lock:
-            self._gather()
-            batch = self._take()
+            wanted = min(self._last_batch, BATCH_MAX)
+            batch = self._take(BATCH_MAX)
         self._leader = threading.get_ident()
         started = time.perf_counter()
         try:
-            self._commit(batch)
+            self._commit(batch, wanted)
         except BaseException as exc:  # the leader was interrupted: nothing unsettled committed
             for slot in batch:
                 if not slot.settled:
                     slot.error = exc
             raise
         finally:
+            self._last_batch = len(batch)
             self.busy_s += time.perf_counter() - started
             self._leader = None
             self._finish(batch)
 
-    def _take(self) -> list[_Slot]:
-        """The next batch off the queue: up to `BATCH_MAX` commands, and a solo one alone."""
+    def _take(self, room: int) -> list[_Slot]:
+        """Up to `room` commands off the head of the queue (the lock held): a solo one alone,
+        and none after a solo one."""
         queue = self._queue
-        end = min(len(queue), BATCH_MAX)
+        end = min(len(queue), room)
+        if not end:
+            return []
         end = 1 if queue[0].solo else next((k for k in range(1, end) if queue[k].solo), end)
-        batch, self._queue = queue[:end], queue[end:]
-        self._last_batch = len(batch)
-        return batch
+        taken, self._queue = queue[:end], queue[end:]
+        return taken
 
     def _finish(self, batch: list[_Slot]) -> None:
         """Wake the batch's callers and hand the lead on (or end it)."""
@@ -257,39 +264,81 @@ class GroupCommit:
             else:
                 self._drive()
 
-    def _gather(self) -> None:
-        """Wait (holding the lock between waits) until as many commands are queued as the last
-        batch held, or `GATHER_S` has passed."""
-        wanted = min(self._last_batch, BATCH_MAX)
-        if len(self._queue) >= wanted:
-            return
-        deadline = time.monotonic() + GATHER_S
-        self._gathering = True
-        try:
-            while len(self._queue) < wanted:
+    def _more(self, batch: list[_Slot], wanted: int, deadline: float) -> bool:
+        """Add to `batch` the commands queued since it was taken, waiting for one until
+        `deadline` if none is (the writers of the previous batch are on their way back: see
+        `GATHER_S`); whether any came. A solo command waits for a commit of its own."""
+        with self._lock:
+            while not self._queue:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return
-                self._arrived.wait(left)
-        finally:
-            self._gathering = False
+                    return False
+                self._gathering = True
+                try:
+                    self._arrived.wait(left)
+                finally:
+                    self._gathering = False
+            if self._queue[0].solo:
+                return False
+            batch.extend(self._take(min(BATCH_MAX, wanted) - len(batch)))
+            return True
 
-    def _commit(self, batch: list[_Slot]) -> None:
-        if len(batch) == 1:
+    def _commit(self, batch: list[_Slot], wanted: int) -> None:
+        if batch[0].solo or (len(batch) == 1 and wanted == 1):
             self._alone(batch[0])
             return
         try:
-            with self._log.transaction():
-                for slot in batch:
-                    self._savepoint(slot)
+            self._together(batch, wanted, savepoints=False)
+        except _Tangled:
+            # A command raised after it had written: only a savepoint undoes it alone. The batch
+            # runs again from the start, each command in a savepoint of its own.
+            self._again(batch, savepoints=True)
         except Exception:  # noqa: BLE001 - retried command by command: only the bad ones fail
-            # The shared commit failed (nothing of it is kept): each command tries again alone,
-            # so a failure that one of them causes reaches only its own caller.
-            logger.warning("a group commit of %d commands failed; retrying one by one", len(batch))
-            for slot in batch:
-                slot.result = slot.error = None
-                self._alone(slot)
-            return
+            self._again(batch, savepoints=None)
+
+    def _again(self, batch: list[_Slot], *, savepoints: bool | None) -> None:
+        """Run `batch` again after its shared commit failed (nothing of it was kept): in one
+        commit with a savepoint per command, or (`None`, or when that fails too) each command in
+        a commit of its own, so a failure that one of them causes reaches only its own caller."""
+        for slot in batch:
+            slot.result = slot.error = None
+        if savepoints:
+            try:
+                self._together(batch, len(batch), savepoints=True)
+                return
+            except Exception:  # noqa: BLE001 - the commit itself failed: one by one then
+                for slot in batch:
+                    slot.result = slot.error = None
+        logger.warning("a group commit of %d commands failed; retrying one by one", len(batch))
+        for slot in batch:
+            self._alone(slot)
+
+    def _together(self, batch: list[_Slot], wanted: int, *, savepoints: bool) -> None:
+        """Run the commands of `batch` in one transaction, taking in those queued meanwhile
+        until it holds `wanted`, and commit it.
+
+        The engine's commands decide, and raise, before they write anything, so a command that
+        raised having written nothing needs no savepoint: the transaction is as if it never ran.
+        Without `savepoints`, each runs straight in the shared transaction, and one that raised
+        after writing aborts it (`_Tangled`); with them, each runs in a savepoint of its own."""
+        deadline = time.monotonic() + GATHER_S
+        done = 0
+        with self._log.transaction() as tx:
+            while True:
+                for slot in batch[done:]:
+                    if savepoints:
+                        self._savepoint(slot)
+                        continue
+                    before = tx.writes
+                    try:
+                        slot.result = slot.context.run(_stamped, tx, slot)
+                    except Exception as exc:  # the refusal goes to its own caller
+                        if tx.writes != before:
+                            raise _Tangled from exc
+                        slot.error = exc
+                done = len(batch)
+                if done >= wanted or not self._more(batch, wanted, deadline):
+                    break
         self.commits += 1
         self.shared += len(batch)
         for slot in batch:
@@ -309,6 +358,10 @@ class GroupCommit:
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's own thread
             slot.error = exc
         slot.settled = True
+
+
+class _Tangled(Exception):
+    """A command of a batch run without savepoints raised after it had written."""
 
 
 def _stamped(tx: Any, slot: _Slot) -> Any:

@@ -120,6 +120,28 @@ def test_a_refused_command_in_a_shared_commit_fails_only_its_caller(store: Sessi
     assert store.verify(projections=True).ok
 
 
+def test_a_command_that_raises_after_writing_is_undone_alone(store: SessionStore) -> None:
+    # The engine's commands refuse before they write, so a batch runs them without savepoints;
+    # one that breaks that rule must still fail alone, its own writes undone.
+    def half_done() -> None:
+        store.inject("b", message("half"))
+        raise ValueError("refused after writing")
+
+    batch = hold_first_commit(store)
+    batch.start("a1", lambda: store.inject("a", message("a1")))
+    batch.start("half", lambda: store._group.run(half_done))
+    batch.start("b1", lambda: store.inject("b", message("b1")))
+    commits = store._group.commits
+    outcomes = batch.finish()
+    assert isinstance(outcomes["half"][1], ValueError)
+    assert outcomes["a1"] == ("ok", None)
+    assert outcomes["b1"] == ("ok", None)
+    assert store._group.commits == commits + 1, "the others did not still share one commit"
+    assert contents(store, "a") == ["first", "a1"]
+    assert contents(store, "b") == ["b1"]
+    assert store.verify(projections=True).ok
+
+
 def test_order_expected_length_and_idempotency_keys_hold_within_a_batch(
     store: SessionStore,
 ) -> None:
