@@ -33,8 +33,27 @@ ANY = ExpectedVersion.ANY
 """`expected_version` for an append that does not care about the stream's version."""
 
 
+_STREAM_KEYS_MAX = 4096
+"""Stream names `check_stream` remembers as valid (with their index prefix) before it starts over."""
+_stream_keys: dict[str, bytes] = {}
+
+
 def check_stream(stream: object) -> bytes:
-    """Validate a stream name; returns its index prefix."""
+    """Validate a stream name; returns its index prefix. A name that passed once passes always,
+    so the few names a process appends to again and again are checked once."""
+    if type(stream) is str:
+        known = _stream_keys.get(stream)
+        if known is not None:
+            return known
+    key = _checked_stream(stream)
+    if type(stream) is str:
+        if len(_stream_keys) >= _STREAM_KEYS_MAX:
+            _stream_keys.clear()
+        _stream_keys[stream] = key
+    return key
+
+
+def _checked_stream(stream: object) -> bytes:
     if not isinstance(stream, str):
         raise InvalidArgumentError(f"stream name must be a str, got {type(stream).__name__}")
     if not stream:

@@ -45,7 +45,11 @@ class Envelope(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
+_set_field = msgspec.structs.force_setattr
+_encode_into = _encoder.encode_into
+_blake3 = blake3.blake3
 envelope_decoder = msgspec.msgpack.Decoder(Envelope)
+_decode = envelope_decoder.decode
 
 
 def encode_meta(meta: dict[str, Any]) -> int:
@@ -77,7 +81,7 @@ def encode_records(
     checked: bool = False,
 ) -> tuple[list[bytearray], list[Envelope]]:
     """Encode a run of events at consecutive positions and versions of one stream, each chained
-    to the one before, in one loop with one reused hasher: this loop is what every append costs.
+    to the one before: this loop is what every append costs.
 
     Each record is decoded back before it is accepted, so a payload with a wrongly typed field
     (which msgspec encodes without complaint) can never reach the log and poison later reads.
@@ -87,36 +91,48 @@ def encode_records(
     Raises `EncodeFailure` naming the event that cannot be stored."""
     records: list[bytearray] = []
     envelopes: list[Envelope] = []
-    add_record, add_envelope = records.append, envelopes.append
-    encode_into, decode = _encoder.encode_into, envelope_decoder.decode
-    hasher = blake3.blake3()
-    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
     position, version = first_position, first_version
     for index, data in enumerate(events):
-        buf = bytearray()
         try:
-            placeholder = Envelope(GENESIS_HASH, position, stream, version, recorded_at, meta, data)
-            encode_into(placeholder, buf)
-            reset()
-            update(prev_hash + buf[BODY_START:])
-            buf[HASH_START:BODY_START] = prev_hash = digest_of()
-            if checked:
-                envelope = Envelope(
-                    prev_hash, position, stream, version, recorded_at, dict(meta), data
-                )
-            else:
-                envelope = decode(buf)  # also proves the payload reads back as its own type
+            record, envelope = _encode_one(
+                prev_hash, position, stream, version, recorded_at, meta, data, checked
+            )
         except (msgspec.MsgspecError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise EncodeFailure(index, exc) from exc
-        if len(buf) > max_bytes:
-            raise EncodeFailure(index, None, len(buf))
-        add_record(buf)
-        add_envelope(envelope)
+        if len(record) > max_bytes:
+            raise EncodeFailure(index, None, len(record))
+        records.append(record)
+        envelopes.append(envelope)
+        prev_hash = envelope.hash
         position += 1
         version += 1
     if records and records[0][:HASH_START] != _RECORD_PREFIX:  # our own invariant, checked once
         raise AssertionError("record prefix changed; the envelope layout is broken")
     return records, envelopes
+
+
+def _encode_one(
+    prev_hash: bytes,
+    position: int,
+    stream: str,
+    version: int,
+    recorded_at: datetime,
+    meta: dict[str, Any],
+    data: Any,
+    checked: bool,
+) -> tuple[bytearray, Envelope]:
+    """One record and its envelope. Encoded with the previous hash where its own goes, the
+    record's bytes from the hash field on are exactly what its hash covers: they are hashed in
+    place, and the hash then overwrites the previous one."""
+    buf = bytearray()
+    envelope = Envelope(prev_hash, position, stream, version, recorded_at, dict(meta), data)
+    _encode_into(envelope, buf)
+    digest = _blake3(memoryview(buf)[HASH_START:]).digest()
+    buf[HASH_START:BODY_START] = digest
+    if not checked:
+        return buf, _decode(buf)  # also proves the payload reads back as its own type
+    _set_field(envelope, "hash", digest)  # built here and shared with nobody yet
+    return buf, envelope
 
 
 # What msgspec raises for bytes that are not a valid record: malformed msgpack, a schema mismatch,

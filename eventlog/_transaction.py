@@ -15,6 +15,7 @@ from typing import Any, cast
 from eventlog import _chain, _codec, limits
 from eventlog._chain import RecordChecker
 from eventlog._checks import (
+    ANY,
     NO_STREAM,
     ExpectedVersion,
     check_events,
@@ -129,14 +130,15 @@ class Transaction(LogView):
         decodes back is skipped (see `_codec.encode_records`). Leave it False for anything else.
         """
         key = check_stream(stream)
-        check_expected(expected_version)
+        if expected_version is not ANY:
+            check_expected(expected_version)
         events = check_events(events)
         stamp = self._stamp
         if stamp is not None and not (meta and "idempotency_key" in meta):
             meta = {**(meta or {}), **stamp}
         meta = check_meta(meta)
         at = check_time(recorded_at)
-        idempotency_key = check_idempotency_key(meta)
+        idempotency_key = check_idempotency_key(meta) if meta else None
         if idempotency_key is not None:
             done = self._appended_before(stream, idempotency_key)
             if done is not None:

@@ -110,6 +110,12 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
             apply_bearer(tx, envelope)
         return
     data = envelope.data
+    if type(data) in _ONE_MESSAGE:  # most events: one message at the end, nothing else changes
+        transcript = load_transcript(tx, envelope.stream)
+        if transcript is not None:  # else no session was ever opened here: nothing to project
+            _append_messages(tx, (envelope,), transcript)
+            _remember_key(tx, envelope)
+        return
     opener = _OPENERS.get(type(data))
     if opener is not None:
         opener(tx, envelope)
@@ -117,10 +123,6 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
     transcript = load_transcript(tx, envelope.stream)
     if transcript is None:
         return  # no session has ever been opened on this stream: nothing to project
-    if type(data) in _ONE_MESSAGE:  # most events: one message at the end, nothing else changes
-        _append_messages(tx, (envelope,), transcript)
-        _remember_key(tx, envelope)
-        return
     _remember_key(tx, envelope)
     transcript = _touch(transcript, envelope)
     refs = _message_refs(envelope)

@@ -22,11 +22,11 @@ from projections import _state as st
 from projections._state import Transcript
 
 
-def tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
-    """The references in the chunk that slot `end` of `segment` falls in, if `end` is where the
-    segment ends, so appending there extends it in place; None if the segment goes on (a fork
-    that shares it got there first). A segment's length is its last chunk's: no key of its own."""
-    key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
+def tail_chunk(tx: Transaction, key: bytes, end: int) -> bytes | None:
+    """The references in the chunk `key` that slot `end` of its segment falls in, if `end` is
+    where the segment ends, so appending there extends it in place; None if the segment goes on
+    (a fork that shares it got there first). A segment's length is its last chunk's: no key of
+    its own."""
     state: _kv.Pending | None = tx.projector_state  # type: ignore[assignment]
     cached = None if state is None else state.cache.get(key)
     value = cached if cached is not None else _kv.get(tx, key)
@@ -41,16 +41,24 @@ def tail_chunk(tx: Transaction, segment: int, end: int) -> bytes | None:
     )
 
 
-def put_refs(tx: Transaction, segment: int, end: int, chunk: bytes, packed: bytes) -> int:
+def put_refs(
+    tx: Transaction, segment: int, end: int, key: bytes, chunk: bytes, packed: bytes
+) -> int:
     """Write packed references into the slots from `end` on, where the segment ends and `chunk`
-    holds the references before `end` in its chunk; returns the segment's new length. Chunks are
-    rewritten whole, and written once per transaction, at commit."""
-    size, width, slot, offset = st.REFS_PER_CHUNK, st.REF_BYTES, end, 0
-    while offset < len(packed):
-        index, used = divmod(slot, size)
-        piece = packed[offset : offset + (size - used) * width]
-        _kv.defer(tx, st.ref_chunk_key(segment, index), chunk + piece, bytes)
-        chunk = b""  # any further chunk starts empty
+    holds the references before `end` in its chunk, `key`; returns the segment's new length.
+    Chunks are rewritten whole, and written once per transaction, at commit."""
+    size, width = st.REFS_PER_CHUNK, st.REF_BYTES
+    room = (size - end % size) * width
+    if not packed:
+        return end
+    if len(packed) <= room:  # the common case: the references fit in the tail chunk
+        _kv.defer(tx, key, chunk + packed, bytes)
+        return end + len(packed) // width
+    _kv.defer(tx, key, chunk + packed[:room], bytes)
+    slot, offset = end + room // width, room
+    while offset < len(packed):  # any further chunk starts empty
+        piece = packed[offset : offset + size * width]
+        _kv.defer(tx, st.ref_chunk_key(segment, slot // size), piece, bytes)
         slot += len(piece) // width
         offset += len(piece)
     return slot
@@ -136,11 +144,15 @@ def extend(
     when these ranges end exactly where it ends; otherwise (a fork got there first, or `fresh`) a
     new segment starts, so nobody sharing the old one ever sees these messages."""
     segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
-    chunk = tail_chunk(tx, segment, end) if segment else None
+    chunk = None
+    if segment:
+        key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
+        chunk = tail_chunk(tx, key, end)
     if chunk is None:
         segment, start, end, chunk = new_segment(tx), 0, 0, b""
+        key = st.ref_chunk_key(segment, 0)
         ranges = (*ranges, (segment, 0, 0))
-    end = put_refs(tx, segment, end, chunk, packed)
+    end = put_refs(tx, segment, end, key, chunk, packed)
     return (*ranges[:-1], (segment, start, end))
 
 

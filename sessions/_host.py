@@ -104,14 +104,8 @@ class Command:
         checked: bool = False,
     ) -> list[int]:
         """`append` `events` to the session (or to `stream`, a session the command creates)."""
-        return append(
-            self.tx,
-            self.session_id if stream is None else stream,
-            events,
-            meta=meta,
-            checked=checked,
-            sealer=self.sealer,
-        )
+        target = self.session_id if stream is None else stream
+        return append(self.tx, target, events, meta=meta, checked=checked, sealer=self.sealer)
 
 
 class SessionHost:

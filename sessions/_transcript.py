@@ -59,10 +59,13 @@ class TranscriptVerbs(SessionHost):
             parsed = to_message(message, where="inject")
 
         def decide(cmd: Command) -> None:
-            if self._seen_key(cmd.tx, cmd.session_id, key):
+            if key is not None and self._seen_key(cmd.tx, cmd.session_id, key):
                 return
-            _check_length(cmd.transcript, expected, cmd.session_id, "inject")
-            self._check_room(cmd.transcript, 1, "inject")
+            transcript = cmd.transcript
+            if expected is not None:
+                _check_length(transcript, expected, cmd.session_id, "inject")
+            if transcript.length >= limits.messages_per_transcript_max:
+                self._check_room(transcript, 1, "inject")  # raises, naming the bound
             cmd.emit([ev.MessageInjected(message=parsed, idempotency_key=key)], checked=checked)
 
         self._command("inject", session_id, decide)
