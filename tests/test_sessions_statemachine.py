@@ -20,7 +20,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import projections as pj
 import sessions.testing
-from sessions import SessionStore
+from eventlog import events as ev
+from sessions import LocalKeyProvider, SessionStore
+from sessions._seal import SEALED_TEXT
 from sessions.testing import (
     SESSION_ID_POOL,
     SessionMachine,
@@ -45,6 +47,42 @@ class PostgresSessionMachine(SessionMachine):
         schema = "m_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
         url = f"{_pg.database_url()}?schema={schema}"
         return SessionStore.open(url, sync=False, hot_sessions=3, token_counter=count_tokens)
+
+
+class EncryptedSessionMachine(SessionMachine):
+    """The same machine on an encrypted LMDB store: every read goes through the keys, `reopen`
+    reopens with them, and after every step no message, title or scratchpad value of the log is
+    stored in the clear."""
+
+    KEYS = LocalKeyProvider(bytes(range(32)))
+
+    def make_store(self, path: Path) -> SessionStore:
+        return SessionStore.open(
+            path, sync=False, hot_sessions=3, token_counter=count_tokens, keys=self.KEYS
+        )
+
+    def check_extra(self, store: SessionStore, model: SessionModel) -> None:
+        for envelope in store.log.read(after=0, limit=10_000):
+            data = envelope.data
+            for message in sealed_messages(data):
+                assert message.sealed is not None and message.content is None, envelope
+            title = getattr(data, "title", None)
+            assert title is None or title.startswith(SEALED_TEXT), envelope
+            if isinstance(data, ev.ScratchpadSet):
+                assert all(v.startswith(SEALED_TEXT) for v in data.scratchpad.values()), envelope
+
+
+def sealed_messages(data: ev.Event) -> list[ev.Message]:
+    if isinstance(data, ev.MessagesInjected):
+        return list(data.messages)
+    if isinstance(data, ev.SessionCompacted):
+        return list(data.replacement)
+    found = getattr(data, "message", None)
+    return [found] if isinstance(found, ev.Message) else []
+
+
+def test_the_session_machine_with_encryption() -> None:
+    run_state_machine_as_test(EncryptedSessionMachine, settings=SessionMachine.TestCase.settings)
 
 
 MACHINES: dict[str, type[SessionMachine]] = {
