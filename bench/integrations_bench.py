@@ -35,22 +35,22 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     turns: int  # turns appended per round of the append rows
     big: int  # items of the session the last-20 rows read
     fork_items: int  # items of the forked session, and of the on-disk size rows
     calls: int  # reads or forks per round
-    budget_s: float
     lg_steps: int = 2_000  # checkpoints of the LangGraph thread
 
 
@@ -60,16 +60,7 @@ QUICK = Sizes(rounds=3, turns=10, big=1_000, fork_items=400, calls=10, budget_s=
 AHEAD = Target("ratio", 1.0)
 FORK_TARGET = Target("ratio", 50.0)
 
-
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 def turn_items(turn: int) -> list[dict[str, Any]]:
@@ -129,6 +120,46 @@ class _Loop:
         self.loop.close()
 
 
+@dataclass
+class _Pair:
+    """Our store and the framework's, side by side under `root`, and one event loop. `close()`
+    closes both stores (once); the directory goes when the row ends."""
+
+    root: Path
+    loop: _Loop
+    ours: Any
+    theirs: Any
+    closers: list[Callable[[], object]]
+    closed: bool = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            for closer in self.closers:
+                closer()
+
+    def disk_bytes(self) -> tuple[int, int]:
+        """Bytes on disk of ours (under root/sessionlog) and of theirs (everything else), once
+        both are closed (a WAL folded back, an LMDB lock file kept: what a user's disk holds)."""
+        self.close()
+        ours = disk_bytes(self.root / "sessionlog")
+        return ours, disk_bytes(self.root) - ours
+
+
+@contextmanager
+def _paired(ctx: Context, name: str, make: Callable[[Path, _Loop], _Pair]) -> Iterator[_Pair]:
+    root = ctx.tmp / name
+    root.mkdir(parents=True, exist_ok=True)
+    loop = _Loop()
+    pair = make(root, loop)
+    try:
+        yield pair
+    finally:
+        pair.close()
+        loop.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _timed(loop: _Loop, call: Callable[[], Any], count: int, units: float | None = None) -> Sample:
     async def many() -> None:
         for _ in range(count):
@@ -139,164 +170,52 @@ def _timed(loop: _Loop, call: Callable[[], Any], count: int, units: float | None
     return watch.sample(count if units is None else units)
 
 
-# OpenAI Agents SDK
+def _plain(call: Callable[[], Any], count: int) -> Sample:
+    with Stopwatch() as watch:
+        for _ in range(count):
+            call()
+    return watch.sample(count)
 
 
-def _oa_pair(ctx: Context, name: str, loop: _Loop) -> tuple[Any, Any, Callable[[], None]]:
-    from agents import SQLiteSession
-
-    from integrations.openai_agents import SessionlogSession
-
-    root = ctx.tmp / name
-    root.mkdir(parents=True, exist_ok=True)
-    ours = SessionlogSession("bench", store=root / "sessionlog")
-    theirs = SQLiteSession("bench", root / "sqlite.db")
-
-    def close() -> None:
-        loop.run(ours.store.aclose())
-        theirs.close()
-        shutil.rmtree(root, ignore_errors=True)
-
-    return ours, theirs, close
-
-
-def oa_append(ctx: Context) -> list[Result]:
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, close = _oa_pair(ctx, "oa_append", loop)
-    turns = [turn_items(t) for t in range(sizes.turns)]
-
-    def rounds(session: Any) -> Callable[[], Sample]:
-        def one() -> Sample:
-            batches = iter(turns)
-            return _timed(
-                loop, lambda: session.add_items(next(batches)), len(turns), units=4 * len(turns)
-            )
-
-        return one
-
-    try:
-        result = compare(
-            name="oa_append",
-            description=f"OpenAI Agents add_items of one 4-item turn, durable, {sizes.turns} turns",
-            unit="items/s",
-            baseline=rounds(theirs),
-            subject=rounds(ours),
-            baseline_description="the SDK's SQLiteSession on a file (WAL, its defaults)",
-            rounds=sizes.rounds,
-            target=AHEAD,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
-        )
-    finally:
-        close()
-        loop.close()
+def _compare(
+    ctx: Context,
+    name: str,
+    description: str,
+    unit: str,
+    *,
+    baseline: Callable[[], Sample],
+    subject: Callable[[], Sample],
+    baseline_description: str,
+    target: Target = AHEAD,
+    per: str | None = None,
+    warmup: int = 1,
+    rounds: int | None = None,
+) -> list[Result]:
+    """One row: `compare` with the suite's rounds, budget and progress."""
+    result = compare(
+        name=name,
+        description=description,
+        unit=unit,
+        baseline=baseline,
+        subject=subject,
+        baseline_description=baseline_description,
+        rounds=ctx.sizes.rounds if rounds is None else rounds,
+        target=target,
+        warmup=warmup,
+        budget_s=ctx.sizes.budget_s,
+        progress=ctx.progress,
+    )
+    if per is not None:
+        result.per = per
     return [result]
-
-
-def oa_last20(ctx: Context) -> list[Result]:
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, close = _oa_pair(ctx, "oa_last20", loop)
-    data = items(sizes.big)
-    try:
-        # Stored as a run stores them, one add_items (one event, one row each) per 4-item turn;
-        # built in one commit per side so the set-up does not take thousands of fsyncs.
-        store = ours.store.store
-        store.open_session(ours.session_id)
-        with store.transaction():
-            for first in range(0, len(data), 4):
-                turn = [{"item": item} for item in data[first : first + 4]]
-                store.inject_many(ours.session_id, turn)
-        for first in range(0, len(data), 1_000):
-            loop.run(theirs.add_items(data[first : first + 1_000]))
-        assert loop.run(ours.get_items(20)) == loop.run(theirs.get_items(20)) == data[-20:]
-        result = compare(
-            name="oa_last20",
-            description=f"OpenAI Agents get_items(20) of a {sizes.big:,}-item session",
-            unit="reads/s",
-            baseline=lambda: _timed(loop, lambda: theirs.get_items(20), sizes.calls),
-            subject=lambda: _timed(loop, lambda: ours.get_items(20), sizes.calls),
-            baseline_description="the SDK's SQLiteSession (an index on session and id)",
-            rounds=sizes.rounds,
-            target=AHEAD,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
-        )
-        result.per = "read"
-    finally:
-        close()
-        loop.close()
-    return [result]
-
-
-def oa_fork(ctx: Context) -> list[Result]:
-    from agents import SQLiteSession
-
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, close = _oa_pair(ctx, "oa_fork", loop)
-    data = items(sizes.fork_items)
-    loop.run(ours.add_items(data))
-    loop.run(theirs.add_items(data))
-    copies = [0]
-
-    async def copy() -> None:  # SQLiteSession cannot branch: read the history, write a new one
-        copies[0] += 1
-        branch = SQLiteSession(f"branch-{copies[0]}", theirs.db_path)
-        await branch.add_items(await theirs.get_items())
-        branch.close()
-
-    try:
-        result = compare(
-            name="oa_fork",
-            description=f"OpenAI Agents branch of a {sizes.fork_items:,}-item session",
-            unit="forks/s",
-            baseline=lambda: _timed(loop, copy, max(sizes.calls // 10, 2)),
-            subject=lambda: _timed(loop, ours.fork, sizes.calls),
-            baseline_description="copying its items into a new SQLiteSession",
-            rounds=sizes.rounds,
-            target=FORK_TARGET,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
-        )
-        result.per = "fork"
-    finally:
-        close()
-        loop.close()
-    return [result]
-
-
-def oa_bytes(ctx: Context) -> list[Result]:
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, _ = _oa_pair(ctx, "oa_bytes", loop)
-    try:
-        for turn in range(sizes.fork_items // 4):  # one commit per turn, as a run writes them
-            batch = turn_items(turn)
-            loop.run(ours.add_items(batch))
-            loop.run(theirs.add_items(batch))
-        loop.run(ours.store.aclose())
-        theirs.close()
-        ours_bytes = disk_bytes(ctx.tmp / "oa_bytes" / "sessionlog")
-        theirs_bytes = disk_bytes(ctx.tmp / "oa_bytes") - ours_bytes
-    finally:
-        shutil.rmtree(ctx.tmp / "oa_bytes", ignore_errors=True)
-        loop.close()
-    return [
-        _bytes_result(
-            "oa_bytes",
-            "OpenAI Agents",
-            sizes.fork_items,
-            ours_bytes,
-            theirs_bytes,
-            "the SDK's SQLiteSession file (and its WAL)",
-        )
-    ]
 
 
 def _bytes_result(
     name: str, framework: str, count: int, ours: int, theirs: int, baseline: str
-) -> Result:
+) -> list[Result]:
     """On-disk size as items per MB, a rate like every other row (higher is better)."""
     ours_rate, theirs_rate = count / (ours / 1e6), count / (theirs / 1e6)
-    return Result(
+    result = Result(
         name=name,
         description=f"{framework}: bytes on disk after {count:,} items",
         unit="items/MB",
@@ -310,6 +229,120 @@ def _bytes_result(
         ours_rounds=[ours_rate],
         baseline_rounds=[theirs_rate],
         notes={"ours_bytes": ours, "baseline_bytes": theirs, "items": count},
+    )
+    return [result]
+
+
+# OpenAI Agents SDK
+
+
+def _oa(root: Path, loop: _Loop) -> _Pair:
+    from agents import SQLiteSession
+
+    from integrations.openai_agents import SessionlogSession
+
+    ours = SessionlogSession("bench", store=root / "sessionlog")
+    theirs = SQLiteSession("bench", root / "sqlite.db")
+    return _Pair(root, loop, ours, theirs, [lambda: loop.run(ours.store.aclose()), theirs.close])
+
+
+def oa_append(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    turns = [turn_items(t) for t in range(sizes.turns)]
+    with _paired(ctx, "oa_append", _oa) as pair:
+
+        def rounds(session: Any) -> Callable[[], Sample]:
+            def one() -> Sample:
+                batches = iter(turns)
+                add = lambda: session.add_items(next(batches))  # noqa: E731
+                return _timed(pair.loop, add, len(turns), units=4 * len(turns))
+
+            return one
+
+        return _compare(
+            ctx,
+            "oa_append",
+            f"OpenAI Agents add_items of one 4-item turn, durable, {sizes.turns} turns",
+            "items/s",
+            baseline=rounds(pair.theirs),
+            subject=rounds(pair.ours),
+            baseline_description="the SDK's SQLiteSession on a file (WAL, its defaults)",
+        )
+
+
+def oa_last20(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    data = items(sizes.big)
+    with _paired(ctx, "oa_last20", _oa) as pair:
+        ours, theirs, loop = pair.ours, pair.theirs, pair.loop
+        # Stored as a run stores them, one add_items (one event, one row each) per 4-item turn;
+        # built in one commit per side so the set-up does not take thousands of fsyncs.
+        store = ours.store.store
+        store.open_session(ours.session_id)
+        with store.transaction():
+            for first in range(0, len(data), 4):
+                turn = [{"item": item} for item in data[first : first + 4]]
+                store.inject_many(ours.session_id, turn)
+        for first in range(0, len(data), 1_000):
+            loop.run(theirs.add_items(data[first : first + 1_000]))
+        assert loop.run(ours.get_items(20)) == loop.run(theirs.get_items(20)) == data[-20:]
+        return _compare(
+            ctx,
+            "oa_last20",
+            f"OpenAI Agents get_items(20) of a {sizes.big:,}-item session",
+            "reads/s",
+            baseline=lambda: _timed(loop, lambda: theirs.get_items(20), sizes.calls),
+            subject=lambda: _timed(loop, lambda: ours.get_items(20), sizes.calls),
+            baseline_description="the SDK's SQLiteSession (an index on session and id)",
+            per="read",
+        )
+
+
+def oa_fork(ctx: Context) -> list[Result]:
+    from agents import SQLiteSession
+
+    sizes = ctx.sizes
+    data = items(sizes.fork_items)
+    with _paired(ctx, "oa_fork", _oa) as pair:
+        ours, theirs, loop = pair.ours, pair.theirs, pair.loop
+        loop.run(ours.add_items(data))
+        loop.run(theirs.add_items(data))
+        copies = [0]
+
+        async def copy() -> None:  # SQLiteSession cannot branch: read the history, write anew
+            copies[0] += 1
+            branch = SQLiteSession(f"branch-{copies[0]}", theirs.db_path)
+            await branch.add_items(await theirs.get_items())
+            branch.close()
+
+        return _compare(
+            ctx,
+            "oa_fork",
+            f"OpenAI Agents branch of a {sizes.fork_items:,}-item session",
+            "forks/s",
+            baseline=lambda: _timed(loop, copy, max(sizes.calls // 10, 2)),
+            subject=lambda: _timed(loop, ours.fork, sizes.calls),
+            baseline_description="copying its items into a new SQLiteSession",
+            target=FORK_TARGET,
+            per="fork",
+        )
+
+
+def oa_bytes(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    with _paired(ctx, "oa_bytes", _oa) as pair:
+        for turn in range(sizes.fork_items // 4):  # one commit per turn, as a run writes them
+            batch = turn_items(turn)
+            pair.loop.run(pair.ours.add_items(batch))
+            pair.loop.run(pair.theirs.add_items(batch))
+        ours_bytes, theirs_bytes = pair.disk_bytes()
+    return _bytes_result(
+        "oa_bytes",
+        "OpenAI Agents",
+        sizes.fork_items,
+        ours_bytes,
+        theirs_bytes,
+        "the SDK's SQLiteSession file (and its WAL)",
     )
 
 
@@ -331,135 +364,67 @@ def adk_event(index: int, *, delta: bool = True) -> Any:
     )
 
 
-def _adk_pair(ctx: Context, name: str) -> tuple[Any, Any, Path]:
+def _adk(root: Path, loop: _Loop) -> _Pair:
     from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
     from integrations.adk import SessionlogSessionService
 
-    root = ctx.tmp / name
-    root.mkdir(parents=True, exist_ok=True)
     ours = SessionlogSessionService(root / "sessionlog")
     theirs = SqliteSessionService(str(root / "adk.db"))
-    return ours, theirs, root
+    closers = [lambda: loop.run(ours.store.aclose()), lambda: loop.run(theirs.close())]
+    return _Pair(root, loop, ours, theirs, closers)
 
 
-def _adk_close(loop: _Loop, ours: Any, theirs: Any, root: Path) -> None:
-    loop.run(ours.store.aclose())
-    loop.run(theirs.close())
-    shutil.rmtree(root, ignore_errors=True)
+def _adk_session(pair: _Pair, service: Any, session_id: str | None = None) -> Any:
+    create = service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id=session_id)
+    return pair.loop.run(create)
 
 
 def adk_append(ctx: Context) -> list[Result]:
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, root = _adk_pair(ctx, "adk_append")
-    sessions = {
-        id(service): loop.run(service.create_session(app_name=ADK_APP, user_id=ADK_USER))
-        for service in (ours, theirs)
-    }
-    counter = [0]
+    with _paired(ctx, "adk_append", _adk) as pair:
+        counter = [0]
 
-    def rounds(service: Any) -> Callable[[], Sample]:
-        session = sessions[id(service)]
+        def rounds(service: Any) -> Callable[[], Sample]:
+            session = _adk_session(pair, service)
 
-        async def one() -> None:
-            counter[0] += 1
-            await service.append_event(session, adk_event(counter[0]))
+            async def one() -> None:
+                counter[0] += 1
+                await service.append_event(session, adk_event(counter[0]))
 
-        return lambda: _timed(loop, one, sizes.turns)
+            return lambda: _timed(pair.loop, one, ctx.sizes.turns)
 
-    try:
-        result = compare(
-            name="adk_append",
-            description="ADK append_event with a state delta, durable",
-            unit="events/s",
-            baseline=rounds(theirs),
-            subject=rounds(ours),
+        return _compare(
+            ctx,
+            "adk_append",
+            "ADK append_event with a state delta, durable",
+            "events/s",
+            baseline=rounds(pair.theirs),
+            subject=rounds(pair.ours),
             baseline_description="ADK's SqliteSessionService on a file (its defaults)",
-            rounds=sizes.rounds,
-            target=AHEAD,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
         )
-    finally:
-        _adk_close(loop, ours, theirs, root)
-        loop.close()
-    return [result]
 
 
-def _adk_fill(loop: _Loop, service: Any, session: Any, count: int) -> None:
-    for index in range(count):
-        loop.run(service.append_event(session, adk_event(index, delta=False)))
-
-
-def _adk_fill_ours(service: Any, session: Any, count: int) -> None:
-    """The same events as `append_event` stores them, in one commit (set-up, not measured)."""
-    store = service.store.store
-    session._storage_update_marker = None
-    session.last_update_time = float("inf")  # the stale check passes on a marker-less copy
-    with store.transaction():
-        for index in range(count):
-            event = adk_event(index, delta=False)
-            service._append(session, event, event.model_dump(mode="python", exclude_none=True))
-
-
-def adk_last20(ctx: Context) -> list[Result]:
-    from google.adk.sessions.base_session_service import GetSessionConfig
-
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, root = _adk_pair(ctx, "adk_last20")
-    config = GetSessionConfig(num_recent_events=20)
-    try:
-        mine = loop.run(ours.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
-        _adk_fill_ours(ours, mine, sizes.big)
-        _adk_fill_sqlite(loop, theirs, sizes.big)
-
-        def read(service: Any) -> Callable[[], Any]:
-            return lambda: service.get_session(
-                app_name=ADK_APP, user_id=ADK_USER, session_id="s", config=config
-            )
-
-        got = [loop.run(read(service)()) for service in (ours, theirs)]
-        assert [len(g.events) for g in got] == [20, 20]
-        result = compare(
-            name="adk_last20",
-            description=f"ADK get_session(num_recent_events=20), {sizes.big:,} events",
-            unit="reads/s",
-            baseline=lambda: _timed(loop, read(theirs), sizes.calls),
-            subject=lambda: _timed(loop, read(ours), sizes.calls),
-            baseline_description="ADK's SqliteSessionService (ORDER BY timestamp DESC LIMIT 20)",
-            rounds=sizes.rounds,
-            target=AHEAD,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
-        )
-        result.per = "read"
-    finally:
-        _adk_close(loop, ours, theirs, root)
-        loop.close()
-    return [result]
-
-
-def _adk_fill_sqlite(loop: _Loop, service: Any, count: int) -> None:
-    """The rows `append_event` writes, inserted in one transaction (set-up, not measured)."""
+def _adk_fill(pair: _Pair, count: int) -> None:
+    """Session "s" of `count` events on each side, as `append_event` stores them, in one commit
+    per side (set-up, not measured)."""
     import sqlite3
 
-    loop.run(service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
+    ours, theirs = pair.ours, pair.theirs
+    mine = _adk_session(pair, ours, "s")
+    mine._storage_update_marker = None
+    mine.last_update_time = float("inf")  # the stale check passes on a marker-less copy
+    with ours.store.store.transaction():
+        for index in range(count):
+            event = adk_event(index, delta=False)
+            ours._append(mine, event, event.model_dump(mode="python", exclude_none=True))
+    _adk_session(pair, theirs, "s")
     rows = []
     for index in range(count):
         event = adk_event(index, delta=False)
         event.timestamp = 1_000_000.0 + index
-        rows.append(
-            (
-                event.id,
-                ADK_APP,
-                ADK_USER,
-                "s",
-                event.invocation_id,
-                event.timestamp,
-                event.model_dump_json(exclude_none=True),
-            )
-        )
-    with sqlite3.connect(service._db_path) as db:
+        fields = (event.id, ADK_APP, ADK_USER, "s", event.invocation_id, event.timestamp)
+        rows.append((*fields, event.model_dump_json(exclude_none=True)))
+    with sqlite3.connect(theirs._db_path) as db:
         db.executemany(
             "INSERT INTO events (id, app_name, user_id, session_id, invocation_id, timestamp,"
             " event_data) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -467,15 +432,41 @@ def _adk_fill_sqlite(loop: _Loop, service: Any, count: int) -> None:
         )
 
 
+def adk_last20(ctx: Context) -> list[Result]:
+    from google.adk.sessions.base_session_service import GetSessionConfig
+
+    sizes = ctx.sizes
+    config = GetSessionConfig(num_recent_events=20)
+    with _paired(ctx, "adk_last20", _adk) as pair:
+        _adk_fill(pair, sizes.big)
+
+        def read(service: Any) -> Callable[[], Any]:
+            return lambda: service.get_session(
+                app_name=ADK_APP, user_id=ADK_USER, session_id="s", config=config
+            )
+
+        got = [pair.loop.run(read(service)()) for service in (pair.ours, pair.theirs)]
+        assert [len(g.events) for g in got] == [20, 20]
+        return _compare(
+            ctx,
+            "adk_last20",
+            f"ADK get_session(num_recent_events=20), {sizes.big:,} events",
+            "reads/s",
+            baseline=lambda: _timed(pair.loop, read(pair.theirs), sizes.calls),
+            subject=lambda: _timed(pair.loop, read(pair.ours), sizes.calls),
+            baseline_description="ADK's SqliteSessionService (ORDER BY timestamp DESC LIMIT 20)",
+            per="read",
+        )
+
+
 def adk_fork(ctx: Context) -> list[Result]:
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, root = _adk_pair(ctx, "adk_fork")
-    copies = [0]
-    try:
-        mine = loop.run(ours.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
-        _adk_fill_ours(ours, mine, sizes.fork_items)
-        _adk_fill_sqlite(loop, theirs, sizes.fork_items)
-        source = loop.run(theirs.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s"))
+    sizes = ctx.sizes
+    with _paired(ctx, "adk_fork", _adk) as pair:
+        ours, theirs = pair.ours, pair.theirs
+        _adk_fill(pair, sizes.fork_items)
+        get = theirs.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s")
+        source = pair.loop.run(get)
+        copies = [0]
 
         async def copy() -> None:  # ADK cannot fork: a new session, every event appended
             copies[0] += 1
@@ -488,67 +479,48 @@ def adk_fork(ctx: Context) -> list[Result]:
         async def fork() -> None:
             await ours.fork_session(app_name=ADK_APP, user_id=ADK_USER, session_id="s")
 
-        result = compare(
-            name="adk_fork",
-            description=f"ADK branch of a {sizes.fork_items:,}-event session",
-            unit="forks/s",
-            baseline=lambda: _timed(loop, copy, 1),
-            subject=lambda: _timed(loop, fork, sizes.calls // 5 or 1),
+        return _compare(
+            ctx,
+            "adk_fork",
+            f"ADK branch of a {sizes.fork_items:,}-event session",
+            "forks/s",
+            baseline=lambda: _timed(pair.loop, copy, 1),
+            subject=lambda: _timed(pair.loop, fork, sizes.calls // 5 or 1),
             baseline_description="a new SqliteSessionService session, one append_event per event",
-            rounds=sizes.rounds,
             target=FORK_TARGET,
+            per="fork",
             warmup=0,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
         )
-        result.per = "fork"
-    finally:
-        _adk_close(loop, ours, theirs, root)
-        loop.close()
-    return [result]
 
 
 def adk_bytes(ctx: Context) -> list[Result]:
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, root = _adk_pair(ctx, "adk_bytes")
-    try:
-        sessions = [
-            loop.run(service.create_session(app_name=ADK_APP, user_id=ADK_USER))
-            for service in (ours, theirs)
-        ]
-        for service, session in zip((ours, theirs), sessions, strict=True):
-            _adk_fill(loop, service, session, sizes.fork_items)
-        loop.run(ours.store.aclose())
-        loop.run(theirs.close())
-        ours_bytes = disk_bytes(root / "sessionlog")
-        theirs_bytes = disk_bytes(root) - ours_bytes
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        loop.close()
-    return [
-        _bytes_result(
-            "adk_bytes",
-            "Google ADK",
-            sizes.fork_items,
-            ours_bytes,
-            theirs_bytes,
-            "ADK's SqliteSessionService file",
-        )
-    ]
+    sizes = ctx.sizes
+    with _paired(ctx, "adk_bytes", _adk) as pair:
+        for service in (pair.ours, pair.theirs):
+            session = _adk_session(pair, service)
+            for index in range(sizes.fork_items):
+                pair.loop.run(service.append_event(session, adk_event(index, delta=False)))
+        ours_bytes, theirs_bytes = pair.disk_bytes()
+    return _bytes_result(
+        "adk_bytes",
+        "Google ADK",
+        sizes.fork_items,
+        ours_bytes,
+        theirs_bytes,
+        "ADK's SqliteSessionService file",
+    )
 
 
 def adk_list(ctx: Context) -> list[Result]:
     import sqlite3
 
-    sizes, loop = ctx.sizes, _Loop()
-    ours, theirs, root = _adk_pair(ctx, "adk_list")
-    count = sizes.big
-    try:
-        store = ours.store.store
-        with store.transaction():
+    count = ctx.sizes.big
+    with _paired(ctx, "adk_list", _adk) as pair:
+        ours, theirs = pair.ours, pair.theirs
+        with ours.store.store.transaction():
             for index in range(count):
                 ours._create(ADK_APP, f"user-{index % 100}", f"s-{index}", {"n": index})
-        loop.run(theirs.create_session(app_name=ADK_APP, user_id="user-0", session_id="s-0"))
+        pair.loop.run(theirs.create_session(app_name=ADK_APP, user_id="user-0", session_id="s-0"))
         with sqlite3.connect(theirs._db_path) as db:
             db.executemany(
                 "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time)"
@@ -562,25 +534,19 @@ def adk_list(ctx: Context) -> list[Result]:
         def listing(service: Any) -> Callable[[], Any]:
             return lambda: service.list_sessions(app_name=ADK_APP)
 
-        sizes_seen = [len(loop.run(listing(s)()).sessions) for s in (ours, theirs)]
+        sizes_seen = [len(pair.loop.run(listing(s)()).sessions) for s in (ours, theirs)]
         assert sizes_seen == [count, count], sizes_seen
-        result = compare(
-            name="adk_list",
-            description=f"ADK list_sessions of an app with {count:,} sessions",
-            unit="lists/s",
-            baseline=lambda: _timed(loop, listing(theirs), 3),
-            subject=lambda: _timed(loop, listing(ours), 3),
+        return _compare(
+            ctx,
+            "adk_list",
+            f"ADK list_sessions of an app with {count:,} sessions",
+            "lists/s",
+            baseline=lambda: _timed(pair.loop, listing(theirs), 3),
+            subject=lambda: _timed(pair.loop, listing(ours), 3),
             baseline_description="ADK's SqliteSessionService",
-            rounds=sizes.rounds,
             target=Target("absolute", 1 / 0.100, ratio_minimum=1.0),
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
+            per="list",
         )
-        result.per = "list"
-    finally:
-        _adk_close(loop, ours, theirs, root)
-        loop.close()
-    return [result]
 
 
 # LangGraph
@@ -616,131 +582,101 @@ class _LgThread:
         )
 
 
-def _lg_pair(ctx: Context, name: str) -> tuple[Any, Any, Path]:
+def _lg(root: Path, loop: _Loop) -> _Pair:
     import sqlite3
 
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from integrations.langgraph import SessionlogSaver
 
-    root = ctx.tmp / name
-    root.mkdir(parents=True, exist_ok=True)
     ours = SessionlogSaver(root / "sessionlog")
     theirs = SqliteSaver(sqlite3.connect(root / "lg.db", check_same_thread=False))
-    return ours, theirs, root
+    return _Pair(root, loop, ours, theirs, [ours.store.close, theirs.conn.close])
 
 
-def _lg_close(ours: Any, theirs: Any, root: Path) -> None:
-    ours.store.close()
-    theirs.conn.close()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _lg_grown(ctx: Context, name: str) -> tuple[Any, Any, Path, list[_LgThread]]:
-    ours, theirs, root = _lg_pair(ctx, name)
-    threads = [_LgThread(saver, "t") for saver in (ours, theirs)]
-    for _ in range(ctx.sizes.lg_steps):
-        for thread in threads:
-            thread.step()
-    return ours, theirs, root, threads
-
-
-def _plain(call: Callable[[], Any], count: int) -> Sample:
-    with Stopwatch() as watch:
-        for _ in range(count):
-            call()
-    return watch.sample(count)
+@contextmanager
+def _lg_grown(ctx: Context, name: str) -> Iterator[tuple[_Pair, list[_LgThread]]]:
+    """Both savers holding a thread "t" of `lg_steps` checkpoints."""
+    with _paired(ctx, name, _lg) as pair:
+        threads = [_LgThread(saver, "t") for saver in (pair.ours, pair.theirs)]
+        for _ in range(ctx.sizes.lg_steps):
+            for thread in threads:
+                thread.step()
+        yield pair, threads
 
 
 def lg_put(ctx: Context) -> list[Result]:
     sizes = ctx.sizes
-    ours, theirs, root, threads = _lg_grown(ctx, "lg_put")
-    try:
-        result = compare(
-            name="lg_put",
-            description=f"LangGraph put, durable, on a thread of {sizes.lg_steps:,}+ checkpoints",
-            unit="puts/s",
+    with _lg_grown(ctx, "lg_put") as (_, threads):
+        return _compare(
+            ctx,
+            "lg_put",
+            f"LangGraph put, durable, on a thread of {sizes.lg_steps:,}+ checkpoints",
+            "puts/s",
             baseline=lambda: _plain(threads[1].step, sizes.turns),
             subject=lambda: _plain(threads[0].step, sizes.turns),
             baseline_description="LangGraph's SqliteSaver on a file (WAL, its defaults)",
-            rounds=sizes.rounds,
-            target=AHEAD,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
         )
-    finally:
-        _lg_close(ours, theirs, root)
-    return [result]
 
 
 def lg_latest(ctx: Context) -> list[Result]:
     sizes = ctx.sizes
-    ours, theirs, root, _ = _lg_grown(ctx, "lg_latest")
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    try:
+    with _lg_grown(ctx, "lg_latest") as (pair, _):
+        ours, theirs = pair.ours, pair.theirs
         got = [s.get_tuple(config).checkpoint["channel_values"]["messages"] for s in (ours, theirs)]
         assert got[0] == got[1] and len(got[0]) == sizes.lg_steps
-        result = compare(
-            name="lg_latest",
-            description=f"LangGraph get_tuple, latest of {sizes.lg_steps:,} checkpoints",
-            unit="reads/s",
+        return _compare(
+            ctx,
+            "lg_latest",
+            f"LangGraph get_tuple, latest of {sizes.lg_steps:,} checkpoints",
+            "reads/s",
             baseline=lambda: _plain(lambda: theirs.get_tuple(config), sizes.calls // 5 or 1),
             subject=lambda: _plain(lambda: ours.get_tuple(config), sizes.calls // 5 or 1),
             baseline_description="LangGraph's SqliteSaver",
-            rounds=sizes.rounds,
-            target=AHEAD,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
+            per="read",
         )
-        result.per = "read"
-    finally:
-        _lg_close(ours, theirs, root)
-    return [result]
 
 
 def lg_copy(ctx: Context) -> list[Result]:
     sizes = ctx.sizes
-    ours, theirs, root, _ = _lg_grown(ctx, "lg_copy")
     source = {"configurable": {"thread_id": "t"}}
     copies = [0]
+    with _lg_grown(ctx, "lg_copy") as (pair, _):
+        ours, theirs = pair.ours, pair.theirs
 
-    def copy() -> None:  # SqliteSaver cannot copy a thread: read each checkpoint, put it again
-        copies[0] += 1
-        target = f"copy-{copies[0]}"
-        for found in reversed(list(theirs.list(source))):
-            parent = (
-                found.parent_config["configurable"]["checkpoint_id"]
-                if found.parent_config
-                else None
-            )
-            config = {"configurable": {"thread_id": target, "checkpoint_ns": ""}}
-            if parent:
-                config["configurable"]["checkpoint_id"] = parent
-            versions = found.checkpoint["channel_versions"]
-            theirs.put(config, found.checkpoint, found.metadata, versions)
+        def copy() -> None:  # SqliteSaver cannot copy a thread: read each checkpoint, put again
+            copies[0] += 1
+            target = f"copy-{copies[0]}"
+            for found in reversed(list(theirs.list(source))):
+                parent = (
+                    found.parent_config["configurable"]["checkpoint_id"]
+                    if found.parent_config
+                    else None
+                )
+                config = {"configurable": {"thread_id": target, "checkpoint_ns": ""}}
+                if parent:
+                    config["configurable"]["checkpoint_id"] = parent
+                versions = found.checkpoint["channel_versions"]
+                theirs.put(config, found.checkpoint, found.metadata, versions)
 
-    def fork() -> None:
-        copies[0] += 1
-        ours.copy_thread("t", f"copy-{copies[0]}")
+        def fork() -> None:
+            copies[0] += 1
+            ours.copy_thread("t", f"copy-{copies[0]}")
 
-    try:
-        result = compare(
-            name="lg_copy",
-            description=f"LangGraph copy_thread of a {sizes.lg_steps:,}-checkpoint thread",
-            unit="copies/s",
+        return _compare(
+            ctx,
+            "lg_copy",
+            f"LangGraph copy_thread of a {sizes.lg_steps:,}-checkpoint thread",
+            "copies/s",
             baseline=lambda: _plain(copy, 1),
             subject=lambda: _plain(fork, sizes.calls // 5 or 1),
             baseline_description="reading every SqliteSaver checkpoint and putting it again",
-            rounds=min(sizes.rounds, 5),
             target=FORK_TARGET,
+            per="copy",
             warmup=0,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
+            rounds=min(sizes.rounds, 5),
         )
-        result.per = "copy"
-    finally:
-        _lg_close(ours, theirs, root)
-    return [result]
 
 
 def lg_bytes(ctx: Context) -> list[Result]:
@@ -749,10 +685,10 @@ def lg_bytes(ctx: Context) -> list[Result]:
     from integrations.langgraph import thread_key
 
     sizes = ctx.sizes
-    ours, theirs, root = _lg_pair(ctx, "lg_bytes")
-    threads = [_LgThread(saver, "t") for saver in (ours, theirs)]
-    data = root / "sessionlog" / "data.mdb"
-    try:
+    with _paired(ctx, "lg_bytes", _lg) as pair:
+        ours = pair.ours
+        threads = [_LgThread(saver, "t") for saver in (ours, pair.theirs)]
+        data = pair.root / "sessionlog" / "data.mdb"
         for step in range(sizes.lg_steps):
             if step == sizes.lg_steps - 100:
                 before = data.stat().st_blocks * 512
@@ -762,13 +698,8 @@ def lg_bytes(ctx: Context) -> list[Result]:
         last = ours.store.messages(thread_key("t"), last=1)[0]["item"]
         item_bytes = len(msgspec.msgpack.encode(last))
         new_message = len(ours.serde.dumps_typed([_lg_message(sizes.lg_steps - 1)])[1])
-        ours.store.close()
-        theirs.conn.close()
-        ours_bytes = disk_bytes(root / "sessionlog")
-        theirs_bytes = disk_bytes(root) - ours_bytes
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result = _bytes_result(
+        ours_bytes, theirs_bytes = pair.disk_bytes()
+    [result] = _bytes_result(
         "lg_bytes",
         "LangGraph",
         sizes.lg_steps,
@@ -806,8 +737,4 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names)

@@ -29,20 +29,19 @@ from pathlib import Path
 
 import httpx
 
+from bench import _scaffold
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from sessions import SessionStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@dataclass(frozen=True)
-class Sizes:
-    rounds: int
+@dataclass(frozen=True, kw_only=True)
+class Sizes(_scaffold.Sizes):
     injects: int  # sequential injects per round
     concurrent_injects: int  # injects per round, spread over 64 clients
     streams: int
     deliveries: int  # injects whose delivery to every stream is timed
-    budget_s: float
 
 
 FULL = Sizes(
@@ -51,15 +50,7 @@ FULL = Sizes(
 QUICK = Sizes(rounds=3, injects=50, concurrent_injects=256, streams=200, deliveries=5, budget_s=30)
 
 
-@dataclass
-class Context:
-    tmp: Path
-    sizes: Sizes
-    progress: bool = True
-
-    def note(self, text: str) -> None:
-        if self.progress:
-            print(text, flush=True)
+Context = _scaffold.Context[Sizes]
 
 
 class _Server:
@@ -356,11 +347,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run(ctx: Context, names: Sequence[str]) -> list[Result]:
-    results: list[Result] = []
-    for name in names:
-        ctx.note(f"{name}:")
-        results.extend(BENCHMARKS[name](ctx))
-    return results
+    return _scaffold.run(BENCHMARKS, ctx, names)
 
 
 def summary(results: Sequence[Result]) -> str:
