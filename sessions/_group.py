@@ -110,6 +110,7 @@ class GroupCommit:
         self._arrived = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
         self._gathering = False
+        self._awaited = 1
         self._last_batch = 1
         self._queue: list[_Slot] = []
         self._leading = False
@@ -196,8 +197,8 @@ class GroupCommit:
             self._queue.append(slot)
             if not self._leading:
                 self._leading = slot.lead = True
-            elif self._gathering:
-                self._arrived.notify()  # the leader waits for the next command to run
+            elif self._gathering and len(self._queue) >= self._awaited:
+                self._arrived.notify()  # the leader waits for this many before it runs them
         return slot.lead
 
     @staticmethod
@@ -269,15 +270,20 @@ class GroupCommit:
         `deadline` if none is (the writers of the previous batch are on their way back: see
         `GATHER_S`); whether any came. A solo command waits for a commit of its own."""
         with self._lock:
-            while not self._queue:
+            # Woken for every second command still missing, not for each: a wake-up costs a
+            # thread switch, and the commands already queued then run in one go.
+            self._awaited = max(1, (wanted - len(batch)) // 2)
+            while len(self._queue) < self._awaited:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    break
                 self._gathering = True
                 try:
                     self._arrived.wait(left)
                 finally:
                     self._gathering = False
+            if not self._queue:
+                return False
             if self._queue[0].solo:
                 return False
             batch.extend(self._take(min(BATCH_MAX, wanted) - len(batch)))

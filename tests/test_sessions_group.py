@@ -239,12 +239,15 @@ def acknowledged(lines: list[str]) -> dict[int, int]:
     return done
 
 
-def test_sigkilled_group_writers_lose_nothing_acknowledged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["threads", "tasks"])
+def test_sigkilled_group_writers_lose_nothing_acknowledged(tmp_path: Path, mode: str) -> None:
+    # 16 writer threads calling the store, or 16 asyncio tasks awaiting `sessions.aio`.
     path = tmp_path / "store"
     rng = random.Random(20_261_125)
     total = 0
     for round_no in range(KILLS):
-        writer = start_writer(WRITER, "cmd", [str(path), str(round_no)], tmp_path / "stderr")
+        args = [str(path), str(round_no), mode]
+        writer = start_writer(WRITER, "cmd", args, tmp_path / "stderr")
         kill_at_random_moment(writer, rng, PLAN)
         acked = acknowledged(writer.lines)
         total += sum(acked.values())
