@@ -8,6 +8,8 @@ a bundle), and `tokens`
 (bench/tokens_bench.py, bearer-session get and durable touch), and `runtime`
 (bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
 `context` (bench/context_bench.py, the context view of a 10,000-message session), and
+`crypt` (bench/crypt_bench.py, durable inject and cold snapshot on an encrypted store against a
+plain one), and
 `service` (bench/service_bench.py, the HTTP service against the in-process engine), and
 `postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB), and
 `integrations` (bench/integrations_bench.py, the framework backends against each framework's own
@@ -40,6 +42,7 @@ from typing import Any
 
 from bench import (
     context_bench,
+    crypt_bench,
     engine_bench,
     integrations_bench,
     log_bench,
@@ -121,6 +124,13 @@ SUITES = (
         runtime_bench.QUICK,
         _plain(runtime_bench),
         summary=runtime_bench.summary,
+    ),
+    Suite(
+        "crypt",
+        list(crypt_bench.BENCHMARKS),
+        crypt_bench.FULL,
+        crypt_bench.QUICK,
+        _plain(crypt_bench),
     ),
     Suite(
         "context",

@@ -73,6 +73,9 @@ _VALUES: dict[type[ev.Event], tuple[str, ...]] = {
 SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES))
 
 
+_M = b"message"
+
+
 def _aad(header: bytes, label: str) -> bytes:
     return header + label.encode()
 
@@ -141,10 +144,26 @@ class Sealer:
         if state.forgotten:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
         keys = _Keys(self.keyring, state.key_slot, verb)
+        found, unpack = keys.found, _HEADER.unpack_from
+        size, body_at, decode = _HEADER.size, _HEADER.size + NONCE_BYTES, _MESSAGES_CODEC.decode
 
         def open_message(message: ev.Message, position: int, index: int) -> ev.Message:
-            if message.sealed is None:
+            # The common case inline (a snapshot opens thousands); anything unusual (a short or
+            # moved ciphertext, a key not yet looked up or destroyed) takes `open_message_at`.
+            blob = message.sealed
+            if blob is None:
                 return message
+            if len(blob) > body_at:
+                form, slot, at, at_index = unpack(blob)
+                key = found.get(slot)
+                if key is not None and (form, at, at_index) == (_FORMAT, position, index):
+                    try:
+                        plain = key.decrypt(blob[size:body_at], blob[body_at:], blob[:size] + _M)
+                    except InvalidTag:
+                        pass  # the slow path names what is wrong
+                    else:
+                        found_message: ev.Message = decode(plain)
+                        return found_message
             return open_message_at(keys, message, position, index)
 
         return open_message
@@ -208,17 +227,17 @@ class _Keys:
     """The data keys one read needs: the session's own (which reading checked is not forgotten)
     and its ancestors', whose slots are read again, since another process may have shredded them."""
 
-    __slots__ = ("_found", "keyring", "own", "verb")
+    __slots__ = ("found", "keyring", "own", "verb")
 
     def __init__(self, keyring: Keyring, own: int, verb: str) -> None:
         self.keyring, self.own, self.verb = keyring, own, verb
-        self._found: dict[int, AESGCM | None] = {}
+        self.found: dict[int, AESGCM | None] = {}
 
     def get(self, slot: int) -> AESGCM | None:
-        if slot in self._found:
-            return self._found[slot]
+        if slot in self.found:
+            return self.found[slot]
         key = self.keyring.key(slot, self.verb, fresh=slot != self.own)
-        self._found[slot] = key
+        self.found[slot] = key
         return key
 
     def open(self, blob: bytes, label: str, check: Callable[[int, int], None] | None) -> Any:
