@@ -108,13 +108,11 @@ class QueryVerbs(SessionHost):
     def _described(
         self, session_id: object, verb: str, *, with_transcript: bool
     ) -> dict[str, Any] | None:
-        sid = _possible_id(session_id)
-        if sid is None:
-            return None
         with self.log.view() as view:
-            state = pj.load_state(view, sid)
-            if state is None or not readable(state, True):
+            state = _readable_state(view, session_id)
+            if state is None:
                 return None
+            sid = state.session_id
             transcript = pj.load_transcript(view, sid) or pj.Transcript()
             messages = self._messages(view, state, verb) if with_transcript else []
             children = pj.child_ids(view, sid)
@@ -126,12 +124,9 @@ class QueryVerbs(SessionHost):
     def ancestry(self, session_id: object) -> dict[str, Any] | None:
         """``{parent_id, child_ids, root_id}``; None for an unknown or deleted id (a closed session
         keeps its place in its family)."""
-        sid = _possible_id(session_id)
-        if sid is None:
-            return None
         with self.log.view() as view:
-            state = pj.load_state(view, sid)
-            if state is None or not readable(state, True):
+            state = _readable_state(view, session_id)
+            if state is None:
                 return None
             root = state.session_id
             parent_id = state.parent_id
@@ -197,6 +192,16 @@ def _possible_id(session_id: object) -> str | None:
         return check_session_id(session_id, where="query")
     except InvalidArgumentError:
         return None
+
+
+def _readable_state(view: LogView, session_id: object) -> pj.SessionState | None:
+    """The state of a session the tolerant queries may read (a closed one too); None for an
+    unknown or deleted id, or one no session can have."""
+    sid = _possible_id(session_id)
+    if sid is None:
+        return None
+    state = pj.load_state(view, sid)
+    return state if state is not None and readable(state, True) else None
 
 
 def _summary(
