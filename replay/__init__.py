@@ -8,7 +8,7 @@ from replay._bundle import export_bundle
 from replay._import import BundleConflictError, import_bundle
 from replay._logio import LogExportResult, LogImportResult, export_log, import_log
 from replay._messages_export import MESSAGE_FORMATS, export_messages
-from replay._seed import SeedResult, seed_from_jsonl
+from replay._seed import SEED_TEXT_OPTIONS, SeedResult, seed_from_jsonl
 from replay._validate import BundleError, BundleIssue, validate_bundle
 from replay.agentlogs import (
     FORMATS,
@@ -23,6 +23,7 @@ from replay.agentlogs import (
 
 __all__ = [
     "MESSAGE_FORMATS",
+    "SEED_TEXT_OPTIONS",
     "FORMATS",
     "AgentLogConflictError",
     "AgentLogError",

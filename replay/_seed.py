@@ -25,8 +25,7 @@ from replay._transcript import (
 from sessions import InvalidArgumentError, SessionLogError, SessionStore
 
 _VERB = "seed_from_jsonl"
-_TEXT_OPTIONS = (
-    "rename_session",
+SEED_TEXT_OPTIONS = (
     "provider",
     "model",
     "source_agent",
@@ -34,6 +33,9 @@ _TEXT_OPTIONS = (
     "source_kind",
     "source_label",
 )
+"""The options of `seed_from_jsonl` that are plain strings saying what made the transcript and
+where it came from (the CLI has a flag for each)."""
+_TEXT_OPTIONS = ("rename_session", *SEED_TEXT_OPTIONS)
 _FLAG_OPTIONS = {"drop_tool_calls": False, "validate": True}
 _OPTION_NAMES = frozenset((*_TEXT_OPTIONS, *_FLAG_OPTIONS, "truncate_to_last", "source_provenance"))
 _PROVENANCE = {

@@ -34,16 +34,6 @@ from sessionlog._commands import (
 from sessionlog._render import Progress
 from sessions import InvalidArgumentError, SessionStore
 
-# Seed options that are plain strings, by flag name; the library checks their values.
-SEED_TEXT_OPTIONS = (
-    "provider",
-    "model",
-    "source_agent",
-    "source_session_id",
-    "source_kind",
-    "source_label",
-)
-
 
 def seed(args: argparse.Namespace) -> int:
     with _transcript_file(args.file) as path:
@@ -68,7 +58,7 @@ def _transcript_file(name: str) -> Iterator[Path]:
 
 
 def _seed(args: argparse.Namespace, path: Path) -> int:
-    options: dict[str, Any] = {name: getattr(args, name) for name in SEED_TEXT_OPTIONS}
+    options: dict[str, Any] = {name: getattr(args, name) for name in replay.SEED_TEXT_OPTIONS}
     options.update(
         rename_session=args.id,
         drop_tool_calls=args.drop_tool_calls,

@@ -319,7 +319,7 @@ def _edge_commands(command: Callable[..., _Command]) -> None:
     o.add_argument("--no-validate", action="store_true", help="seed even a partial transcript")
     o.add_argument("--provider", help="refuse unless the transcript used this provider")
     o.add_argument("--model", help="refuse unless the transcript used this model")
-    for name in _edges.SEED_TEXT_OPTIONS[2:]:
+    for name in replay.SEED_TEXT_OPTIONS[2:]:
         flag = "--" + name.replace("_", "-")
         o.add_argument(flag, metavar="TEXT", help="provenance, recorded with the session")
     o.add_argument("--json", action="store_true", help="the seed result as JSON")
