@@ -18,14 +18,11 @@ from sessions.runtime import _wire
 from sessions.runtime._http import (
     HttpProvider,
     HttpSettings,
-    Messages,
-    Params,
     ProviderHTTPError,
     StreamDropped,
-    ToolSpecs,
     context_refusal,
 )
-from sessions.runtime._providers import Completion
+from sessions.runtime._providers import Completion, Messages, Params, ToolSpecs
 
 if TYPE_CHECKING:
     import httpx

@@ -27,17 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from eventlog.errors import ConfigurationError
 from sessions.runtime._params import check_params
-from sessions.runtime._providers import Completion, ContextLengthError
+from sessions.runtime._providers import Completion, ContextLengthError, Messages, Params, ToolSpecs
 
 if TYPE_CHECKING:
     import httpx
-
-Messages = list[dict[str, Any]]
-"""A transcript's messages, as the runtime hands them to a provider."""
-Params = Mapping[str, Any]
-"""The runtime parameters merged from every layer (see `_params`)."""
-ToolSpecs = Sequence[Mapping[str, Any]]
-"""The tools a prompt offers: each with a name, a description and JSON-schema parameters."""
 
 ERROR_TEXT_MAX = 2_000
 """Characters of a server's error body kept in an error message."""
@@ -343,11 +336,7 @@ class HttpProvider:
         return model
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        params: dict[str, Any],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        self, messages: Messages, params: dict[str, Any], *, tools: ToolSpecs | None = None
     ) -> Completion:
         where = self.where
         body = self.request_body(messages, params, tools or ())

@@ -16,6 +16,13 @@ from eventlog import InvalidArgumentError
 from eventlog.errors import ConfigurationError
 from sessions.runtime._params import check_params
 
+Messages = list[dict[str, Any]]
+"""A transcript's messages, as the runtime hands them to a provider."""
+Params = Mapping[str, Any]
+"""The runtime parameters merged from every layer (see `_params`)."""
+ToolSpecs = Sequence[Mapping[str, Any]]
+"""The tools a prompt offers: each with a name, a description and JSON-schema parameters."""
+
 
 class ContextLengthError(Exception):
     """What a provider raises when the model refused the messages as longer than its context
@@ -130,11 +137,7 @@ class MockProvider:
         self.calls = 0
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        params: dict[str, Any],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        self, messages: Messages, params: dict[str, Any], *, tools: ToolSpecs | None = None
     ) -> Completion:
         """The echo; `tools` are accepted and never called (the mock answers at once)."""
         self.calls += 1
