@@ -5,47 +5,22 @@ detach, heartbeat, prompts and permission routes) and its workspace (policy and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from eventlog import ControllerConflictError, InvalidArgumentError
+from sessions._rules_base import PICK, RulesBase, has_open
 from sessions._strategies import MOUNT_MODES, ROOTS, client_ids, content_blocks, short_text
 
-if TYPE_CHECKING:
-    from sessions._model import SessionModel
-    from sessions._store import SessionStore
 
-_T = TypeVar("_T")
-_PICK = st.integers(min_value=0, max_value=1_000)
-
-
-def _has_open(machine: Any) -> bool:
-    return bool(machine.model.open_ids())
-
-
-class LiveRules:
+class LiveRules(RulesBase):
     """The live-client and workspace rules; `SessionMachine` supplies the store and the model."""
 
-    if TYPE_CHECKING:
-        store: SessionStore
-        model: SessionModel
-
-        def pick_open(self, pick: int) -> str: ...
-
-        def expect_refused(
-            self,
-            error: type[BaseException] | tuple[type[BaseException], ...],
-            call: Callable[[], object],
-        ) -> BaseException: ...
-
-        def _expect_no_write(self, call: Callable[[], _T]) -> _T: ...
-
-    @precondition(_has_open)
+    @precondition(has_open)
     @rule(
-        pick=_PICK,
+        pick=PICK,
         client=client_ids(),
         mode=st.sampled_from(("observer", "controller")),
         takeover=st.booleans(),
@@ -64,8 +39,8 @@ class LiveRules:
         if got["client_id"] != client or got["mode"] != mode:
             raise AssertionError(f"attach returned {got}, expected {client!r} as {mode}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, client=client_ids())
+    @precondition(has_open)
+    @rule(pick=PICK, client=client_ids())
     def takeover(self, pick: int, client: str) -> None:
         sid = self.pick_open(pick)
         got = self.store.takeover(sid, client, {"reason": "handoff"})
@@ -73,8 +48,8 @@ class LiveRules:
         if got["mode"] != "controller":
             raise AssertionError(f"takeover returned {got}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, client=client_ids())
+    @precondition(has_open)
+    @rule(pick=PICK, client=client_ids())
     def detach(self, pick: int, client: str) -> None:
         sid = self.pick_open(pick)
         if client not in self.model.clients(sid):
@@ -85,8 +60,8 @@ class LiveRules:
         if got != {"ok": True, "client_id": client, "released_control": released}:
             raise AssertionError(f"detach returned {got}, expected released_control={released}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, client=client_ids())
+    @precondition(has_open)
+    @rule(pick=PICK, client=client_ids())
     def heartbeat(self, pick: int, client: str) -> None:
         sid = self.pick_open(pick)
         if client not in self.model.clients(sid):
@@ -100,9 +75,9 @@ class LiveRules:
         controller = self.model.controller(sid)
         return controller if as_controller and controller is not None else client
 
-    @precondition(_has_open)
+    @precondition(has_open)
     @rule(
-        pick=_PICK,
+        pick=PICK,
         as_controller=st.booleans(),
         client=client_ids(),
         content=short_text() | content_blocks(),
@@ -123,8 +98,8 @@ class LiveRules:
         self.store.client_inject_prompt(sid, client, content, opts)
         self.model.client_inject_prompt(sid, client, content, opts)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, as_controller=st.booleans(), client=client_ids())
+    @precondition(has_open)
+    @rule(pick=PICK, as_controller=st.booleans(), client=client_ids())
     def route_permission(self, pick: int, as_controller: bool, client: str) -> None:
         sid = self.pick_open(pick)
         client = self._acting_client(sid, as_controller, client)
@@ -140,8 +115,8 @@ class LiveRules:
 
     # Workspace
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, mode=st.sampled_from(MOUNT_MODES))
+    @precondition(has_open)
+    @rule(pick=PICK, mode=st.sampled_from(MOUNT_MODES))
     def set_workspace_policy(self, pick: int, mode: str) -> None:
         sid = self.pick_open(pick)
         policy = {"default_mount_mode": mode}
@@ -149,8 +124,8 @@ class LiveRules:
         if changed != self.model.set_workspace_policy(sid, policy):
             raise AssertionError(f"set_workspace_policy said changed={changed}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, root=st.sampled_from(ROOTS), mode=st.none() | st.sampled_from(MOUNT_MODES))
+    @precondition(has_open)
+    @rule(pick=PICK, root=st.sampled_from(ROOTS), mode=st.none() | st.sampled_from(MOUNT_MODES))
     def add_root(self, pick: int, root: str, mode: str | None) -> None:
         sid = self.pick_open(pick)
         got = self.store.add_root(sid, root, None if mode is None else {"mount_mode": mode})
@@ -158,8 +133,8 @@ class LiveRules:
         if got["mount_mode"] != expected:
             raise AssertionError(f"add_root mounted {got}, expected mode {expected}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, root=st.sampled_from(ROOTS))
+    @precondition(has_open)
+    @rule(pick=PICK, root=st.sampled_from(ROOTS))
     def remove_root(self, pick: int, root: str) -> None:
         sid = self.pick_open(pick)
         removed = self.model.remove_root(sid, root)

@@ -4,14 +4,13 @@ compact, mask) and its scratchpad, mixed into `SessionMachine`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from sessions._live_rules import _PICK, _has_open
 from sessions._model import visible_text
+from sessions._rules_base import PICK, RulesBase, has_open
 from sessions._strategies import (
     compact_options,
     custom_compact,
@@ -24,42 +23,23 @@ from sessions._strategies import (
     tool_exchanges,
 )
 
-if TYPE_CHECKING:
-    from sessions._model import SessionModel
-    from sessions._store import SessionStore
-
-_T = TypeVar("_T")
 _CALLABLES = {"summarizer": summarize, "custom_compactor": custom_compact}
 
 
-class TranscriptRules:
+class TranscriptRules(RulesBase):
     """The transcript and scratchpad rules; `SessionMachine` supplies the store and the model."""
-
-    if TYPE_CHECKING:
-        store: SessionStore
-        model: SessionModel
-
-        def pick_open(self, pick: int) -> str: ...
-
-        def expect_refused(
-            self,
-            error: type[BaseException] | tuple[type[BaseException], ...],
-            call: Callable[[], object],
-        ) -> BaseException: ...
-
-        def _expect_no_write(self, call: Callable[[], _T]) -> _T: ...
 
     # Transcript
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, message=messages())
+    @precondition(has_open)
+    @rule(pick=PICK, message=messages())
     def inject(self, pick: int, message: dict[str, Any]) -> None:
         sid = self.pick_open(pick)
         self.store.inject(sid, message)
         self.model.inject(sid, message)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, exchange=tool_exchanges(), batched=st.booleans())
+    @precondition(has_open)
+    @rule(pick=PICK, exchange=tool_exchanges(), batched=st.booleans())
     def inject_tool_exchange(
         self, pick: int, exchange: list[dict[str, Any]], batched: bool
     ) -> None:
@@ -72,32 +52,32 @@ class TranscriptRules:
         for message in exchange:
             self.model.inject(sid, message)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, keep_last=st.integers(0, 15))
+    @precondition(has_open)
+    @rule(pick=PICK, keep_last=st.integers(0, 15))
     def trim(self, pick: int, keep_last: int) -> None:
         sid = self.pick_open(pick)
         kept, expected = self.store.trim(sid, keep_last), self.model.trim(sid, keep_last)
         if kept != expected:
             raise AssertionError(f"trim({sid!r}, {keep_last}) kept {kept}, expected {expected}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK)
+    @precondition(has_open)
+    @rule(pick=PICK)
     def reset(self, pick: int) -> None:
         sid = self.pick_open(pick)
         self.store.reset(sid)
         self.model.reset(sid)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, options=compact_options())
+    @precondition(has_open)
+    @rule(pick=PICK, options=compact_options())
     def compact(self, pick: int, options: dict[str, Any]) -> None:
         sid = self.pick_open(pick)
         kept, expected = self.store.compact(sid, **options), self.model.compact(sid, options)
         if kept != expected:
             raise AssertionError(f"compact({sid!r}, {options}) kept {kept}, expected {expected}")
 
-    @precondition(_has_open)
+    @precondition(has_open)
     @rule(
-        pick=_PICK,
+        pick=PICK,
         exchange=tool_exchanges(),
         newer=st.integers(0, 2),
         into=st.integers(1, 3),
@@ -115,9 +95,9 @@ class TranscriptRules:
         keep_last = newer + min(into, len(exchange) - 1)
         self.compact(pick, {"compact_strategy": strategy, "keep_last": keep_last} | _CALLABLES)
 
-    @precondition(_has_open)
+    @precondition(has_open)
     @rule(
-        pick=_PICK,
+        pick=PICK,
         exchange=tool_exchanges(),
         delta=st.sampled_from((-1, 0, 1)),
         mask=st.sampled_from((None, mask_as_text, mask_as_message)),
@@ -140,9 +120,9 @@ class TranscriptRules:
 
     # Scratchpad
 
-    @precondition(_has_open)
+    @precondition(has_open)
     @rule(
-        pick=_PICK,
+        pick=PICK,
         scratchpad=scratchpads(),
         opts=st.none()
         | st.fixed_dictionaries({"source": st.just("planner"), "reason": short_text()}),
@@ -157,8 +137,8 @@ class TranscriptRules:
         if got != expected:
             raise AssertionError(f"set_scratchpad returned {got}, expected {expected}")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK)
+    @precondition(has_open)
+    @rule(pick=PICK)
     def clear_scratchpad(self, pick: int) -> None:
         sid = self.pick_open(pick)
         got = self.store.clear_scratchpad(sid, {"reason": "done"})

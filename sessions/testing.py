@@ -60,9 +60,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -73,7 +72,7 @@ from eventlog import (
     SessionExistsError,
     UnknownSessionError,
 )
-from sessions._live_rules import _PICK, LiveRules, _has_open
+from sessions._live_rules import LiveRules
 from sessions._model import (
     CLOSED,
     DELETED,
@@ -84,6 +83,7 @@ from sessions._model import (
     observed,
 )
 from sessions._refusals import BAD_ARGUMENTS, ON_UNKNOWN_SESSION
+from sessions._rules_base import PICK, has_open
 from sessions._store import SessionStore
 from sessions._strategies import (
     CLIENT_ID_POOL,
@@ -148,8 +148,6 @@ __all__ = [
     "verbs",
 ]
 
-_T = TypeVar("_T")
-
 
 class _Abort(Exception):
     """Raised inside a transaction to abandon it."""
@@ -203,40 +201,6 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
 
     def check_extra(self, store: SessionStore, model: SessionModel) -> None:
         """Check your own read models against `store` and `model`; runs after every step."""
-
-    # Helpers
-
-    def pick_open(self, pick: int) -> str:
-        open_ids = self.model.open_ids()
-        if not open_ids:
-            raise AssertionError("pick_open needs an open session: guard the rule with one")
-        return open_ids[pick % len(open_ids)]
-
-    def expect_refused(
-        self,
-        error: type[BaseException] | tuple[type[BaseException], ...],
-        call: Callable[[], object],
-    ) -> BaseException:
-        """Run `call`, which must raise `error` and leave the log exactly as it was."""
-        head = self.store.log.head
-        try:
-            call()
-        except error as exc:
-            if self.store.log.head != head:
-                raise AssertionError(
-                    f"refused call wrote: head {head} -> {self.store.log.head}"
-                ) from exc
-            return exc
-        raise AssertionError(f"expected {error} to be raised")
-
-    def _expect_no_write(self, call: Callable[[], _T]) -> _T:
-        head = self.store.log.head
-        result = call()
-        if self.store.log.head != head:
-            raise AssertionError(
-                f"a call that changes nothing wrote: {head} -> {self.store.log.head}"
-            )
-        return result
 
     # Building a tree to start from
 
@@ -309,7 +273,7 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         self.model.open(sid)
 
     @precondition(_has_gone)
-    @rule(pick=_PICK)
+    @rule(pick=PICK)
     def reopen_gone(self, pick: int) -> None:
         """Open again an id that was closed or deleted: a fresh, empty session."""
         gone = self.model.ids_with_status(CLOSED) + self.model.ids_with_status(DELETED)
@@ -318,22 +282,22 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         self.model.open(sid)
         self.opened_with[sid] = {}
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, status=close_statuses())
+    @precondition(has_open)
+    @rule(pick=PICK, status=close_statuses())
     def close_session(self, pick: int, status: str | dict[str, Any] | None) -> None:
         sid = self.pick_open(pick)
         self.store.close_session(sid, status)
         self.model.close(sid)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK)
+    @precondition(has_open)
+    @rule(pick=PICK)
     def delete(self, pick: int) -> None:
         sid = self.pick_open(pick)
         self.store.delete(sid, reason="test")
         self.model.close(sid, DELETED)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, title=st.none() | short_text(12))
+    @precondition(has_open)
+    @rule(pick=PICK, title=st.none() | short_text(12))
     def rename(self, pick: int, title: str | None) -> None:
         sid = self.pick_open(pick)
         self.store.rename(sid, title)
@@ -359,13 +323,13 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         self.model.fork(source, child, keep_first)
         self.newest_fork = child
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, destination=_DESTINATIONS)
+    @precondition(has_open)
+    @rule(pick=PICK, destination=_DESTINATIONS)
     def fork(self, pick: int, destination: str | None) -> None:
         self._fork(self.pick_open(pick), destination, None)
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, keep_first=st.integers(0, 14), destination=_DESTINATIONS)
+    @precondition(has_open)
+    @rule(pick=PICK, keep_first=st.integers(0, 14), destination=_DESTINATIONS)
     def fork_at(self, pick: int, keep_first: int, destination: str | None) -> None:
         self._fork(self.pick_open(pick), destination, keep_first)
 
@@ -378,8 +342,8 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         assert self.newest_fork is not None
         self._fork(self.newest_fork, destination, keep_first)
 
-    @precondition(lambda self: _has_open(self) and _has_gone(self))
-    @rule(pick=_PICK, keep_first=st.none() | st.integers(0, 14), same_parent=st.booleans())
+    @precondition(lambda self: has_open(self) and _has_gone(self))
+    @rule(pick=PICK, keep_first=st.none() | st.integers(0, 14), same_parent=st.booleans())
     def refork_gone(self, pick: int, keep_first: int | None, same_parent: bool) -> None:
         """Fork onto an id that was closed or deleted, often from the parent it had."""
         gone = self.model.ids_with_status(CLOSED) + self.model.ids_with_status(DELETED)
@@ -402,16 +366,16 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         self.check_rebuild()
 
     @precondition(lambda self: bool(self.past))
-    @rule(pick=_PICK)
+    @rule(pick=PICK)
     def time_travel(self, pick: int) -> None:
         """`as_of(position)` shows the store as the model was right after that position."""
         position, then = self.past[pick % len(self.past)]
         with self.store.as_of(position) as past:
             check_store(past, then)
 
-    @precondition(_has_open)
+    @precondition(has_open)
     @rule(
-        pick=_PICK,
+        pick=PICK,
         batch=st.lists(messages(), min_size=1, max_size=3),
         keep_last=st.none() | st.integers(0, 4),
         refuse_inside=st.booleans(),
@@ -464,7 +428,7 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
 
     @rule(
         verb=st.sampled_from(sorted(ON_UNKNOWN_SESSION)),
-        pick=_PICK,
+        pick=PICK,
         ghost=st.sampled_from(GHOST_IDS),
         gone=st.booleans(),
     )
@@ -479,8 +443,8 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         if not isinstance(exc, KeyError):
             raise AssertionError("UnknownSessionError must also be a KeyError")
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, case=st.sampled_from(BAD_ARGUMENTS))
+    @precondition(has_open)
+    @rule(pick=PICK, case=st.sampled_from(BAD_ARGUMENTS))
     def refused_bad_arguments(
         self, pick: int, case: tuple[type[Exception], str, tuple[Any, ...], dict[str, Any]]
     ) -> None:
@@ -488,8 +452,8 @@ class SessionMachine(TranscriptRules, LiveRules, RuleBasedStateMachine):
         call = VerbCall(verb, (self.pick_open(pick), *args), kwargs)
         self.expect_refused(error, lambda: call.apply(self.store))
 
-    @precondition(_has_open)
-    @rule(pick=_PICK, bad=invalid_session_ids())
+    @precondition(has_open)
+    @rule(pick=PICK, bad=invalid_session_ids())
     def invalid_session_id(self, pick: int, bad: Any) -> None:
         """Queries tolerate any id; verbs refuse a malformed one with `InvalidArgumentError`."""
         if self.store.exists(bad) or self.store.snapshot(bad) is not None:
