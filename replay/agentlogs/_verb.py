@@ -18,6 +18,7 @@ import msgspec
 
 from eventlog import limits
 from replay import _limits
+from replay._bundle import collector_paused
 from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
 from replay.agentlogs._common import (
     KIND,
@@ -237,6 +238,18 @@ def _parse(source: Source, format: str) -> tuple[str, bool, Parsed]:
 
 
 def _import_file(
+    store: SessionStore,
+    path: str,
+    format: str,
+    session_id: str | None,
+    progress: Progress | None,
+    skip_bad_lines: bool,
+) -> ImportedFile:
+    with collector_paused():
+        return _import_paused(store, path, format, session_id, progress, skip_bad_lines)
+
+
+def _import_paused(
     store: SessionStore,
     path: str,
     format: str,
