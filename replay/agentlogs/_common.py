@@ -126,7 +126,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                 )
             if number == 1 and line.startswith(_BOM):
                 line = line[len(_BOM) :]
-            if not line.strip():
+            if not line or line.isspace():  # blank
                 continue
             held = source.held()
             # No byte decodes into more than _OBJECT_BYTES_PER_BYTE_MAX bytes of objects, so the
@@ -397,7 +397,7 @@ class Built:
         message made from a record another message already carries passes None."""
         self._flush()
         role = message["role"]
-        if type(role) is not str or not role.strip():
+        if type(role) is not str or not role or role.isspace():
             raise AgentLogError(self.path, line, f"expected a non-empty role, got {role!r}")
         texts = [] if record is None else [self.raw(record)]  # text once the message is done
         self.deep = bool(texts) and _nested_deeply(texts[0])

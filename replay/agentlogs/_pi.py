@@ -103,7 +103,9 @@ def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed
     points = tree.points if tree is not None else set()
     for key in tree.forks if tree is not None else ():
         sessions[key] = Built(key, source)
-    source.held = lambda: sum(built.held_bytes() for built in sessions.values())
+    source.held = main.held_bytes
+    if tree is not None:
+        source.held = lambda: sum(built.held_bytes() for built in sessions.values())
     about: dict[str, Any] = {}
     records = 0
     for line, record in json_lines(source):

@@ -15,7 +15,7 @@ MAIN = "main"
 _NO_FIELD = object()  # an entry without `parentId` (version 1): its parent is the entry before
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One entry of the file as the tree sees it: its line, `id` and `parentId`."""
 

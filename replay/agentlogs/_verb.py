@@ -237,19 +237,8 @@ def _parse(source: Source, format: str) -> tuple[str, bool, Parsed]:
     return name, detected, _BY_NAME[name].parse_document(source, document)
 
 
+@collector_paused()  # reading and committing build nothing it would free, but it walks them
 def _import_file(
-    store: SessionStore,
-    path: str,
-    format: str,
-    session_id: str | None,
-    progress: Progress | None,
-    skip_bad_lines: bool,
-) -> ImportedFile:
-    with collector_paused():
-        return _import_paused(store, path, format, session_id, progress, skip_bad_lines)
-
-
-def _import_paused(
     store: SessionStore,
     path: str,
     format: str,
