@@ -51,6 +51,9 @@ def test_each_adapter_ran_every_workload_and_read_it_back(document: dict) -> Non
         assert result["fork"]["forks"] == 2
         assert result["durability"]["durable"] is True
         assert result["versions"]["lmdb"]
+    # Only sessionlog takes appends from many threads at once.
+    assert adapters["sessionlog"]["concurrent_append"]["rate"] > 0
+    assert "concurrent_append" not in adapters["lmdb"]
 
 
 def test_a_peer_missing_here_is_reported_not_run(document: dict) -> None:
@@ -82,8 +85,10 @@ def test_targets_are_judged_against_the_best_peer_only() -> None:
             "fork": {"seconds": fork_s},
         }
 
+    ours = figures(1000, 0.001, 500)
+    ours["concurrent_append"] = {"rate": 5400}
     results = {
-        "sessionlog": figures(1000, 0.001, 500),
+        "sessionlog": ours,
         "lmdb": figures(5000, 0.0001, 100),  # the physical limit is never a peer
         "a": figures(900, 0.2, 600),
         "b": figures(1100, 0.05, 400),
@@ -96,6 +101,9 @@ def test_targets_are_judged_against_the_best_peer_only() -> None:
     assert (fork["best_peer"], fork["passed"]) == ("b", False)
     assert fork["advantage"] == pytest.approx(50)
     assert verdicts["fewer bytes per message than every peer"]["passed"] is False
+    writers = verdicts["16 writers' durable appends at least 5x the best peer's durable appends"]
+    assert (writers["best_peer"], writers["passed"]) == ("b", False)  # 5400 / 1100 < 5
+    assert writers["advantage"] == pytest.approx(5400 / 1100)
 
 
 def test_the_worker_knows_every_adapter_by_its_command_line_name() -> None:

@@ -25,6 +25,9 @@ class Adapter(ABC):
     distributions: tuple[str, ...] = ()  # whose versions the report quotes
     fork_method: str = ""  # how `fork` is done with this library, in a sentence
     batch_method: str = ""  # how `append_batch` is done with this library, in a sentence
+    concurrent: bool = False
+    """Whether one open instance takes appends from many threads at once (`concurrent_append`
+    runs only for those)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,6 +141,41 @@ def durable_append(adapter: Adapter, sizes: Sizes, note: Callable[[str], None]) 
         note(f"durable_append round {index + 1}: {rate:,.0f} appends/s")
         if index == 0:
             _check(adapter, sid, messages, "durable_append")
+        return rate
+
+    rates = _rounds(sizes, one)
+    return {"rate": statistics.median(rates), "rounds": rates, "unit": "messages/s"}
+
+
+WRITERS = 16
+"""Threads of `concurrent_append`, each appending to a session of its own."""
+
+
+def concurrent_append(
+    adapter: Adapter, sizes: Sizes, note: Callable[[str], None]
+) -> dict[str, Any]:
+    """`WRITERS` threads, each making `durable_appends` single-message appends (one durable
+    call each) into a fresh session of its own, all at once; the rate counts every thread's."""
+
+    def one(index: int) -> float:
+        sids = [adapter.create() for _ in range(WRITERS)]
+        messages = make_messages(sizes.durable_appends, seed=200 + index)
+
+        def write(sid: str) -> None:
+            for message in messages:
+                adapter.append(sid, message)
+
+        threads = [threading.Thread(target=write, args=(sid,)) for sid in sids]
+        with Timer() as timer:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        rate = WRITERS * len(messages) / timer.seconds
+        note(f"concurrent_append round {index + 1}: {rate:,.0f} appends/s")
+        if index == 0:
+            for sid in sids:
+                _check(adapter, sid, messages, "concurrent_append")
         return rate
 
     rates = _rounds(sizes, one)
@@ -288,11 +324,12 @@ def run_all(
     appends.open()
     try:
         durable = durable_append(appends, sizes, note)
+        concurrent = concurrent_append(appends, sizes, note) if appends.concurrent else None
         batched = batched_append(appends, sizes, note)
         durability = appends.durability()
     finally:
         appends.close()
-    return {
+    found = {
         "durability": durability,
         "durable_append": durable,
         "batched_append": batched,
@@ -300,3 +337,6 @@ def run_all(
         "reopen_read": reopened,
         "fork": forked,
     }
+    if concurrent is not None:
+        found["concurrent_append"] = concurrent
+    return found

@@ -19,6 +19,7 @@ class SessionlogAdapter(Adapter):
     distributions = ("sessionlog-engine", "lmdb")
     fork_method = "native `fork`: one event; the child shares the parent's prefix"
     batch_method = "`inject_many`: one durable commit per batch"
+    concurrent = True  # threads calling `inject` share durable commits (group commit)
 
     _store: SessionStore | None = None
 
