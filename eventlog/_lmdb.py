@@ -452,9 +452,11 @@ class _LmdbTxn(StorageTxn):
     def _put_one(self, position: bytes, record: Buffer, key: bytes, version: int) -> None:
         txn, store = self._txn, self._store
         try:
-            added = txn.put(position, record, db=store.events, append=True, overwrite=False)
+            # put(key, value, dupdata, overwrite, append, db): positional, as py-lmdb parses
+            # keywords at a cost that shows on the path of every append.
+            added = txn.put(position, record, True, False, True, store.events)
             entry = key + version.to_bytes(8, "big")
-            indexed = txn.put(entry, position, db=store.streams, overwrite=False)
+            indexed = txn.put(entry, position, True, False, False, store.streams)
         except lmdb.Error as exc:
             store.note_failure(exc)
             raise store.write_failure(exc, "writing events") from exc

@@ -96,9 +96,10 @@ def _apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
         if end - index == 1:
             apply(tx, first)
         else:
-            transcript = load_transcript(tx, first.stream)
+            key = st.transcript_key(first.stream)
+            transcript = _kv.cached(tx, key, TRANSCRIPT_CODEC.decode)
             if transcript is not None:
-                _append_messages(tx, envelopes[index:end], transcript)
+                _append_messages(tx, envelopes[index:end], transcript, key)
                 for envelope in envelopes[index:end]:
                     _remember_key(tx, envelope)
         index = end
@@ -111,9 +112,10 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
         return
     data = envelope.data
     if type(data) in _ONE_MESSAGE:  # most events: one message at the end, nothing else changes
-        transcript = load_transcript(tx, envelope.stream)
+        key = st.transcript_key(envelope.stream)
+        transcript = _kv.cached(tx, key, TRANSCRIPT_CODEC.decode)
         if transcript is not None:  # else no session was ever opened here: nothing to project
-            _append_messages(tx, (envelope,), transcript)
+            _append_messages(tx, (envelope,), transcript, key)
             _remember_key(tx, envelope)
         return
     opener = _OPENERS.get(type(data))
@@ -283,23 +285,21 @@ def _message_refs(envelope: Envelope) -> list[tuple[int, int]]:
 
 
 def _append_messages(
-    tx: Transaction, envelopes: Sequence[Envelope], transcript: Transcript
+    tx: Transaction, envelopes: Sequence[Envelope], transcript: Transcript, key: bytes
 ) -> None:
     """`_touch` + `refs.append_refs` for one-message events of one session, building one Transcript
-    (the hot path of every inject)."""
+    (the hot path of every inject); `key` is where the transcript is kept."""
     pack = st.REF_FORMAT.pack
     if len(envelopes) == 1:
         packed = pack(envelopes[0].position, 0)
     else:
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
     last = envelopes[-1]
-    updated = Transcript(
-        ranges=_refs.extend(tx, transcript.ranges, packed),
-        length=transcript.length + len(envelopes),
-        version=last.version,
-        last_activity_at=last.recorded_at,
-    )
-    _save_transcript(tx, last.stream, updated)
+    ranges = _refs.extend(tx, transcript.ranges, packed)
+    # Positional, in the field order of `Transcript`: ranges, length, version, last activity.
+    updated = Transcript(ranges, transcript.length + len(envelopes), last.version, last.recorded_at)
+    # Rewritten by every event of the session: written once per transaction, at commit.
+    _kv.defer(tx, key, updated, TRANSCRIPT_CODEC.encode)
 
 
 def _reset(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
