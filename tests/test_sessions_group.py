@@ -1,4 +1,5 @@
-"""Group commit: concurrent writers of one process share durable commits (`sessions/_group.py`).
+"""Group commit: concurrent writers of one process share durable commits (`sessions/_group.py`), on
+LMDB and on PostgreSQL.
 
 What must hold: a command in a shared commit behaves as if it ran alone right after the commands
 queued before it (a refusal fails only its own caller and undoes only its own savepoint; the
@@ -22,7 +23,7 @@ import pytest
 import projections as pj
 from sessions import LengthConflictError, SessionStore, UnknownSessionError
 from tests._killer import KillPlan, kill_at_random_moment, start_writer
-from tests.conftest import PROFILE
+from tests.conftest import PROFILE, STORE_KINDS
 
 WRITER = Path(__file__).resolve().parent / "_group_crash_writer.py"
 THREADS = 16
@@ -89,6 +90,13 @@ def hold_first_commit(store: SessionStore) -> Batch:
     assert batch.held.wait(30), "the first commit never happened"
     batch.threads.append(first)
     return batch
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """LMDB, and PostgreSQL, where a shared commit is one `COMMIT` round trip for the batch."""
+    kind: str = request.param
+    return kind
 
 
 @pytest.fixture
