@@ -15,8 +15,10 @@ from eventlog import (
     CapacityError,
     ConcurrencyError,
     ControllerConflictError,
+    ForgottenError,
     IntegrityError,
     InvalidArgumentError,
+    KeyUnavailableError,
     LimitExceededError,
     LogClosedError,
     SessionExistsError,
@@ -46,6 +48,7 @@ class HTTPProblem(Exception):
 # (class, status, kind, Harn code). Most specific first: the first match wins.
 _TABLE: tuple[tuple[type[BaseException], int, str, str], ...] = (
     (UnknownSessionError, 404, "unknown-session", "resource_not_found"),
+    (ForgottenError, 410, "forgotten", "resource_not_found"),
     (BundleConflictError, 409, "bundle-conflict", "conflict"),
     (SessionExistsError, 409, "session-exists", "conflict"),
     (ControllerConflictError, 409, "controller-conflict", "conflict"),
@@ -56,12 +59,15 @@ _TABLE: tuple[tuple[type[BaseException], int, str, str], ...] = (
     (InvalidArgumentError, 422, "invalid-argument", "invalid_request"),
     (IntegrityError, 500, "integrity", "internal_error"),
     (LogClosedError, 503, "unavailable", "service_unavailable"),
+    (KeyUnavailableError, 503, "key-unavailable", "service_unavailable"),
     (StorageError, 503, "storage", "service_unavailable"),
     (SessionLogError, 409, "refused", "conflict"),
 )
 
 TITLES = {
     "unknown-session": "No such session",
+    "forgotten": "The session was forgotten: its content is gone for good",
+    "key-unavailable": "The store's key is missing or is not the one it was written with",
     "bundle-conflict": "Another session holds that id",
     "session-exists": "The session already exists",
     "controller-conflict": "Another client controls the session",

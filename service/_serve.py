@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import InvalidArgumentError
-from sessions import SessionStore
+from sessions import LocalKeyProvider, SessionStore
 from sessions.asgi import check_api_keys
 
 API_KEYS_ENV = "SESSIONLOG_API_KEYS"
@@ -57,7 +57,8 @@ def worker_app() -> Any:
     from service._app import create_app
 
     config = json.loads(os.environ[_WORKER_ENV])
-    store = SessionStore.open(config["store"], hot_sessions=0)
+    kek = LocalKeyProvider.from_env_if_set()  # $SESSIONLOG_KEK: an encrypted store's key
+    store = SessionStore.open(config["store"], hot_sessions=0, keys=kek)
     keys = load_api_keys(config.get("api_keys_file"))
     return create_app(store, api_keys=keys, follow=config["workers"] > 1)
 

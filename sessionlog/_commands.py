@@ -25,7 +25,7 @@ import projections as pj
 from eventlog import EventLog, VerifyReport
 from sessionlog import _limits, _render
 from sessionlog._render import Node, Progress
-from sessions import SessionStore
+from sessions import LocalKeyProvider, SessionStore
 
 STORE_ENV = "SESSIONLOG_STORE"
 STORE_DEFAULT = os.path.join("var", "sessions")
@@ -79,7 +79,8 @@ def opened(
     and moved into place only when the command succeeds, so a refused input leaves nothing."""
     path = store_path(args)
     if store_exists(path):
-        with SessionStore.open(path, readonly=not (write or create)) as store:
+        keys = LocalKeyProvider.from_env_if_set()
+        with SessionStore.open(path, readonly=not (write or create), keys=keys) as store:
             yield store
     elif create:
         with _new_store(Path(path)) as store:

@@ -32,7 +32,7 @@ from sessionlog._commands import (
     store_path,
 )
 from sessionlog._render import Progress
-from sessions import InvalidArgumentError, SessionStore
+from sessions import InvalidArgumentError, LocalKeyProvider, SessionStore
 
 
 def seed(args: argparse.Namespace) -> int:
@@ -191,7 +191,7 @@ def mcp(args: argparse.Namespace) -> int:
     config = load_agents(args.agents)
     # Opened in place (created when missing): a server's store must be where it says while it
     # runs, not built aside and moved at the end like a one-shot command's.
-    with SessionStore.open(store_path(args)) as store:
+    with SessionStore.open(store_path(args), keys=LocalKeyProvider.from_env_if_set()) as store:
         if args.http:
             from service._serve import load_api_keys  # the file, then $SESSIONLOG_API_KEYS
 

@@ -95,6 +95,12 @@ class LocalKeyProvider:
             raise MissingKeyError(f"the environment variable `{name}` holds no key")
         return cls.from_text(text, f"environment variable `{name}`")
 
+    @classmethod
+    def from_env_if_set(cls, name: str = ENV_VARIABLE) -> LocalKeyProvider | None:
+        """`from_env` when the variable is set, else None: how the command line and the service
+        open a store, with keys when the environment holds one."""
+        return cls.from_env(name) if name in os.environ else None
+
     def wrap(self, data_key: bytes, context: bytes) -> bytes:
         nonce = os.urandom(NONCE_BYTES)
         return nonce + self._aead.encrypt(nonce, data_key, context)

@@ -4,9 +4,11 @@ while the log still verifies; a wrong or missing key refuses and changes nothing
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 import projections as pj
@@ -272,3 +274,58 @@ def test_key_providers_read_files_and_the_environment(
     with pytest.raises(MissingKeyError):
         LocalKeyProvider.from_env()
     assert os.environ.get("SESSIONLOG_KEK") is None
+
+
+def test_the_service_answers_forgotten_and_missing_keys_as_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests._service import Server
+
+    path = tmp_path / "s"
+    text = "ab" * 32
+    keys = LocalKeyProvider.from_text(text, "test")
+    with SessionStore.open(path, keys=keys) as store:
+        gone = store.open_session("gone")
+        store.inject(gone, {"role": "user", "content": "bye"})
+        kept = store.open_session("kept")
+        store.inject(kept, {"role": "user", "content": "hello"})
+        store.forget(gone, "asked")
+    monkeypatch.setenv("SESSIONLOG_KEK", text)
+    server = Server(path).start()
+    try:
+        with server.client() as client:
+            assert [m["content"] for m in client.messages("kept")] == ["hello"]
+        with httpx.Client(base_url=server.url) as http:
+            headers = {"authorization": f"Bearer {server.admin_key}"}
+            answer = http.get("/v1/sessions/gone/messages", headers=headers)
+            assert answer.status_code == 410
+            assert answer.json()["type"].endswith(":forgotten")
+    finally:
+        server.stop()
+    monkeypatch.setenv("SESSIONLOG_KEK", "cd" * 32)
+    server = Server(path).start()
+    try:
+        with httpx.Client(base_url=server.url) as http:
+            headers = {"authorization": f"Bearer {server.admin_key}"}
+            answer = http.get("/v1/sessions/kept/messages", headers=headers)
+            assert answer.status_code == 503
+            assert answer.json()["type"].endswith(":key-unavailable")
+    finally:
+        server.stop()
+
+
+def test_bundles_and_log_exports_of_a_forgotten_session_carry_no_plaintext(
+    tmp_path: Path,
+) -> None:
+    from replay import export_bundle, export_log
+
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        sid, words = plant(store, "export")
+        assert "export-msg-7f3a" in json.dumps(export_bundle(store, sid, mode="local"))
+        store.forget(sid)
+        with pytest.raises(ForgottenError):
+            export_bundle(store, sid, mode="local")
+        out = tmp_path / "log.jsonl"
+        export_log(store, out)
+        text = out.read_bytes()
+    assert not any(word in text for word in words)
