@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 import projections as pj
 from eventlog import LogView, to_builtins
 from projections import _runtime as rt
@@ -39,14 +41,8 @@ def loop_dict(loop: rt.LoopRecord) -> dict[str, Any]:
 
 
 def usage_dict(usage: rt.LoopUsage) -> dict[str, int]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "total_tokens": usage.total_tokens,
-    }
+    """Every count of `usage` by name, zeros included."""
+    return msgspec.structs.asdict(usage)
 
 
 @dataclass(frozen=True)
