@@ -39,6 +39,7 @@ from eventlog.events import (
     SessionTrimmed,
     Usage,
 )
+from tests.test_log_statemachine import scan_model
 
 AT = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -453,29 +454,13 @@ KEYS = [
     b"\xff\xff",
     b"\xff\xffz",
 ]
-
-
-def expected_scan(
-    prefix: bytes, start: bytes | None, stop: bytes | None, reverse: bool, limit: int | None
-) -> list[tuple[bytes, bytes]]:
-    chosen = sorted(
-        key
-        for key in KEYS
-        if key.startswith(prefix)
-        and (start is None or key >= start)
-        and (stop is None or key < stop)
-    )
-    if reverse:
-        chosen.reverse()
-    if limit is not None:
-        chosen = chosen[:limit]
-    return [(key, b"v" + key) for key in chosen]
+STORED = {key: b"v" + key for key in KEYS}
 
 
 def test_kv_scan_orders_filters_and_limits(log: EventLog) -> None:
     with log.transaction() as tx:
         for key in reversed(KEYS):
-            tx.kv_put(key, b"v" + key)
+            tx.kv_put(key, STORED[key])
 
     prefixes = [b"", b"a", b"ab", b"ab\xff", b"\xff", b"\xff\xff", b"z"]
     bounds = [None, b"", b"a\x00", b"ab", b"ab\xff", b"b", b"\xff", b"\xff\xff\xff"]
@@ -485,7 +470,7 @@ def test_kv_scan_orders_filters_and_limits(log: EventLog) -> None:
             prefixes, bounds, bounds, [False, True], [None, 0, 1, 3]
         ):
             got = view.kv_scan(prefix, start=start, stop=stop, reverse=reverse, limit=limit)
-            want = expected_scan(prefix, start, stop, reverse, limit)
+            want = scan_model(STORED, prefix, start, stop, reverse, limit)
             assert got == want, (prefix, start, stop, reverse, limit)
             checked += bool(want)
     assert checked > 500, "most scans should find something"
