@@ -160,6 +160,15 @@ def refused(
     return caught.value
 
 
+def assert_rebuild_changes_nothing(store: SessionStore) -> None:
+    """`store.rebuild()` leaves every projection key as the incremental fold had it."""
+    with store.log.view() as view:
+        before = pj.dump(view)
+    store.rebuild()
+    with store.log.view() as view:
+        assert pj.dump(view) == before
+
+
 @pytest.fixture
 def store_kind() -> str:
     """The backend of `store`: LMDB. A module that overrides this fixture with

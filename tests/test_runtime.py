@@ -24,6 +24,7 @@ from sessions.runtime import (
     SessionFailedError,
 )
 from tests._runtime_providers import FailingProvider, SlowProvider, UsageProvider
+from tests.conftest import assert_rebuild_changes_nothing
 
 
 def run(body: Callable[[], Awaitable[Any]]) -> Any:
@@ -490,7 +491,6 @@ def test_configuration_errors(store: SessionStore) -> None:
 def test_a_session_opened_elsewhere_is_adopted_and_prompted(store: SessionStore) -> None:
     """A seeded or imported session is no runtime session until adopted; then prompts continue
     its transcript, with the adopted session-level parameters, and a rebuild agrees."""
-    import projections as pj
 
     sid = store.open_session("seeded", system_prompt="be brief")
     store.inject_many(
@@ -522,11 +522,7 @@ def test_a_session_opened_elsewhere_is_adopted_and_prompted(store: SessionStore)
             assert contents == ["hi", "yo", "go on", "mock reply to: go on"]
 
     run(body)
-    with store.log.view() as view:
-        before = pj.dump(view)
-    store.rebuild()
-    with store.log.view() as view:
-        assert pj.dump(view) == before
+    assert_rebuild_changes_nothing(store)
 
 
 class _LoopingProvider:

@@ -25,13 +25,12 @@ from typing import Any
 
 import pytest
 
-import projections as pj
 from projections import _runtime as rt
 from sessions import SessionStore
 from sessions.runtime import Runtime
 from tests._killer import start_writer
 from tests._runtime_crash_writer import JitteryProvider, usage_for
-from tests.conftest import PROFILE
+from tests.conftest import PROFILE, assert_rebuild_changes_nothing
 
 WRITER = Path(__file__).resolve().parent / "_runtime_crash_writer.py"
 KILLS = {"dev": 3, "ci": 8, "deep": 40}.get(PROFILE, 3)
@@ -86,11 +85,7 @@ async def check_after_kill(
 
 def check_projection(store: SessionStore) -> None:
     assert store.log.verify().ok
-    with store.log.view() as view:
-        live = pj.dump(view)
-    store.rebuild()
-    with store.log.view() as view:
-        assert pj.dump(view) == live
+    assert_rebuild_changes_nothing(store)
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from sessions.runtime import (
     warn,
 )
 from tests._runtime_providers import UsageProvider, expected_usage
+from tests.conftest import assert_rebuild_changes_nothing
 
 
 def run(body: Callable[[], Awaitable[Any]]) -> Any:
@@ -46,12 +47,8 @@ def runtime_view(store: SessionStore) -> dict[str, Any]:
 
 
 def assert_rebuild_equals_incremental(store: SessionStore) -> None:
-    with store.log.view() as view:
-        before = pj.dump(view)
     incremental = runtime_view(store)
-    store.rebuild()
-    with store.log.view() as view:
-        assert pj.dump(view) == before
+    assert_rebuild_changes_nothing(store)
     assert runtime_view(store) == incremental
 
 

@@ -9,12 +9,12 @@ import json
 import signal
 from pathlib import Path
 
-import projections as pj
 from projections import _runtime as rt
 from sessions import SessionStore
 from sessions.runtime import Runtime
 from tests._killer import start_writer
 from tests._runtime_providers import FINAL_ANSWER, ScriptedProvider
+from tests.conftest import assert_rebuild_changes_nothing
 from tests.test_runtime_tools import assert_answered
 
 SCRIPT = Path(__file__).resolve().parent / "_runtime_tool_crash.py"
@@ -59,8 +59,5 @@ def test_sigkill_mid_loop_fails_the_prompt_with_every_call_answered(tmp_path: Pa
         assert messages[-1]["role"] == "tool" and messages[-1]["synthetic"] is True
         with store.log.view() as view:
             assert list(rt.busy_ids(view)) == []
-            live = pj.dump(view)
-        store.rebuild()
-        with store.log.view() as view:
-            assert pj.dump(view) == live
+        assert_rebuild_changes_nothing(store)
         assert store.log.verify().ok
