@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -97,6 +98,19 @@ def test_a_content_of_a_type_the_engine_does_not_store_is_refused(
     assert store.log.head == 0
 
 
+def imported_exactly(folder: Path, lines: list[str]) -> list[dict[str, Any]]:
+    """Import `lines` as a log into a new store in `folder`; check that the records read back
+    are the lines, and return the transcript."""
+    path = folder / "log.jsonl"
+    path.write_bytes("".join(line + "\n" for line in lines).encode())
+    with SessionStore.open(folder / "store") as store:
+        (sid,) = replay.import_agent_log(store, path).session_ids
+        assert replay.agent_log_records(store, sid) == dict(enumerate(lines, start=1))
+        snapshot = store.snapshot(sid)
+        assert snapshot is not None
+        return list(snapshot["transcript"])
+
+
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     texts=st.lists(st.text(min_size=0, max_size=300), min_size=1, max_size=4),
@@ -117,14 +131,8 @@ def test_records_come_back_byte_for_byte_however_the_text_was_written(
         for t in texts
     ]
     lines = [json.dumps(r, ensure_ascii=ascii_only, separators=separators) for r in records]
-    path = folder / "texts.jsonl"
-    path.write_bytes("".join(line + "\n" for line in lines).encode())
-    with SessionStore.open(folder / "store") as store:
-        (sid,) = replay.import_agent_log(store, path).session_ids
-        assert replay.agent_log_records(store, sid) == dict(enumerate(lines, start=1))
-        snapshot = store.snapshot(sid)
-        assert snapshot is not None
-        assert [m["content"] for m in snapshot["transcript"]] == texts
+    transcript = imported_exactly(folder, lines)
+    assert [m["content"] for m in transcript] == texts
 
 
 def test_a_text_is_stored_once(store: SessionStore) -> None:
@@ -141,3 +149,35 @@ def test_a_text_is_stored_once(store: SessionStore) -> None:
         written = json.dumps(message["content"], ensure_ascii=False)  # as pi writes it
         assert written in line and written not in kept
         assert len(line.encode()) - len(kept.encode()) == len(written.encode())
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(min_size=0, max_size=300), ascii_only=st.booleans())
+def test_a_tool_output_inside_a_json_string_comes_back_byte_for_byte(
+    tmp_path_factory: pytest.TempPathFactory, text: str, ascii_only: bool
+) -> None:
+    """Codex keeps a shell's output as JSON inside a string: the output text is cut out of that
+    nested string and put back exactly."""
+    folder = tmp_path_factory.mktemp("codex")
+    inner = json.dumps({"output": text, "metadata": {"exit_code": 0}}, ensure_ascii=ascii_only)
+    records = [
+        {"type": "session_meta", "payload": {"id": "c", "cli_version": "0.47.0", "cwd": "/w"}},
+        {
+            "type": "response_item",
+            "payload": {
+                "type": "function_call",
+                "name": "shell",
+                "arguments": "{}",
+                "call_id": "k",
+            },
+        },
+        {
+            "type": "response_item",
+            "payload": {"type": "function_call_output", "call_id": "k", "output": inner},
+        },
+    ]
+    lines = [json.dumps(r, ensure_ascii=ascii_only) for r in records]
+    (output,) = [m for m in imported_exactly(folder, lines) if m["role"] == "tool"]
+    assert output["content"] == text
+    if not ascii_only and len(text) >= 64:
+        assert output["metadata"]["source"]["content_at"][2:] == [2]

@@ -225,22 +225,38 @@ def _nested_deeply(text: bytes) -> bool:
 def finish_records(message: Message) -> None:
     """Turn the records a message was read from into text, taking the message's text out of the
     record that holds it as the very JSON string the encoder writes (as JavaScript's
-    `JSON.stringify` does): the message keeps it once, and `source.content_at` (`[record index,
-    byte offset in its UTF-8]`) says where it goes back (`restored_records`). A record holding
-    it otherwise stays whole."""
-    records = message["metadata"]["source"]["records"]
+    `JSON.stringify` does), or as that string inside another JSON string (a tool's JSON output
+    kept as text, as Codex keeps it): the message keeps it once, and `source.content_at`
+    (`[record index, byte offset in its UTF-8]`, and `2` after them when it was nested) says
+    where it goes back (`restored_records`). A record holding it otherwise stays whole."""
+    source = message["metadata"]["source"]
+    records: list[bytes] = source["records"]
     content = message.get("content")
-    encoded = None
     if type(content) is str and len(content) >= _CUT_CHARS_MIN:
-        encoded = _encode(content)
+        needle = _encode(content)
+        found = _find(records, needle)
+        depth = 1
+        if found is None:
+            needle = _nested(needle)
+            found, depth = _find(records, needle), 2
+        if found is not None:  # whole JSON string tokens are cut: the rest is still UTF-8
+            index, at = found
+            records[index] = records[index][:at] + records[index][at + len(needle) :]
+            source["content_at"] = [index, at] if depth == 1 else [index, at, depth]
+    source["records"] = [raw.decode() for raw in records]
+
+
+def _find(records: list[bytes], needle: bytes) -> tuple[int, int] | None:
     for index, raw in enumerate(records):
-        at = -1 if encoded is None else raw.find(encoded)
-        if at >= 0 and encoded is not None:  # a whole JSON string token: the rest is UTF-8
-            records[index] = (raw[:at] + raw[at + len(encoded) :]).decode()
-            message["metadata"]["source"]["content_at"] = [index, at]
-            encoded = None
-        else:
-            records[index] = raw.decode()
+        at = raw.find(needle)
+        if at >= 0:
+            return index, at
+    return None
+
+
+def _nested(encoded: bytes) -> bytes:
+    """A JSON string, `encoded`, as it reads inside another JSON string (its quotes left out)."""
+    return _encode(encoded.decode())[1:-1]
 
 
 def restored_records(message: Message) -> list[str]:
@@ -250,9 +266,12 @@ def restored_records(message: Message) -> list[str]:
     records = list(source["records"])
     cut = source.get("content_at")
     if cut is not None:
-        index, at = cut
+        index, at, *deeper = cut
         raw = records[index].encode()
-        records[index] = (raw[:at] + _encode(message["content"]) + raw[at:]).decode()
+        text = _encode(message["content"])
+        if deeper and deeper[0] == 2:
+            text = _nested(text)
+        records[index] = (raw[:at] + text + raw[at:]).decode()
     return records
 
 
