@@ -103,6 +103,16 @@ class LogView:
             return None
         return _chain.check_one(self._hash_before(position), record, position)
 
+    def record_at(self, position: int) -> bytes | None:
+        """The stored bytes of the event at `position` as they are (check them with `event_at`,
+        or take them from a read that did); None when there is none."""
+        record = self._txn.record(position) if position >= 1 else None
+        return None if record is None else bytes(record)
+
+    def stream_floor(self, stream: str) -> int:
+        """The last version of `stream` truncated away with a prefix of the log (0 when none)."""
+        return self._txn.stream_floor(check_stream(stream))
+
     @property
     def anchor(self) -> tuple[int, bytes]:
         """The last position truncated away and the chain hash there, from which the log

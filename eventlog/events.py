@@ -262,6 +262,16 @@ class SessionForgotten(Event, tag="session_forgotten", frozen=True):
     key_slot: int = 0
 
 
+class SessionArchived(Event, tag="session_archived", frozen=True):
+    """A retention sweep copied the session's events to an archive sink under `archive` (their
+    count and the blake3 of the archive's bytes, hex); the store then forgets them. Appended to
+    a closed or deleted session."""
+
+    archive: str
+    events_count: int
+    digest: str
+
+
 class PromptStarted(Event, tag="prompt_started", frozen=True):
     """The runtime sent `prompt` to `provider` with the merged `params`; the session is busy."""
 
@@ -492,6 +502,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a runtime Union of the tagged c
     ToolCallFinished,
     SessionMetadataSet,
     SessionForgotten,
+    SessionArchived,
 ]
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]

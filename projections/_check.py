@@ -93,7 +93,9 @@ def _show(key: bytes) -> str:
 
 def verify(log: EventLog, *, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
     """`log.verify()`, then `check` of the projections: one report. An LMDB log is walked in a
-    child process, where a damaged page that makes LMDB abort cannot take the caller down."""
+    child process, where a damaged page that makes LMDB abort cannot take the caller down. A
+    truncated log (`anchor_position` > 0) cannot rebuild them: they are left unchecked
+    (`projection_keys_checked` None)."""
     where = log.path
     if where is not None:
         return EventLog.walk_isolated(_MODULE, [str(where)], progress, log.description)
@@ -112,6 +114,10 @@ def verify_files(
 def _verify_here(log: EventLog, progress: Callable[[int, int], object] | None) -> VerifyReport:
     report = walk_here(log, progress)
     if not report.ok:
+        return report
+    if report.anchor_position:
+        # A truncated log no longer holds what the projections were folded from: there is
+        # nothing to rebuild them from, so they are not checked (projection_keys_checked None).
         return report
     compared, problem = check(log)
     return dataclasses.replace(

@@ -488,6 +488,12 @@ def _forgotten(state: SessionState, envelope: Envelope) -> SessionState:
     return _replace(state, forgotten=True, forgotten_reason=data.reason)
 
 
+def _archived(state: SessionState, envelope: Envelope) -> SessionState:
+    data = envelope.data
+    assert isinstance(data, ev.SessionArchived)
+    return _replace(state, archive=data.archive)
+
+
 _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
     ev.SessionForgotten: _forgotten,
     ev.ScratchpadSet: _scratchpad_set,
@@ -501,6 +507,7 @@ _STATE_CHANGES: dict[type, Callable[[SessionState, Envelope], SessionState]] = {
     ev.SessionMetadataSet: _metadata_set,
     ev.SessionDeleted: _deleted,
     ev.AgentSessionClosed: _closed,
+    ev.SessionArchived: _archived,
 }
 
 # Events carrying one message and changing nothing else take `apply`'s fast path; derived from the

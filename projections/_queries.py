@@ -108,6 +108,17 @@ def read_refs(view: LogView, segment: int, start: int, end: int) -> list[tuple[i
     return list(st.REF_FORMAT.iter_unpack(data[low:high]))
 
 
+def first_referenced_position(view: LogView, transcript: Transcript) -> int | None:
+    """The lowest log position any message of `transcript` comes from (None when it has none):
+    what a truncation of the log must keep for the transcript to stay readable."""
+    lowest: int | None = None
+    for segment, start, end in transcript.ranges:
+        for position, _ in read_refs(view, segment, start, end):
+            if lowest is None or position < lowest:
+                lowest = position
+    return lowest
+
+
 def child_ids(view: LogView, session_id: str) -> list[str]:
     """Children forked from the session's current incarnation, oldest first.
 

@@ -128,6 +128,8 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     forgotten: bool = False
     """The session's data key was destroyed (`session_forgotten`): its content is unreadable."""
     forgotten_reason: str | None = None
+    archive: str | None = None
+    """Where a retention sweep archived this incarnation (`session_archived`), None if it did not."""
 
 
 class Transcript(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -476,3 +476,21 @@ def rebuild(args: argparse.Namespace) -> int:
         position = store.rebuild(progress=progress)
     print(f"rebuilt every projection from the log, through position {position:,}")
     return EXIT_OK
+
+
+def compact_store(args: argparse.Namespace) -> int:
+    path = store_path(args)
+    if path.startswith(SERVER_SCHEMES):
+        raise Failure(
+            "compact-store: a PostgreSQL store is compacted by the server: run VACUUM (space for "
+            "new rows) or VACUUM FULL (returns it to the disk; locks the tables) on its schema",
+            EXIT_USAGE,
+        )
+    if not store_exists(path):
+        raise no_store(path)
+    before, after = EventLog.compact_files(path)
+    if args.json:
+        emit_json({"bytes_before": before, "bytes_after": after})
+    else:
+        print(f"compacted {path}: {before:,} -> {after:,} bytes ({after / max(before, 1):.2f}x)")
+    return EXIT_OK

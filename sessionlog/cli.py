@@ -284,6 +284,16 @@ def _log_commands(command: Callable[..., _Command]) -> None:
     command("rebuild", "recompute every projection from the log", _commands.rebuild, "rebuild")
 
     o = command(
+        "compact-store",
+        "rewrite the data file without its free pages (after truncating the log); refused "
+        "while any other process has the store open",
+        _commands.compact_store,
+        "compact-store",
+        "--store var/sessions compact-store --json",
+    )
+    o.add_argument("--json", action="store_true", help="the sizes before and after as JSON")
+
+    o = command(
         "export-log",
         "the whole log as JSON lines",
         _edges.export_log,

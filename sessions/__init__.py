@@ -22,10 +22,12 @@ from eventlog import (
 from sessions._context_policy import ContextPolicy
 from sessions._ids import current_id, uuid7
 from sessions._keys import KeyProvider, LocalKeyProvider
+from sessions._retention import ArchiveSink, DirectorySink, RetentionPolicy, SweepReport
 from sessions._store import SessionStore, SessionSubscription
 from sessions._tokens import BearerSession, BearerSessions
 
 __all__ = [
+    "ArchiveSink",
     "BearerSession",
     "BearerSessions",
     "CapacityError",
@@ -33,6 +35,7 @@ __all__ = [
     "ContextPolicy",
     "ControllerConflictError",
     "ForgottenError",
+    "DirectorySink",
     "IntegrityError",
     "InvalidArgumentError",
     "KeyProvider",
@@ -41,10 +44,12 @@ __all__ = [
     "LimitExceededError",
     "LocalKeyProvider",
     "MissingKeyError",
+    "RetentionPolicy",
     "SessionExistsError",
     "SessionLogError",
     "SessionStore",
     "SessionSubscription",
+    "SweepReport",
     "UnknownSessionError",
     "WrongKeyError",
     "current_id",

@@ -42,6 +42,7 @@ from sessions._keys import KeyProvider
 from sessions._live import LiveVerbs
 from sessions._messages import default_token_counter
 from sessions._queries import QueryVerbs
+from sessions._retention import RetentionVerbs
 from sessions._seal import Sealer
 from sessions._shred import ShredVerbs, finish_shredding, keyring_of
 from sessions._tokens import BearerSessions
@@ -109,7 +110,9 @@ class SessionSubscription:
         self.close()
 
 
-class SessionStore(QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs, ShredVerbs):
+class SessionStore(
+    QueryVerbs, TranscriptVerbs, LiveVerbs, ContextVerbs, ShredVerbs, RetentionVerbs
+):
     """Sessions as projections of one event log. Open with `SessionStore.open(path)`."""
 
     def __init__(

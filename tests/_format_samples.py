@@ -267,6 +267,7 @@ SAMPLES: list[tuple[str, ev.Event]] = [
         ev.MessageInjected(message=ev.Message(role="user", sealed=b"\x01header+nonce+ciphertext")),
     ),
     ("s-4", ev.SessionForgotten(reason="erasure request", key_slot=1)),
+    ("s-2", ev.SessionArchived(archive="session-0a1b-g1", events_count=4, digest="9f" * 32)),
 ]
 
 

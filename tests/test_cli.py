@@ -28,7 +28,7 @@ SCRIPT = Path(sys.executable).with_name("sessionlog")
 SAMPLE = ROOT / "demo" / "sample_transcript.jsonl"
 SAMPLE_MESSAGES = 8
 COMMANDS = (
-    *("ls", "show", "tree", "as-of", "stats", "tail", "verify", "rebuild"),
+    *("ls", "show", "tree", "as-of", "stats", "tail", "verify", "rebuild", "compact-store"),
     *("export-log", "import-log", "seed", "export", "import"),
 )
 

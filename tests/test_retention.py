@@ -1,0 +1,221 @@
+"""Retention on every durable backend: which closed sessions a sweep retires, what it archives,
+and what `truncate_log` keeps readable, refuses, and leaves verifiable."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import projections as pj
+from eventlog import GENESIS_HASH, InvalidArgumentError, TruncatedError
+from eventlog._chain import check_run
+from sessions import DirectorySink, LocalKeyProvider, RetentionPolicy, SessionStore
+from tests.conftest import STORE_KINDS
+from tests.test_cli import run
+
+DAY = timedelta(days=1)
+KEY = LocalKeyProvider(bytes(range(32)))
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def later(days: float) -> datetime:
+    return datetime.now(UTC) + timedelta(days=days)
+
+
+def closed_sessions(store: SessionStore, count: int, prefix: str = "old") -> list[str]:
+    ids = []
+    for i in range(count):
+        sid = store.open_session(f"{prefix}-{i:02d}")
+        store.inject(sid, {"role": "user", "content": f"message {i}"})
+        store.inject(sid, {"role": "assistant", "content": f"answer {i}"})
+        store.close_session(sid)
+        ids.append(sid)
+    return ids
+
+
+def archive_policy(tmp_path: Path, **options: object) -> RetentionPolicy:
+    return RetentionPolicy(
+        max_age=DAY, action="archive", sink=DirectorySink(tmp_path / "archive"), **options
+    )  # type: ignore[arg-type]
+
+
+def test_the_policy_refuses_what_it_cannot_mean(tmp_path: Path) -> None:
+    for bad in (
+        {"max_age": 3},
+        {"max_age": -DAY},
+        {"max_age": DAY, "grace": -DAY},
+        {"max_age": DAY, "action": "shred"},
+        {"max_age": DAY, "action": "archive"},
+        {"max_age": DAY, "batch_sessions": 0},
+        {"max_age": DAY, "batch_sessions": True},
+    ):
+        with pytest.raises(InvalidArgumentError):
+            RetentionPolicy(**bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="timezone-aware"):
+        SessionStore.memory().sweep(RetentionPolicy(max_age=DAY), now=datetime(2030, 1, 1))
+
+
+def test_a_sweep_archives_due_sessions_once_and_reports_the_rest(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    old = closed_sessions(store, 5)
+    store.open_session("open")
+    store.inject("open", {"role": "user", "content": "still talking"})
+    policy = archive_policy(tmp_path, grace=DAY)
+
+    early = store.sweep(policy, now=later(0.5))
+    assert (early.examined, early.archived, early.expiring) == (6, [], [])
+    expiring = store.sweep(policy, now=later(1.5))
+    assert expiring.expiring == old and expiring.archived == []
+
+    report = store.sweep(policy, now=later(2.5))
+    assert report.archived == old and report.expiring == [] and report.examined == 6
+    assert store.sweep(policy, now=later(2.5)).archived == []  # nothing twice
+    assert policy.sink is not None
+    for sid in old:
+        with store.log.view() as view:
+            state = pj.load_state(view, sid)
+        assert state is not None and state.archive is not None
+        *lines, readable = [json.loads(line) for line in policy.sink.read(state.archive)]
+        assert [m["content"] for m in readable["readable"]["transcript"]] == [
+            f"message {old.index(sid)}",
+            f"answer {old.index(sid)}",
+        ]
+        assert [line["type"] for line in lines] == [
+            "session_opened",
+            "message_injected",
+            "message_injected",
+            "agent_session_closed",
+        ]
+        assert lines[1]["data"]["message"]["content"] == f"message {old.index(sid)}"
+        last = store.log.read_stream(sid, after=4)
+        assert last[0].type == "session_archived" and last[0].data.events_count == 4
+    assert store.snapshot("open")["length"] == 1
+
+
+def test_a_session_with_an_open_fork_is_kept(store: SessionStore, tmp_path: Path) -> None:
+    parent = store.open_session("parent")
+    store.inject(parent, {"role": "user", "content": "shared"})
+    child = store.fork(parent, "child")
+    grandchild = store.fork(child, "grandchild")
+    store.close_session(parent)
+    store.close_session(child)
+    policy = archive_policy(tmp_path)
+    report = store.sweep(policy, now=later(2))
+    assert report.kept == ["child", "parent"] and report.archived == []
+    store.close_session(grandchild)
+    assert store.sweep(policy, now=later(2)).archived == ["child", "grandchild", "parent"]
+
+
+def test_truncate_log_keeps_open_sessions_readable_and_refuses_to_cut_them(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    closed_sessions(store, 4)
+    live = store.open_session("live")
+    store.inject(live, {"role": "user", "content": "keep me"})
+    forked = store.fork(live, "forked")
+    store.inject(forked, {"role": "user", "content": "mine"})
+    sink = DirectorySink(tmp_path / "archive")
+    opened_at = store.log.read_stream(live, after=0, limit=1)[0].position
+    head = store.log.head
+    records = store.log.read_records(after=0, limit=head)
+    before = {sid: store.snapshot(sid) for sid in (live, forked)}
+
+    with pytest.raises(InvalidArgumentError, match="`live` still reads position") as refused:
+        store.truncate_log(opened_at + 1, sink=sink)
+    assert refused.value.got == opened_at + 1
+    assert store.log.anchor[0] == 0 and sink.names() == []
+
+    anchor, anchor_hash = store.truncate_log(opened_at, sink=sink)
+    assert anchor == opened_at - 1
+    assert {sid: store.snapshot(sid) for sid in (live, forked)} == before
+    report = store.log.verify()
+    assert report.ok and report.anchor_position == anchor
+    assert store.verify(projections=True).projection_keys_checked is None
+    lines = [json.loads(line) for line in sink.read(f"log-{1:012d}-{anchor:012d}")]
+    assert [line["position"] for line in lines] == list(range(1, opened_at))
+    raw = [bytes(record) for _, record in records[:anchor]]
+    assert check_run(GENESIS_HASH, raw, 1)[-1].hash == anchor_hash
+    with pytest.raises(TruncatedError):
+        store.rebuild()
+    with pytest.raises(TruncatedError):
+        store.log.read_stream("old-00")
+    store.inject(live, {"role": "user", "content": "after the cut"})
+    assert store.snapshot(live)["length"] == 2
+    store.close()
+
+
+def test_truncate_log_of_nothing_new_changes_nothing(store: SessionStore, tmp_path: Path) -> None:
+    closed_sessions(store, 2)
+    sink = DirectorySink(tmp_path / "archive")
+    assert store.truncate_log(5, sink=sink)[0] == 4
+    assert store.truncate_log(3, sink=sink)[0] == 4
+    with pytest.raises(InvalidArgumentError):
+        store.truncate_log(store.log.head + 2, sink=sink)
+    assert sink.names() == [f"log-{1:012d}-{4:012d}"]
+    store.close()
+
+
+def test_compact_store_shrinks_the_files_after_a_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with SessionStore.open(path) as store:
+        for i in range(150):
+            sid = store.open_session(f"s-{i:03d}")
+            store.inject(sid, {"role": "user", "content": "x" * 2000})
+            store.close_session(sid)
+        live = store.open_session("live")
+        store.inject(live, {"role": "user", "content": "kept"})
+        cut = store.log.read_stream(live, after=0, limit=1)[0].position
+        store.truncate_log(cut, sink=DirectorySink(tmp_path / "archive"))
+        before = store.snapshot(live)
+    done = run("compact-store", "--json", store=path)
+    assert done.returncode == 0, done.stderr
+    sizes = json.loads(done.stdout)
+    assert sizes["bytes_after"] * 3 < sizes["bytes_before"], sizes
+    assert (path / "data.mdb").stat().st_size == sizes["bytes_after"]
+    with SessionStore.open(path) as store:
+        assert store.snapshot(live) == before
+        assert store.log.verify().ok
+    missing = run("compact-store", store=tmp_path / "nothing")
+    assert missing.returncode == 3 and "no store" in missing.stderr
+
+
+def test_a_sweep_of_an_encrypted_store_archives_the_plaintext_then_forgets(
+    tmp_path: Path,
+) -> None:
+    policy = archive_policy(tmp_path, batch_sessions=2)
+    assert policy.sink is not None
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        old = closed_sessions(store, 3)
+        report = store.sweep(policy, now=later(2))
+        assert report.archived == old and report.forgotten == old and report.plain == []
+        for sid in old:
+            with store.log.view() as view:
+                state = pj.load_state(view, sid)
+            assert state is not None and state.forgotten and state.archive is not None
+            *lines, readable = [json.loads(line) for line in policy.sink.read(state.archive)]
+            message = readable["readable"]["transcript"][0]["content"]
+            assert message == f"message {old.index(sid)}"
+            assert message not in json.dumps(lines)  # the events hold only ciphertext
+        assert store.sweep(policy, now=later(2)).forgotten == []
+        assert store.verify(projections=True).ok
+
+
+def test_forget_alone_shreds_encrypted_sessions_and_reports_plain_ones(tmp_path: Path) -> None:
+    policy = RetentionPolicy(max_age=DAY)
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        secret = closed_sessions(store, 2)
+    with SessionStore.open(tmp_path / "plain") as plain:
+        closed_sessions(plain, 1)
+        report = plain.sweep(policy, now=later(2))
+        assert report.plain == ["old-00"] and report.forgotten == []
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        report = store.sweep(policy, now=later(2))
+        assert report.forgotten == secret and report.archived == []
