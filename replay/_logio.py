@@ -26,7 +26,7 @@ from typing import IO, Any
 import msgspec
 
 from eventlog import Envelope, RecordChecker, limits
-from sessions import IntegrityError, InvalidArgumentError, SessionStore
+from sessions import IntegrityError, InvalidArgumentError, SessionStore, archive_line
 
 EXPORT_TYPE = "sessionlog_log_export"
 FORMAT_VERSION = 1
@@ -70,21 +70,8 @@ class LogImportResult:
         return self.written == 0
 
 
-def render_line(envelope: Envelope, record: bytes) -> bytes:
-    """The export line of one event (without its newline): readable fields, then the record."""
-    return _encoder.encode(
-        {
-            "position": envelope.position,
-            "stream": envelope.stream,
-            "version": envelope.version,
-            "type": envelope.type,
-            "recorded_at": envelope.recorded_at,
-            "meta": envelope.meta,
-            "data": envelope.data,
-            "hash": envelope.hash.hex(),
-            "record": record,
-        }
-    )
+render_line = archive_line
+"""The export line of one event (without its newline): readable fields, then the record."""
 
 
 # Export

@@ -22,7 +22,13 @@ from eventlog import (
 from sessions._context_policy import ContextPolicy
 from sessions._ids import current_id, uuid7
 from sessions._keys import KeyProvider, LocalKeyProvider
-from sessions._retention import ArchiveSink, DirectorySink, RetentionPolicy, SweepReport
+from sessions._retention import (
+    ArchiveSink,
+    DirectorySink,
+    RetentionPolicy,
+    SweepReport,
+    archive_line,
+)
 from sessions._store import SessionStore, SessionSubscription
 from sessions._tokens import BearerSession, BearerSessions
 
@@ -52,6 +58,7 @@ __all__ = [
     "SweepReport",
     "UnknownSessionError",
     "WrongKeyError",
+    "archive_line",
     "current_id",
     "uuid7",
 ]

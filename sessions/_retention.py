@@ -41,7 +41,8 @@ ACTIONS = ("forget", "archive")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _PAGE_SESSIONS = 1000
 """Session states read per short read transaction while a sweep looks for due sessions."""
-_encoder = msgspec.json.Encoder(order="deterministic")
+_encoder = msgspec.json.Encoder()
+"""Keys in the order written: the whole-log export's lines are compared byte for byte."""
 
 
 class ArchiveSink(Protocol):
@@ -168,23 +169,28 @@ class Due:
     forget: bool
 
 
+def archive_line(envelope: Envelope, record: bytes) -> bytes:
+    """One event as a JSON object (no newline): its readable fields, and its stored bytes
+    (`record`, base64), which re-verify against the chain. The line of a whole-log export too,
+    byte for byte (`replay.export_log`), so an archive of the log is such an export's body."""
+    return _encoder.encode(
+        {
+            "position": envelope.position,
+            "stream": envelope.stream,
+            "version": envelope.version,
+            "type": envelope.type,
+            "recorded_at": envelope.recorded_at,
+            "meta": envelope.meta,
+            "data": envelope.data,
+            "hash": envelope.hash.hex(),
+            "record": record,
+        }
+    )
+
+
 def archive_lines(envelopes: Iterable[tuple[Envelope, bytes]]) -> Iterator[bytes]:
-    """One JSON object per event: its readable fields, and its stored bytes (`record`, base64),
-    which re-verify against the chain (the shape of a whole-log export line)."""
     for envelope, record in envelopes:
-        yield _encoder.encode(
-            {
-                "position": envelope.position,
-                "stream": envelope.stream,
-                "version": envelope.version,
-                "type": envelope.type,
-                "recorded_at": envelope.recorded_at,
-                "meta": envelope.meta,
-                "data": envelope.data,
-                "hash": envelope.hash.hex(),
-                "record": record,
-            }
-        )
+        yield archive_line(envelope, record)
 
 
 def session_archive_name(session_id: str, generation: int) -> str:
