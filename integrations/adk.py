@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 import projections as pj
 from integrations._common import async_store, require
 from sessions import SessionStore, UnknownSessionError
+from sessions._collector import collector_paused
 from sessions._messages import check_item
 
 require("google.adk", "adk")
@@ -129,14 +130,16 @@ class SessionlogSessionService(BaseSessionService):
         summary = store.summary(key)
         if summary is None or summary["status"] != pj.ACTIVE:
             return None
-        entries = _entries(store, key, summary["length"], config)
+        with collector_paused():  # thousands of events hold no cycle
+            entries = _entries(store, key, summary["length"], config)
+            events = [Event.model_validate(entry["item"]) for entry in entries]
         pad = summary["scratchpad"] or {}
         session = Session(
             id=sid,
             app_name=app_name,
             user_id=user_id,
             state=_merged(store, app_name, user_id, pad.get("state", {})),
-            events=[Event.model_validate(entry["item"]) for entry in entries],
+            events=events,
             last_update_time=pad.get("update_time", 0.0),
         )
         session._storage_update_marker = str(summary["version"])
@@ -155,36 +158,37 @@ class SessionlogSessionService(BaseSessionService):
         if user_id is not None:
             prefix += _part(user_id) + "/"
         rows: list[tuple[float, str, str, dict[str, Any]]] = []
-        with store.log.view() as view:
-            app_state = _scratch_state(store, _app_key(app_name))
-            shared: dict[str, dict[str, Any]] = {}  # per user: its app: and user: keys
-            for entry in pj.iter_scratchpads(view, prefix=prefix):
-                if entry.status != pj.ACTIVE:
-                    continue
-                user, sid = entry.session_id[len(SESSION_PREFIX) :].split("/")[1:3]
-                user = unquote(user)
-                common = shared.get(user)
-                if common is None:
-                    user_state = _scratch_state(store, _user_key(app_name, user))
-                    common = shared[user] = _prefixed(app_state, user_state, {})
-                pad = entry.scratchpad or {}
-                state = pad.get("state", {})  # decoded for this call alone: handed out as it is
-                state.update(common)
-                rows.append((pad.get("update_time", 0.0), user, unquote(sid), state))
-        rows.sort(key=_first_three)
-        found = [
-            _listed(
-                {
-                    "id": sid,
-                    "app_name": app_name,
-                    "user_id": user,
-                    "state": state,
-                    "events": [],
-                    "last_update_time": updated,
-                }
-            )
-            for updated, user, sid, state in rows
-        ]
+        with collector_paused():  # thousands of sessions are built: none holds a cycle
+            with store.log.view() as view:
+                app_state = _scratch_state(store, _app_key(app_name))
+                shared: dict[str, dict[str, Any]] = {}  # per user: its app: and user: keys
+                for entry in pj.iter_scratchpads(view, prefix=prefix):
+                    if entry.status != pj.ACTIVE:
+                        continue
+                    user, sid = entry.session_id[len(SESSION_PREFIX) :].split("/")[1:3]
+                    user = unquote(user)
+                    common = shared.get(user)
+                    if common is None:
+                        user_state = _scratch_state(store, _user_key(app_name, user))
+                        common = shared[user] = _prefixed(app_state, user_state, {})
+                    pad = entry.scratchpad or {}
+                    state = pad.get("state", {})  # decoded for this call alone: handed out as it is
+                    state.update(common)
+                    rows.append((pad.get("update_time", 0.0), user, unquote(sid), state))
+            rows.sort(key=_first_three)
+            found = [
+                _listed(
+                    {
+                        "id": sid,
+                        "app_name": app_name,
+                        "user_id": user,
+                        "state": state,
+                        "events": [],
+                        "last_update_time": updated,
+                    }
+                )
+                for updated, user, sid, state in rows
+            ]
         return ListSessionsResponse.model_construct(sessions=found)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:

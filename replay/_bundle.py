@@ -7,11 +7,9 @@ bytes. It only reads the store. Redaction is `replay._redact`'s; import is `repl
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib import metadata as pkg_metadata
 from typing import Any
@@ -22,6 +20,7 @@ from eventlog import Envelope, to_builtins
 from replay._redact import MODES, manifest, redact
 from replay._validate import BUNDLE_TYPE, SCHEMA_ID, SCHEMA_VERSION
 from sessions import ConcurrencyError, InvalidArgumentError, SessionStore, UnknownSessionError
+from sessions._collector import collector_paused
 
 PRODUCER = "sessionlog"
 IMPORTED_FROM = "imported_from"
@@ -96,21 +95,6 @@ def export_bundle(
     bundle = {**body, "redaction": manifest(mode, redaction_entries)}
     bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
     return {key: bundle[key] for key in sorted(bundle)}
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Build without the cyclic garbage collector: it would walk the growing copy again and
-    again (a fifth of the time of a large export, two fifths of an agent log's import) and find
-    nothing to free, since nothing built there holds a cycle. It is restored as it was,
-    whatever happens."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Steps:

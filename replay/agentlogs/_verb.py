@@ -18,7 +18,6 @@ import msgspec
 
 from eventlog import limits
 from replay import _limits
-from replay._bundle import collector_paused
 from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
 from replay.agentlogs._common import (
     KIND,
@@ -32,6 +31,7 @@ from replay.agentlogs._common import (
     restored_records,
 )
 from sessions import InvalidArgumentError, SessionExistsError, SessionStore
+from sessions._collector import collector_paused
 
 _VERB = "import_agent_log"
 _LINE_FORMATS: tuple[ModuleType, ...] = (_claude, _codex, _pi)
