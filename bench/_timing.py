@@ -298,3 +298,28 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
+
+
+def written_bytes() -> int | None:
+    """Bytes this process has handed to `write()`-family system calls so far (`wchar` of Linux's
+    /proc/self/io: what LMDB writes for its pages and meta page, before the kernel merges any);
+    None where that file does not exist."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name == "wchar":
+            return int(value)
+    return None
+
+
+def write_bytes_per(work: Callable[[], Any], units: int) -> float | None:
+    """`write()` bytes per unit of `work` (run once, untimed); None where it cannot be measured."""
+    before = written_bytes()
+    work()
+    after = written_bytes()
+    if before is None or after is None or units <= 0:
+        return None
+    return (after - before) / units

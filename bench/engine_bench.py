@@ -85,6 +85,7 @@ from bench.log_bench import (
     _text,
     durable_puts,
     record_bytes,
+    write_amplification,
 )
 from eventlog import Envelope
 from eventlog._lmdb import FORMAT
@@ -610,6 +611,7 @@ def inject_durable(ctx: Context) -> list[Result]:
         result.notes = {
             "injects_per_round": count,
             "record_bytes_mean": round(sum(map(len, values)) / len(values), 1),
+            **write_amplification(lambda: ours(count), raw, count),
         }
         return [result]
     finally:

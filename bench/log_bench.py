@@ -19,13 +19,14 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import blake3
 import lmdb
 import msgspec
 
 from bench import _scaffold
-from bench._timing import Result, Sample, Stopwatch, Target, compare
+from bench._timing import Result, Sample, Stopwatch, Target, compare, write_bytes_per
 from eventlog import ANY, GENESIS_HASH, Envelope, EventLog
 from eventlog.events import Message, MessageInjected
 
@@ -159,6 +160,32 @@ def _stored_values(log_dir: Path) -> list[bytes]:
         env.close()
 
 
+def write_amplification(
+    ours: Callable[[], object], raw: Callable[[], object], count: int
+) -> dict[str, Any]:
+    """`write()` bytes per durable commit of one untimed round of each side, and their ratio (the
+    pages a commit copies: the event's, the index's, the tree above them, the free list, the
+    meta page)."""
+    ours_bytes = write_bytes_per(ours, count)
+    raw_bytes = write_bytes_per(raw, count)
+    if ours_bytes is None or raw_bytes is None:
+        return {}
+    return {
+        "write_bytes_per_commit": round(ours_bytes),
+        "raw_write_bytes_per_commit": round(raw_bytes),
+        "write_bytes_ratio": round(ours_bytes / raw_bytes, 2),
+    }
+
+
+def disk_bytes(root: Path, ours_events: int, raw_env: lmdb.Environment) -> dict[str, Any]:
+    """Bytes of `data.mdb` per event stored, ours (`root/ours`) and raw (`root/raw`, the store of
+    `raw_env`), the file holding everything each side needs to find an event again."""
+    raw_events = int(raw_env.stat()["entries"])
+    ours = (root / "ours" / "data.mdb").stat().st_size / max(ours_events, 1)
+    raw = (root / "raw" / "data.mdb").stat().st_size / max(raw_events, 1)
+    return {"disk_bytes_per_event": round(ours, 1), "raw_disk_bytes_per_event": round(raw, 1)}
+
+
 # 1. Durable single-event appends
 
 
@@ -198,7 +225,12 @@ def durable_append(ctx: Context) -> list[Result]:
             budget_s=sizes.budget_s,
             progress=ctx.progress,
         )
-        result.notes = {"events_per_round": count, "record_bytes_mean": round(mean_size, 1)}
+        result.notes = {
+            "events_per_round": count,
+            "record_bytes_mean": round(mean_size, 1),
+            **write_amplification(lambda: append_ours(count), raw, count),
+            **disk_bytes(ctx.tmp / "durable", log.head, env),
+        }
         return [result]
     finally:
         log.close()
