@@ -527,7 +527,8 @@ def fork_bytes(store: SessionStore, one_fork: Callable[[], str]) -> dict[str, An
     if envelope.stream != child:
         raise AssertionError("the last event is not the fork's")
     record = len(record_bytes(envelope))
-    index_entry = len(child.encode()) + 1 + 8 + 8  # stream key + version -> position
+    # A new stream's first chunk of the index: region byte, name, NUL, chunk number; a position.
+    index_entry = 1 + len(child.encode()) + 1 + 4 + 6
     projection = sum(len(k) + len(v) for k, v in changed.items())
     return {
         "event_record_bytes": record,

@@ -150,14 +150,12 @@ def _raw_env(path: Path, *, sync: bool) -> lmdb.Environment:
 
 
 def _stored_values(log_dir: Path) -> list[bytes]:
-    """Every stored record of a closed log, read straight from its LMDB `events` database."""
-    env = lmdb.open(str(log_dir), readonly=True, max_dbs=8, lock=False)
-    try:
-        db = env.open_db(b"events", create=False)
-        with env.begin(db=db) as txn:
-            return [bytes(value) for _, value in txn.cursor()]
-    finally:
-        env.close()
+    """Every stored record of a closed log, byte for byte."""
+    values: list[bytes] = []
+    with EventLog.open(log_dir, readonly=True) as log:
+        while page := log.read_records(after=len(values), limit=10_000):
+            values += [raw for _, raw in page]
+    return values
 
 
 def write_amplification(

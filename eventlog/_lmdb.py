@@ -1,52 +1,46 @@
-"""The LMDB backend: one environment per store directory, four sub-databases, durable commits.
+"""The LMDB backend: one environment per store directory, durable commits, two layouts.
 
-`events` maps an 8-byte big-endian position to a record; `streams` maps a stream prefix and an 8-byte
-version to a position; `kv` holds projection state; `meta` holds the format marker and the anchor of
-a truncated log; `floors` the last truncated version of each stream. This module owns
-every `lmdb` call and translates `lmdb.Error` into `eventlog.errors`; it must never hold a read
-transaction longer than one call, because long readers pin pages and make the file grow.
+Format 2 (`sessionlog-log/2`, what a new store gets) keeps everything in one B-tree; its keys are
+`eventlog/_lmdb_tree.py`'s. Format 1 (`sessionlog-log/1`, stores written before it) keeps five
+named databases: `events` maps an 8-byte big-endian position to a record; `streams` maps a stream
+prefix and an 8-byte version to a position; `kv` holds projection state; `idempotency` the keys of
+appends; `meta` the format marker and the anchor of a truncated log; `floors` the last truncated
+version of each stream. A store keeps the format it was created with. This module owns
+every `lmdb` call of the store's life; it must never hold a read transaction longer than one call,
+because long readers pin pages and make the file grow.
 """
 
 from __future__ import annotations
 
 import errno
-import itertools
-import operator
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
 
 import lmdb
 
+from eventlog import _lmdb_tree as tree
 from eventlog._disk import NEW_STORE_BYTES_MIN, free_bytes, full, prepare_files
 from eventlog._gate import Gate
 from eventlog._lease import Lease, file_lease
-from eventlog._lmdb_errors import (
-    errno_of,
-    open_failure,
-    reads,
-    translate,
-    translate_read,
-    translated,
-)
-from eventlog._storage import Buffer, StorageTxn, position_key
+from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
+from eventlog._lmdb_errors import errno_of, open_failure, reads, translate, translate_read
+from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
     CorruptStoreError,
+    InvalidArgumentError,
     LogClosedError,
     SessionLogError,
     StorageError,
 )
 
-FORMAT = b"sessionlog-log/1"
-# What one entry costs LMDB beyond its key and value, generously: node header, page pointer, and
-# the slack of half-full pages after splits and of a big value's last overflow page. Doubled
-# with the bytes themselves, it sizes the map growth after a write ran out of room.
-_ENTRY_OVERHEAD_BYTES = 64
-_ANCHOR_KEY = b"anchor"
-"""In `meta`: the last truncated position (8 bytes) and the chain hash stored there (32)."""
+FORMAT_1 = b"sessionlog-log/1"
+FORMAT = tree.FORMAT
+"""The format a new store is created with."""
+FORMATS = {1: FORMAT_1, 2: tree.FORMAT}
 
 
 class LmdbStorage:
@@ -60,8 +54,15 @@ class LmdbStorage:
         sync: bool,
         readonly: bool,
         headroom_bytes: int,
+        format_version: int = 2,
     ) -> None:
+        if format_version not in FORMATS:
+            raise InvalidArgumentError(
+                f"format_version: expected one of {sorted(FORMATS)}, got {format_version!r}"
+            )
         self.path = Path(path)
+        self.format = FORMATS[format_version]
+        self._txn_type: type[LmdbTxnBase] = _LmdbTxn
         self.headroom_bytes = headroom_bytes
         self.grow_before_next_write = False
         # Bytes put by the current write transaction, and by the last one that ran out of map, so
@@ -112,59 +113,81 @@ class LmdbStorage:
     def _open_dbs(self, readonly: bool) -> None:
         try:
             with self.env.begin(write=False) as txn:
-                names = set(self.env.dbs(txn))
                 # An environment holding nothing is a log that never held anything: its creator
                 # was killed between LMDB creating the file and the write below, or is another
                 # process opening the same new path right now. Anything else needs our marker.
                 blank = not txn.cursor().first()
-            if not blank and b"meta" not in names:
-                raise CorruptStoreError(f"`{self.path}` is an LMDB store but not a sessionlog log")
-            if readonly:
-                self.meta = self.env.open_db(b"meta", create=False)
-                with self.env.begin(write=False) as txn:
-                    self._check_format(txn.get(b"format", db=self.meta))
-                self.events = self.env.open_db(b"events", create=False)
-                self.streams = self.env.open_db(b"streams", create=False)
-                self.kv = self.env.open_db(b"kv", create=False)
-                # Stores written before keys were kept have no such table: nothing was appended
-                # with a key there, and a read-only store appends nothing.
-                self.idempotency = (
-                    self.env.open_db(b"idempotency", create=False)
-                    if b"idempotency" in names
-                    else None
-                )
-                # Only a truncation creates it: a store never truncated has no floors.
-                self.floors = (
-                    self.env.open_db(b"floors", create=False) if b"floors" in names else None
-                )
-                return
-            with self.env.begin(write=True) as txn:
-                self.events = self.env.open_db(b"events", txn=txn)
-                self.streams = self.env.open_db(b"streams", txn=txn)
-                self.kv = self.env.open_db(b"kv", txn=txn)
-                self.idempotency = self.env.open_db(b"idempotency", txn=txn)
-                self.meta = self.env.open_db(b"meta", txn=txn)
-                self.floors = self.env.open_db(b"floors", txn=txn)
-                marker = txn.get(b"format", db=self.meta)
-                if marker is None and blank:
-                    txn.put(b"format", FORMAT, db=self.meta)
-                    marker = FORMAT
-                # Raised before the commit: a refused store is left exactly as it was.
-                self._check_format(marker)
+                marker = txn.get(tree.MARKER_KEY)
+            if marker is not None or (blank and self.format == tree.FORMAT and not readonly):
+                self._open_tree(bytes(marker) if marker is not None else None)
+            else:
+                self._open_named(readonly, blank)
         except lmdb.Error as exc:  # reads of the main table: a damaged page here is damage
             raise translate_read(exc, f"opening `{self.path}`") from exc
 
-    def _check_format(self, marker: bytes | None) -> None:
-        if marker != FORMAT:
+    def _open_tree(self, marker: bytes | None) -> None:
+        """Format 2: every entry in the main database."""
+        if marker is None:
+            with self.env.begin(write=True) as txn:
+                txn.put(tree.MARKER_KEY, tree.FORMAT)
+            marker = tree.FORMAT
+        self._check_format(marker, tree.FORMAT)
+        self.format = tree.FORMAT
+        self._txn_type = tree.TreeTxn
+        # Every table is the main database: the one tree.
+        self.events = self.kv = self.meta = self.env.open_db(None)
+        self.floors: lmdb._Database | None = self.events
+        self.idempotency: lmdb._Database | None = self.events
+
+    def _open_named(self, readonly: bool, blank: bool) -> None:
+        """Format 1: five named databases."""
+        with self.env.begin(write=False) as txn:
+            names = set(self.env.dbs(txn))
+        if not blank and b"meta" not in names:
+            raise CorruptStoreError(f"`{self.path}` is an LMDB store but not a sessionlog log")
+        self.format = FORMAT_1
+        if readonly:
+            self.meta = self.env.open_db(b"meta", create=False)
+            with self.env.begin(write=False) as txn:
+                self._check_format(txn.get(b"format", db=self.meta), FORMAT_1)
+            self.events = self.env.open_db(b"events", create=False)
+            self.streams = self.env.open_db(b"streams", create=False)
+            self.kv = self.env.open_db(b"kv", create=False)
+            # Stores written before keys were kept have no such table: nothing was appended
+            # with a key there, and a read-only store appends nothing.
+            self.idempotency = (
+                self.env.open_db(b"idempotency", create=False) if b"idempotency" in names else None
+            )
+            # Only a truncation creates it: a store never truncated has no floors.
+            self.floors = self.env.open_db(b"floors", create=False) if b"floors" in names else None
+            return
+        with self.env.begin(write=True) as txn:
+            self.events = self.env.open_db(b"events", txn=txn)
+            self.streams = self.env.open_db(b"streams", txn=txn)
+            self.kv = self.env.open_db(b"kv", txn=txn)
+            self.idempotency = self.env.open_db(b"idempotency", txn=txn)
+            self.meta = self.env.open_db(b"meta", txn=txn)
+            self.floors = self.env.open_db(b"floors", txn=txn)
+            marker = txn.get(b"format", db=self.meta)
+            if marker is None and blank:
+                txn.put(b"format", FORMAT_1, db=self.meta)
+                marker = FORMAT_1
+            # Raised before the commit: a refused store is left exactly as it was.
+            self._check_format(marker, FORMAT_1)
+
+    def _check_format(self, marker: bytes | memoryview | None, expected: bytes) -> None:
+        found = None if marker is None else bytes(marker)
+        if found != expected:
             raise CorruptStoreError(
-                f"`{self.path}` has format {marker!r}; this version reads {FORMAT!r}"
+                f"`{self.path}` has format {found!r}; this version reads "
+                f"{b' and '.join(FORMATS.values())!r}"
             )
 
     @contextmanager
     def reader(self) -> Iterator[StorageTxn]:
         txn = self._begin(write=False)
         try:
-            yield _LmdbTxn(self, txn, write=False, counted=False)
+            yield self._txn_type(self, txn, write=False, counted=False)
         except lmdb.Error as exc:  # a damaged page met by the caller's reads, in whatever call
             raise translate_read(exc, f"reading `{self.path}`") from exc
         finally:
@@ -174,7 +197,7 @@ class LmdbStorage:
     def begin_write(self) -> StorageTxn:
         self._ensure_room()
         self.write_bytes = 0
-        return _LmdbTxn(self, self._begin(write=True), write=True, counted=True)
+        return self._txn_type(self, self._begin(write=True), write=True, counted=True)
 
     def _begin(self, *, write: bool) -> lmdb.Transaction[memoryview]:
         self._check_open()
@@ -226,6 +249,9 @@ class LmdbStorage:
         """Read every entry of the projection, idempotency and meta tables, so a damaged page
         there is met by whoever runs this (a verify walk in a child process); the first problem,
         or None."""
+        if self._txn_type is tree.TreeTxn:
+            with self.reader() as reader:
+                return tree.walk_regions(cast(LmdbTxnBase, reader).raw)
         tables = [("projection state", self.kv), ("meta", self.meta)]
         if self.floors is not None:
             tables.append(("stream floors", self.floors))
@@ -265,49 +291,10 @@ class LmdbStorage:
             raise LogClosedError(f"the log at `{self.path}` is closed")
 
 
-class _LmdbTxn(StorageTxn):
-    __slots__ = ("_counted", "_done", "_store", "_txn", "_write")
+class _LmdbTxn(LmdbTxnBase):
+    """A transaction over a format-1 store: events, index, state and keys in their own tables."""
 
-    def __init__(
-        self,
-        store: LmdbStorage,
-        txn: lmdb.Transaction[memoryview],
-        *,
-        write: bool,
-        counted: bool,
-    ) -> None:
-        self._store = store
-        self._txn = txn
-        self._write = write
-        self._counted = counted
-        self._done = False
-
-    @property
-    def raw(self) -> lmdb.Transaction[memoryview]:
-        return self._txn
-
-    @reads
-    def last_position(self) -> int:
-        cursor = self._txn.cursor(self._store.events)
-        if cursor.last():
-            return int.from_bytes(cursor.key(), "big")
-        anchor = self.anchor()
-        return 0 if anchor is None else anchor[0]
-
-    @reads
-    def anchor(self) -> tuple[int, bytes] | None:
-        value = self._txn.get(_ANCHOR_KEY, db=self._store.meta)
-        if value is None:
-            return None
-        if len(value) != 8 + 32:
-            raise CorruptStoreError(f"the log's anchor is damaged ({len(value)} bytes, not 40)")
-        return int.from_bytes(value[:8], "big"), bytes(value[8:])
-
-    @reads
-    def stream_floor(self, key: bytes) -> int:
-        table = self._store.floors
-        value = None if table is None else self._txn.get(key, db=table)
-        return 0 if value is None else int.from_bytes(value, "big")
+    __slots__ = ()
 
     def truncate(
         self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
@@ -320,73 +307,10 @@ class _LmdbTxn(StorageTxn):
             for key, version in dropped:
                 txn.delete(key + version.to_bytes(8, "big"), db=store.streams)
                 floors[key] = version
-            for key, version in floors.items():
-                txn.put(key, version.to_bytes(8, "big"), db=store.floors)
-            cursor = txn.cursor(store.events)
-            # Deleting at the cursor moves it to the next entry: walk the prefix from its start.
-            while cursor.first() and int.from_bytes(cursor.key(), "big") < before:
-                cursor.delete()
-            anchor = (before - 1).to_bytes(8, "big") + anchor_hash
-            txn.put(_ANCHOR_KEY, anchor, db=store.meta)
+            self._truncate_events(before, anchor_hash, floors)
         except lmdb.Error as exc:
             store.note_failure(exc)
             raise store.write_failure(exc, "truncating the log") from exc
-
-    @reads
-    def record(self, position: int) -> Buffer | None:
-        return self._txn.get(position_key(position), db=self._store.events)
-
-    def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
-        return translated(self._records_after(after, limit), "reading events")
-
-    def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
-        cursor = self._txn.cursor(self._store.events)
-        if not cursor.set_range(position_key(after + 1)):
-            return
-        for count, (key, value) in enumerate(cursor.iternext()):
-            if count >= limit:
-                return
-            yield int.from_bytes(key, "big"), value
-
-    @reads
-    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
-        cursor = self._txn.cursor(self._store.events)
-        if not cursor.set_range(position_key(after + 1)):
-            return ()
-        values = cursor.iternext(keys=False, values=True)
-        return translated(itertools.islice(values, limit), "reading events")
-
-    @reads
-    def keys_dense(self, after: int, count: int) -> bool:
-        cursor = self._txn.cursor(self._store.events)
-        if not cursor.set_range(position_key(after + 1)):
-            return count == 0
-        keys = list(itertools.islice(cursor.iternext(keys=True, values=False), count))
-        expected = (position.to_bytes(8, "big") for position in range(after + 1, after + count + 1))
-        return len(keys) == count and all(map(operator.eq, keys, expected))
-
-    @reads
-    def records_around(
-        self, positions: Iterable[int]
-    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
-        cursor = self._txn.cursor(self._store.events)
-        set_key, step, value = cursor.set_key, cursor.next, cursor.value
-        out: list[tuple[Buffer | None, Buffer | None]] = []
-        add = out.append
-        last = -2
-        for position in positions:
-            if position == last + 1 and last > 0:
-                add((None, value() if step() else None))
-            elif position == 1:
-                add((None, value() if set_key(position_key(1)) else None))
-            elif set_key((position - 1).to_bytes(8, "big")):
-                before = value()
-                add((before, value() if step() else None))
-            else:  # no record before (truncated away, or missing): the record alone
-                add((None, value() if set_key(position_key(position)) else None))
-            last = position
-        return iter(out)
 
     @reads
     def stream_version(self, key: bytes) -> int:
@@ -425,7 +349,7 @@ class _LmdbTxn(StorageTxn):
     ) -> None:
         # Two entries per record: the event (8-byte key) and its index entry (stream key, 8+8).
         self._store.write_bytes += sum(map(len, records)) + len(records) * (
-            len(key) + 24 + 2 * _ENTRY_OVERHEAD_BYTES
+            len(key) + 24 + 2 * ENTRY_OVERHEAD_BYTES
         )
         if len(records) == 1:  # the common append: two puts, no cursors or lists to build
             self._put_one(first_position.to_bytes(8, "big"), records[0], key, first_version)
@@ -463,118 +387,9 @@ class _LmdbTxn(StorageTxn):
         if not (added and indexed):
             raise AssertionError("a position or stream version was already taken")
 
-    def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
-        table = self._store.idempotency
-        if table is None:
-            return None
-        try:
-            value = self._txn.get(idempotency_key.encode(), db=table)
-        except lmdb.Error as exc:
-            raise translate(exc, "reading idempotency keys") from exc
-        if value is None:
-            return None
-        try:
-            stream = bytes(value[16:]).decode()
-        except UnicodeDecodeError as exc:
-            raise CorruptStoreError(
-                f"idempotency key {idempotency_key!r}: its stored stream name is damaged", None
-            ) from exc
-        return stream, int.from_bytes(value[:8], "big"), int.from_bytes(value[8:16], "big")
-
-    def remember_idempotency_key(
-        self, idempotency_key: str, stream: str, first: int, last: int
-    ) -> None:
-        value = first.to_bytes(8, "big") + last.to_bytes(8, "big") + stream.encode()
-        key = idempotency_key.encode()
-        self._store.write_bytes += len(key) + len(value) + _ENTRY_OVERHEAD_BYTES
-        try:
-            self._txn.put(key, value, db=self._store.idempotency)
-        except lmdb.Error as exc:
-            self._store.note_failure(exc)
-            raise self._store.write_failure(exc, "writing an idempotency key") from exc
-
-    @reads
-    def kv_get(self, key: bytes) -> bytes | None:
-        value = self._txn.get(key, db=self._store.kv)
-        return None if value is None else bytes(value)
-
-    def kv_put(self, key: bytes, value: Buffer) -> None:
-        self._store.write_bytes += len(key) + len(value) + _ENTRY_OVERHEAD_BYTES
-        try:
-            self._txn.put(key, value, db=self._store.kv)
-        except lmdb.Error as exc:
-            self._store.note_failure(exc)
-            raise self._store.write_failure(exc, "writing projection state") from exc
-
-    def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
-        self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (
-            _ENTRY_OVERHEAD_BYTES
-        )
-        try:
-            self._txn.cursor(self._store.kv).putmulti(items)
-        except lmdb.Error as exc:
-            self._store.note_failure(exc)
-            raise self._store.write_failure(exc, "writing projection state") from exc
-
-    @reads
-    def kv_delete(self, key: bytes) -> bool:
-        return bool(self._txn.delete(key, db=self._store.kv))
-
     def kv_clear(self) -> None:
         # mdb_drop(del=0): frees the tree's pages without visiting each key.
         try:
             self._txn.drop(self._store.kv, delete=False)
         except lmdb.Error as exc:
             raise translate(exc, "clearing projection state") from exc
-
-    @reads
-    def kv_scan(
-        self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
-    ) -> list[tuple[bytes, bytes]]:
-        cursor = self._txn.cursor(self._store.kv)
-        out: list[tuple[bytes, bytes]] = []
-        if reverse:
-            if stop is None:
-                found = cursor.last()
-            else:
-                found = cursor.prev() if cursor.set_range(stop) else cursor.last()
-            items = cursor.iterprev() if found else iter(())
-        else:
-            items = cursor.iternext() if cursor.set_range(start) else iter(())
-        for key, value in items:
-            if limit is not None and len(out) >= limit:
-                break
-            key_bytes = bytes(key)
-            if key_bytes < start or (stop is not None and key_bytes >= stop):
-                break
-            out.append((key_bytes, bytes(value)))
-        return out
-
-    def child(self) -> StorageTxn:
-        try:
-            txn = self._store.env.begin(write=True, parent=self._txn, buffers=True)
-        except lmdb.Error as exc:
-            raise translate(exc, "beginning a nested transaction") from exc
-        return _LmdbTxn(self._store, txn, write=True, counted=False)
-
-    def commit(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        try:
-            self._txn.commit()
-        except lmdb.Error as exc:
-            raise self._store.write_failure(exc, "committing") from exc
-        finally:
-            if self._counted:
-                self._store._gate.leave()
-
-    def abort(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        try:
-            self._txn.abort()
-        finally:
-            if self._counted:
-                self._store._gate.leave()

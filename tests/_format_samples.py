@@ -3,7 +3,9 @@
 The bytes these encode to are frozen in `tests/fixtures/log-format-v1.jsonl`. Change a sample and
 the test fails: that is the point. A new event type adds a new sample at the end and a new line
 to the fixture (written by `python -m tests._format_samples > tests/fixtures/log-format-v1.jsonl`,
-once, reviewed by hand).
+once, reviewed by hand). The store layouts are frozen the same way in
+`tests/fixtures/log-store-v1.jsonl` and `log-store-v2.jsonl` (`--store-v1`, `--store-v2`); a new
+sample changes those two files too, since they hold every record.
 """
 
 from __future__ import annotations
@@ -285,5 +287,50 @@ def build_log_lines() -> list[str]:
     return lines
 
 
+STORE_KV = (b"sample/projection", b"state")
+"""One projection entry beside the samples in the store fixtures."""
+
+
+def build_store_lines(format_version: int) -> list[str]:
+    """Append every sample to a fresh LMDB store of `format_version`, with `STORE_KV` beside them;
+    one JSON line per LMDB entry (its database, None for the main one; key; value), in the order
+    LMDB keeps them. The records are `build_log_lines`'s; what this freezes is the layout."""
+    import tempfile
+
+    import lmdb
+
+    from eventlog import ANY, EventLog
+
+    with tempfile.TemporaryDirectory() as where:
+        with EventLog.open(where, format_version=format_version) as log:
+            for index, (stream, event) in enumerate(SAMPLES):
+                log.append(stream, [event], expected_version=ANY, meta={"i": index}, recorded_at=T0)
+            with log.transaction() as tx:
+                tx.kv_put(*STORE_KV)
+        env = lmdb.open(where, readonly=True, max_dbs=8, lock=False)
+        try:
+            with env.begin() as txn:
+                tables: list[bytes | None] = [None]
+                if format_version == 1:
+                    tables = [name for name, _ in txn.cursor()]
+                lines = []
+                for table in tables:
+                    db = env.open_db(table, txn=txn, create=False) if table else None
+                    for key, value in txn.cursor(db=db):
+                        name = None if table is None else table.decode()
+                        entry = {"db": name, "key": key.hex(), "value": value.hex()}
+                        lines.append(json.dumps(entry))
+        finally:
+            env.close()
+    return lines
+
+
 if __name__ == "__main__":
-    print("\n".join(build_log_lines()))
+    import sys
+
+    if sys.argv[1:] == ["--store-v1"]:
+        print("\n".join(build_store_lines(1)))
+    elif sys.argv[1:] == ["--store-v2"]:
+        print("\n".join(build_store_lines(2)))
+    else:
+        print("\n".join(build_log_lines()))

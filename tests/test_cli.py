@@ -16,12 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from eventlog._codec import BODY_START
 from sessions import SessionStore
 from tests._pg import fresh_schema_url
+from tests._raw_lmdb import raw_log
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("sessionlog")
@@ -268,16 +268,10 @@ def test_verify_a_sound_store(family: Path) -> None:
 
 
 def test_verify_names_the_first_bad_position(scratch: Path) -> None:
-    env = lmdb.open(str(scratch), subdir=True, max_dbs=8)
-    try:
-        events = env.open_db(b"events")
-        with env.begin(write=True) as txn:
-            key = (5).to_bytes(8, "big")
-            record = bytearray(txn.get(key, db=events))
-            record[BODY_START + 3] ^= 0x40
-            assert txn.put(key, bytes(record), db=events)
-    finally:
-        env.close()
+    with raw_log(scratch) as raw:
+        record = bytearray(raw.record(5) or b"")
+        record[BODY_START + 3] ^= 0x40
+        assert raw.put_record(5, bytes(record))
     done = run("verify", store=scratch)
     assert done.returncode == 4
     assert "damaged at position 5" in done.stderr

@@ -22,6 +22,7 @@ import pytest
 
 from eventlog import StorageError
 from sessions import SessionExistsError, SessionStore
+from tests._raw_lmdb import raw_log
 from tests.test_cli import SAMPLE, SCRIPT, on_terminal, run, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -541,7 +542,6 @@ def test_tables_fit_the_terminal_and_pipes_get_plain_text(tmp_path: Path) -> Non
 def test_show_prints_each_page_as_it_is_read(tmp_path: Path) -> None:
     """The header and the first page are out before a later page is even read: damage in the
     second page's record stops `show` there (exit 4), after the first page was printed."""
-    import lmdb
 
     from eventlog._codec import BODY_START
 
@@ -553,16 +553,10 @@ def test_show_prints_each_page_as_it_is_read(tmp_path: Path) -> None:
         sessions.inject_many("long", [{"role": "user", "content": "later"}] * 500)  # position 3
         sessions.rename("long", "a long one")  # position 4, so the open-time check passes
         assert sessions.log.read_stream("long")[2].position == 3
-    env = lmdb.open(str(store), subdir=True, max_dbs=8)
-    try:
-        events = env.open_db(b"events")
-        with env.begin(write=True) as txn:
-            key = (3).to_bytes(8, "big")
-            record = bytearray(txn.get(key, db=events))
-            record[BODY_START + 3] ^= 0x40
-            assert txn.put(key, bytes(record), db=events)
-    finally:
-        env.close()
+    with raw_log(store) as raw:
+        record = bytearray(raw.record(3) or b"")
+        record[BODY_START + 3] ^= 0x40
+        assert raw.put_record(3, bytes(record))
     done = subprocess.run(
         [str(SCRIPT), "--store", str(store), "show", "long"],
         capture_output=True,

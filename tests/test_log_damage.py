@@ -19,7 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from eventlog import ANY, EventLog, IntegrityError
@@ -27,14 +26,11 @@ from eventlog._codec import BODY_START, HASH_START, chain_hash
 from eventlog.events import Message, MessageInjected
 from replay import export_log, import_log
 from sessions import SessionStore
+from tests._raw_lmdb import event_key, raw_log
 from tests.conftest import PROFILE
 from tests.test_cli import run
 
 EVENTS = 40
-
-
-def key(position: int) -> bytes:
-    return position.to_bytes(8, "big")
 
 
 def build(path: Path) -> None:
@@ -47,20 +43,15 @@ def build(path: Path) -> None:
 def bad_utf8(path: Path, position: int, *, rehash: bool) -> None:
     """Set the first byte of the event's message text to 0xFF (never valid UTF-8); with
     `rehash`, also recompute the event's own hash, as someone hiding the change would."""
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    try:
-        events = env.open_db(b"events")
-        with env.begin(write=True) as txn:
-            record = bytearray(txn.get(key(position), db=events))
-            text = record.index(f"message number {position - 1} ".encode())
-            record[text] = 0xFF
-            if rehash:
-                before = txn.get(key(position - 1), db=events) if position > 1 else None
-                prev = bytes(32) if before is None else bytes(before[HASH_START:BODY_START])
-                record[HASH_START:BODY_START] = chain_hash(prev, record)
-            assert txn.put(key(position), bytes(record), db=events)
-    finally:
-        env.close()
+    with raw_log(path) as store:
+        record = bytearray(store.record(position) or b"")
+        text = record.index(f"message number {position - 1} ".encode())
+        record[text] = 0xFF
+        if rehash:
+            before = store.record(position - 1) if position > 1 else None
+            prev = bytes(32) if before is None else bytes(before[HASH_START:BODY_START])
+            record[HASH_START:BODY_START] = chain_hash(prev, record)
+        assert store.put_record(position, bytes(record))
 
 
 @pytest.mark.parametrize("rehash", [False, True], ids=["plain", "rehashed"])
@@ -195,7 +186,7 @@ def build_store(path: Path) -> list[str]:
         for k in range(6):
             sid = store.open_session(f"s-{k}", system_prompt=f"prompt {k}")
             ids.append(sid)
-            for m in range(12):
+            for m in range(16):
                 size = 9000 if (k + m) % 11 == 0 else 120  # some span several pages
                 store.inject(sid, {"role": "user", "content": f"{k}.{m} " + "y" * size})
         store.fork_at(ids[0], keep_first=4, destination_id="child")
@@ -274,7 +265,7 @@ def test_a_changed_key_that_keeps_the_order_is_reported(tmp_path: Path) -> None:
     data = bytearray((path / "data.mdb").read_bytes())
     with EventLog.open(path) as log:
         record = log.read_records(after=27, limit=1)[0][1]
-    needle = key(28) + record[:16]
+    needle = event_key(28) + record[:16]
     # Copy-on-write leaves older copies of the leaf in free pages: change them all.
     found = 0
     while (at := data.find(needle)) >= 0:

@@ -67,11 +67,15 @@ def test_an_older_record_without_optional_fields_decodes_with_defaults() -> None
     assert decoded.message.metadata == {}
 
 
-@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+@pytest.mark.parametrize("kind", ["memory", "lmdb", "lmdb-format-1"])
 def test_both_logs_store_the_fixture_bytes(kind: str, tmp_path: Path) -> None:
+    # The LMDB formats differ in layout only (`test_log_store_format.py`): the records are these.
     from eventlog import ANY
 
-    log = EventLog.memory() if kind == "memory" else EventLog.open(tmp_path / "log")
+    if kind == "memory":
+        log = EventLog.memory()
+    else:
+        log = EventLog.open(tmp_path / "log", format_version=1 if kind == "lmdb-format-1" else 2)
     with log:
         for index, (stream, event) in enumerate(SAMPLES):
             log.append(stream, [event], expected_version=ANY, meta={"i": index}, recorded_at=T0)

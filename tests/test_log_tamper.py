@@ -27,6 +27,7 @@ from eventlog import (
 )
 from eventlog._codec import BODY_START, HASH_START, chain_hash
 from eventlog.events import Message, MessageInjected
+from tests._raw_lmdb import raw_log
 
 EVENTS = 600
 STREAMS = 5
@@ -82,21 +83,11 @@ def raw(path: Path) -> Iterator[lmdb.Environment]:
         env.close()
 
 
-def key(position: int) -> bytes:
-    return position.to_bytes(8, "big")
-
-
-def index_key(stream: str, version: int) -> bytes:
-    return stream.encode() + b"\x00" + version.to_bytes(8, "big")
-
-
 def rewrite_record(path: Path, position: int, change: Callable[[bytearray], None]) -> None:
-    with raw(path) as env:
-        events = env.open_db(b"events")
-        with env.begin(write=True) as txn:
-            record = bytearray(txn.get(key(position), db=events))
-            change(record)
-            assert txn.put(key(position), bytes(record), db=events)
+    with raw_log(path) as store:
+        record = bytearray(store.record(position) or b"")
+        change(record)
+        assert store.put_record(position, bytes(record))
 
 
 def flip(offset: Callable[[bytearray], int]) -> Callable[[bytearray], None]:
@@ -180,8 +171,8 @@ def test_a_damaged_newest_event_is_refused_at_open(store: tuple[Path, list[Envel
 
 def test_a_deleted_event_is_a_gap_verify_and_read_name(store: tuple[Path, list[Envelope]]) -> None:
     path, _ = store
-    with raw(path) as env, env.begin(write=True) as txn:
-        assert txn.delete(key(123), db=env.open_db(b"events", txn=txn))
+    with raw_log(path) as store:
+        assert store.delete_record(123)
     with EventLog.open(path) as log:
         report = log.verify()
         assert not report.ok and report.first_bad_position == 123
@@ -194,8 +185,8 @@ def test_a_deleted_event_is_a_gap_verify_and_read_name(store: tuple[Path, list[E
 def test_a_deleted_newest_event_is_caught_by_the_index(store: tuple[Path, list[Envelope]]) -> None:
     # Cutting the tail leaves a valid, shorter chain; the stream index still counts the lost event.
     path, _ = store
-    with raw(path) as env, env.begin(write=True) as txn:
-        assert txn.delete(key(EVENTS), db=env.open_db(b"events", txn=txn))
+    with raw_log(path) as store:
+        assert store.delete_record(EVENTS)
     with EventLog.open(path) as log:
         assert log.head == EVENTS - 1
         report = log.verify()
@@ -211,9 +202,8 @@ def test_a_deleted_index_entry_is_reported(store: tuple[Path, list[Envelope]]) -
     path, envelopes = store
     victim = envelopes[200]
     assert victim.version < sum(e.stream == victim.stream for e in envelopes)  # not the last one
-    with raw(path) as env, env.begin(write=True) as txn:
-        streams = env.open_db(b"streams", txn=txn)
-        assert txn.delete(index_key(victim.stream, victim.version), db=streams)
+    with raw_log(path) as store:
+        store.drop_index(victim.stream, victim.version)
     with EventLog.open(path) as log:
         report = log.verify()
         assert not report.ok
@@ -227,9 +217,8 @@ def test_an_index_entry_pointing_elsewhere_is_reported(store: tuple[Path, list[E
     path, envelopes = store
     victim = envelopes[400]
     elsewhere = next(e for e in envelopes if e.stream != victim.stream)
-    with raw(path) as env, env.begin(write=True) as txn:
-        streams = env.open_db(b"streams", txn=txn)
-        txn.put(index_key(victim.stream, victim.version), key(elsewhere.position), db=streams)
+    with raw_log(path) as store:
+        store.set_index(victim.stream, victim.version, elsewhere.position)
     with EventLog.open(path) as log:
         report = log.verify()
         assert not report.ok
@@ -242,8 +231,8 @@ def test_an_index_entry_pointing_elsewhere_is_reported(store: tuple[Path, list[E
 
 def test_an_extra_index_entry_is_reported(store: tuple[Path, list[Envelope]]) -> None:
     path, _ = store
-    with raw(path) as env, env.begin(write=True) as txn:
-        txn.put(index_key("ghost", 1), key(1), db=env.open_db(b"streams", txn=txn))
+    with raw_log(path) as store:
+        store.set_index("ghost", 1, 1)
     with EventLog.open(path) as log:
         report = log.verify()
         assert not report.ok
@@ -390,9 +379,8 @@ def test_an_index_entry_at_the_edge_of_a_page_pointing_elsewhere_is_reported(
     (path / "data.mdb").write_bytes((source / "data.mdb").read_bytes())
     victim = envelopes[victim_at - 1]
     elsewhere = next(e for e in envelopes if e.stream != victim.stream)
-    with raw(path) as env, env.begin(write=True) as txn:
-        streams = env.open_db(b"streams", txn=txn)
-        txn.put(index_key(victim.stream, victim.version), key(elsewhere.position), db=streams)
+    with raw_log(path) as store:
+        store.set_index(victim.stream, victim.version, elsewhere.position)
     with EventLog.open(path) as log:
         report = log.verify()
     assert not report.ok

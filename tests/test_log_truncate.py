@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from eventlog import (
@@ -27,6 +26,7 @@ from eventlog import (
 from eventlog._codec import BODY_START, GENESIS_HASH
 from eventlog.errors import TruncatedError
 from eventlog.events import Message, MessageInjected
+from tests._raw_lmdb import raw_log
 
 STREAMS = 3
 
@@ -130,19 +130,16 @@ def built(tmp_path: Path) -> Path:
 
 
 def change(path: Path, table: bytes, key: bytes, how: Callable[[bytearray], None] | None) -> None:
-    """Change the value under `key` in LMDB table `table` of the closed store (None deletes)."""
-    env = lmdb.open(str(path), subdir=True, max_dbs=8)
-    try:
-        with env.begin(write=True) as txn:
-            db = env.open_db(table, txn=txn)
-            if how is None:
-                assert txn.delete(key, db=db)
-                return
-            value = bytearray(txn.get(key, db=db))
-            how(value)
-            txn.put(key, bytes(value), db=db)
-    finally:
-        env.close()
+    """Change the value under `key` in LMDB table `table` of the closed store (None deletes), as
+    format 1 names them; `tests/_raw_lmdb.py` finds the entry in either format."""
+    with raw_log(path) as store:
+        db, where = store.locate(table, key)
+        if how is None:
+            assert store.txn.delete(where, db=db)
+            return
+        value = bytearray(store.txn.get(where, db=db))
+        how(value)
+        store.txn.put(where, bytes(value), db=db)
 
 
 def flip_middle(record: bytearray) -> None:

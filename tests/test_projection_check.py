@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import lmdb
 import msgspec
 import pytest
 
@@ -25,6 +24,7 @@ from sessions import SessionStore
 from sessions._tokens import token_handle
 from sessions.asgi import BearerAuth
 from tests import _pg
+from tests._raw_lmdb import raw_log
 from tests.conftest import assert_store_consistent
 
 T0 = "2026-01-01T00:00:00Z"
@@ -45,20 +45,15 @@ def opened(kind: str, tmp_path: Path) -> Iterator[tuple[SessionStore, str]]:
 def tamper(kind: str, where: str, rewrite: Rewrite) -> None:
     """Apply `rewrite` to the projection key space directly in storage, the store closed."""
     if kind == "lmdb":
-        env = lmdb.open(where, subdir=True, max_dbs=8)
-        try:
-            kv_db = env.open_db(b"kv")
-            with env.begin(write=True) as txn:
-                before = {bytes(k): bytes(v) for k, v in txn.cursor(db=kv_db)}
-                after = dict(before)
-                rewrite(after)
-                for key in before.keys() - after.keys():
-                    txn.delete(key, db=kv_db)
-                for key, value in after.items():
-                    if before.get(key) != value:
-                        txn.put(key, value, db=kv_db)
-        finally:
-            env.close()
+        with raw_log(Path(where)) as store:
+            before = store.kv()
+            after = dict(before)
+            rewrite(after)
+            for key in before.keys() - after.keys():
+                store.kv_delete(key)
+            for key, value in after.items():
+                if before.get(key) != value:
+                    store.kv_put(key, value)
         return
     url, _, schema = where.partition("?schema=")
     with _pg.connect(url, autocommit=False) as conn:

@@ -1,0 +1,275 @@
+"""What both LMDB layouts share: a transaction's events, projection state, idempotency keys, anchor
+and stream floors, whose keys differ between the formats only by a base or a prefix, and its life
+(nesting, commit, abort).
+
+`eventlog/_lmdb.py` (the store, and format 1's named databases) and `eventlog/_lmdb_tree.py`
+(format 2's one tree) build on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from eventlog._lmdb_errors import reads, translate, translated
+from eventlog._storage import Buffer, StorageTxn
+from eventlog.errors import CorruptStoreError
+
+if TYPE_CHECKING:
+    from eventlog._lmdb import LmdbStorage
+
+# What one entry costs LMDB beyond its key and value, generously: node header, page pointer, and
+# the slack of half-full pages after splits and of a big value's last overflow page. Doubled
+# with the bytes themselves, it sizes the map growth after a write ran out of room.
+ENTRY_OVERHEAD_BYTES = 64
+
+
+def idempotency_value(stream: str, first: int, last: int) -> bytes:
+    """What both formats store for an idempotency key: first and last position, then the stream."""
+    return first.to_bytes(8, "big") + last.to_bytes(8, "big") + stream.encode()
+
+
+def idempotency_entry(idempotency_key: str, value: Buffer) -> tuple[str, int, int]:
+    """`idempotency_value` read back; `CorruptStoreError` when the stream name is damaged."""
+    try:
+        stream = bytes(value[16:]).decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptStoreError(
+            f"idempotency key {idempotency_key!r}: its stored stream name is damaged", None
+        ) from exc
+    return stream, int.from_bytes(value[:8], "big"), int.from_bytes(value[8:16], "big")
+
+
+class LmdbTxnBase(StorageTxn):
+    """A transaction of either layout: the events, whose keys are `KEY_BASE | position` as 8
+    big-endian bytes in the store's `events` table (its own in format 1, the one tree in format
+    2); subclasses say where everything else lives."""
+
+    KEY_BASE = 0
+    KV_PREFIX = b""  # projection keys, and the first key after them (None: the table's end)
+    KV_END: bytes | None = None
+    IDEMPOTENCY_PREFIX = b""
+    ANCHOR_KEY = b"anchor"  # in `meta`: the last truncated position (8 bytes), its hash (32)
+    FLOOR_PREFIX = b""  # in `floors`: stream key -> the last version truncated away
+
+    __slots__ = ("_counted", "_done", "_store", "_txn", "_write")
+
+    def __init__(
+        self,
+        store: LmdbStorage,
+        txn: lmdb.Transaction[memoryview],
+        *,
+        write: bool,
+        counted: bool,
+    ) -> None:
+        self._store = store
+        self._txn = txn
+        self._write = write
+        self._counted = counted
+        self._done = False
+
+    @property
+    def raw(self) -> lmdb.Transaction[memoryview]:
+        return self._txn
+
+    @reads
+    def last_position(self) -> int:
+        cursor = self._txn.cursor(self._store.events)
+        if cursor.last():
+            found = int.from_bytes(cursor.key(), "big")  # in format 2, the last key of the tree
+            if found >= self.KEY_BASE:
+                return found ^ self.KEY_BASE
+        anchor = self.anchor()
+        return 0 if anchor is None else anchor[0]
+
+    @reads
+    def anchor(self) -> tuple[int, bytes] | None:
+        value = self._txn.get(self.ANCHOR_KEY, db=self._store.meta)
+        if value is None:
+            return None
+        if len(value) != 8 + 32:
+            raise CorruptStoreError(f"the log's anchor is damaged ({len(value)} bytes, not 40)")
+        return int.from_bytes(value[:8], "big"), bytes(value[8:])
+
+    @reads
+    def stream_floor(self, key: bytes) -> int:
+        table = self._store.floors
+        value = None if table is None else self._txn.get(self.FLOOR_PREFIX + key, db=table)
+        return 0 if value is None else int.from_bytes(value, "big")
+
+    def _truncate_events(self, before: int, anchor_hash: bytes, floors: dict[bytes, int]) -> None:
+        """What a truncation does beside the index: raise the floors, delete the records below
+        `before`, store the anchor. Raises `lmdb.Error` for the caller to translate."""
+        txn, store, base = self._txn, self._store, self.KEY_BASE
+        for key, version in floors.items():
+            txn.put(self.FLOOR_PREFIX + key, version.to_bytes(8, "big"), db=store.floors)
+        cursor = txn.cursor(store.events)
+        first = base.to_bytes(8, "big")
+        # Deleting at the cursor moves it to the next entry: walk the prefix from its start.
+        while cursor.set_range(first) and int.from_bytes(cursor.key(), "big") < base | before:
+            cursor.delete()
+        anchor = (before - 1).to_bytes(8, "big") + anchor_hash
+        txn.put(self.ANCHOR_KEY, anchor, db=store.meta)
+
+    @reads
+    def record(self, position: int) -> Buffer | None:
+        return self._txn.get((self.KEY_BASE | position).to_bytes(8, "big"), db=self._store.events)
+
+    def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        return translated(self._records_after(after, limit), "reading events")
+
+    def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        cursor = self._txn.cursor(self._store.events)
+        base = self.KEY_BASE
+        if not cursor.set_range((base | after + 1).to_bytes(8, "big")):
+            return
+        for count, (key, value) in enumerate(cursor.iternext()):
+            if count >= limit:
+                return
+            yield int.from_bytes(key, "big") ^ base, value
+
+    @reads
+    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
+        cursor = self._txn.cursor(self._store.events)
+        if not cursor.set_range((self.KEY_BASE | after + 1).to_bytes(8, "big")):
+            return ()
+        values = cursor.iternext(keys=False, values=True)
+        return translated(itertools.islice(values, limit), "reading events")
+
+    @reads
+    def keys_dense(self, after: int, count: int) -> bool:
+        cursor = self._txn.cursor(self._store.events)
+        base = self.KEY_BASE
+        if not cursor.set_range((base | after + 1).to_bytes(8, "big")):
+            return count == 0
+        keys = list(itertools.islice(cursor.iternext(keys=True, values=False), count))
+        wanted = range(after + 1, after + count + 1)
+        expected = ((base | position).to_bytes(8, "big") for position in wanted)
+        return len(keys) == count and all(map(operator.eq, keys, expected))
+
+    @reads
+    def records_around(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
+        # Events are the last keys of their tree: the step after the newest finds nothing, and
+        # a record found past a hole is caught by `check_at`, from the position it carries.
+        cursor = self._txn.cursor(self._store.events)
+        base = self.KEY_BASE
+        set_key, step, value = cursor.set_key, cursor.next, cursor.value
+        out: list[tuple[Buffer | None, Buffer | None]] = []
+        add = out.append
+        last = -2
+        for position in positions:
+            if position == last + 1 and last > 0:
+                add((None, value() if step() else None))
+            elif position == 1:
+                add((None, value() if set_key((base | 1).to_bytes(8, "big")) else None))
+            elif set_key((base | position - 1).to_bytes(8, "big")):
+                before = value()
+                add((before, value() if step() else None))
+            else:  # no record before (truncated away, or missing): the record alone
+                add((None, value() if set_key((base | position).to_bytes(8, "big")) else None))
+            last = position
+        return iter(out)
+
+    def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
+        table = self._store.idempotency
+        if table is None:
+            return None
+        try:
+            value = self._txn.get(self.IDEMPOTENCY_PREFIX + idempotency_key.encode(), db=table)
+        except lmdb.Error as exc:
+            raise translate(exc, "reading idempotency keys") from exc
+        return None if value is None else idempotency_entry(idempotency_key, value)
+
+    def remember_idempotency_key(
+        self, idempotency_key: str, stream: str, first: int, last: int
+    ) -> None:
+        value = idempotency_value(stream, first, last)
+        key = self.IDEMPOTENCY_PREFIX + idempotency_key.encode()
+        self._store.write_bytes += len(key) + len(value) + ENTRY_OVERHEAD_BYTES
+        try:
+            self._txn.put(key, value, db=self._store.idempotency)
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise self._store.write_failure(exc, "writing an idempotency key") from exc
+
+    @reads
+    def kv_get(self, key: bytes) -> bytes | None:
+        value = self._txn.get(self.KV_PREFIX + key, db=self._store.kv)
+        return None if value is None else bytes(value)
+
+    def kv_put(self, key: bytes, value: Buffer) -> None:
+        self.kv_put_many(((key, value),))
+
+    def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
+        self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (
+            ENTRY_OVERHEAD_BYTES
+        )
+        prefix = self.KV_PREFIX
+        try:
+            self._txn.cursor(self._store.kv).putmulti([(prefix + k, v) for k, v in items])
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise self._store.write_failure(exc, "writing projection state") from exc
+
+    @reads
+    def kv_delete(self, key: bytes) -> bool:
+        return bool(self._txn.delete(self.KV_PREFIX + key, db=self._store.kv))
+
+    @reads
+    def kv_scan(
+        self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
+    ) -> list[tuple[bytes, bytes]]:
+        prefix = self.KV_PREFIX
+        low = prefix + start
+        high = prefix + stop if stop is not None else self.KV_END
+        cursor = self._txn.cursor(self._store.kv)
+        out: list[tuple[bytes, bytes]] = []
+        if reverse:
+            found = cursor.prev() if high is not None and cursor.set_range(high) else cursor.last()
+            items = cursor.iterprev() if found else iter(())
+        else:
+            items = cursor.iternext() if cursor.set_range(low) else iter(())
+        for key, value in items:
+            if limit is not None and len(out) >= limit:
+                break
+            key_bytes = bytes(key)
+            if key_bytes < low or (high is not None and key_bytes >= high):
+                break
+            out.append((key_bytes[len(prefix) :], bytes(value)))
+        return out
+
+    def child(self) -> StorageTxn:
+        try:
+            txn = self._store.env.begin(write=True, parent=self._txn, buffers=True)
+        except lmdb.Error as exc:
+            raise translate(exc, "beginning a nested transaction") from exc
+        return type(self)(self._store, txn, write=True, counted=False)
+
+    def commit(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._txn.commit()
+        except lmdb.Error as exc:
+            raise self._store.write_failure(exc, "committing") from exc
+        finally:
+            if self._counted:
+                self._store._gate.leave()
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._txn.abort()
+        finally:
+            if self._counted:
+                self._store._gate.leave()

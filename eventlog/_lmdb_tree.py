@@ -1,0 +1,246 @@
+"""The LMDB layout of format 2: the whole store in one B-tree, so a commit copies fewer pages.
+
+Format 1 (`eventlog/_lmdb.py`) keeps events, the stream index, projection state, idempotency keys,
+stream floors and the marker in named databases: a commit that appends one event and updates a projection
+copies a leaf and the branch pages above it in three trees, plus the main database's page that
+records their roots. Here every entry lives in LMDB's main database under a one-byte region
+prefix, so the pages above the leaves are shared and there are no roots to record:
+
+    b"f" + stream name + NUL                    -> the last version truncated away (8 bytes)
+    b"i" + stream name + NUL + chunk (4 bytes)  -> up to `CHUNK_VERSIONS` positions, 6 bytes each
+    b"k" + key                                  -> projection state
+    b"mformat", b"manchor"                      -> the format marker; a truncated log's anchor
+    b"q" + idempotency key                      -> first, last position (8 bytes each) + stream
+    b"\\xff" + position (7 bytes)                -> the event's record
+
+Events sort last, so each is put with MDB_APPEND and their pages fill completely. The stream
+index keeps the positions of versions `64 * chunk + 1` to `64 * chunk + 64` of a stream packed
+in one value, so an event costs six bytes there instead of a key of its own (a version truncated
+away leaves six zero bytes until its whole chunk is gone). This module owns the
+key layout of format 2 and nothing else: the store's life is `LmdbStorage`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lmdb
+
+from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
+from eventlog._lmdb_errors import reads, translate
+from eventlog._storage import Buffer
+from eventlog.errors import StorageError
+
+FORMAT = b"sessionlog-log/2"
+MARKER_KEY = b"mformat"
+FLOORS = b"f"
+INDEX = b"i"
+KV = b"k"
+IDEMPOTENCY = b"q"
+_EVENT_BASE = 0xFF << 56
+EVENTS_START = _EVENT_BASE.to_bytes(8, "big")
+CHUNK_VERSIONS = 64
+POSITION_BYTES = 6
+_NONE = bytes(POSITION_BYTES)
+POSITIONS_MAX = 2 ** (8 * POSITION_BYTES) - 1
+"""The last position format 2 can index: far past any log (a million events a second for nine
+years), and past it `put_records` refuses to write."""
+
+
+def event_key(position: int) -> bytes:
+    return (_EVENT_BASE | position).to_bytes(8, "big")
+
+
+def chunk_key(key: bytes, version: int) -> bytes:
+    """The index key holding `version` (from 1) of the stream whose index prefix is `key`."""
+    return INDEX + key + ((version - 1) // CHUNK_VERSIONS).to_bytes(4, "big")
+
+
+def slot(version: int) -> int:
+    """Where `version`'s position starts in its chunk's value."""
+    return (version - 1) % CHUNK_VERSIONS * POSITION_BYTES
+
+
+def _position(key: Buffer) -> int:
+    return int.from_bytes(key, "big") & ~_EVENT_BASE
+
+
+class TreeTxn(LmdbTxnBase):
+    """A transaction over a format-2 store: every key in the main database."""
+
+    __slots__ = ()
+    KEY_BASE = _EVENT_BASE
+    KV_PREFIX = KV
+    KV_END = bytes([KV[0] + 1])
+    IDEMPOTENCY_PREFIX = IDEMPOTENCY
+    ANCHOR_KEY = b"manchor"
+    FLOOR_PREFIX = FLOORS
+
+    # The stream index: chunks of packed positions.
+
+    @reads
+    def stream_version(self, key: bytes) -> int:
+        prefix = INDEX + key
+        cursor = self._txn.cursor()
+        found = cursor.prev() if cursor.set_range(prefix + b"\xff" * 4) else cursor.last()
+        last = cursor.key() if found else b""
+        if len(last) != len(prefix) + 4 or last[: len(prefix)] != prefix:
+            return self.stream_floor(key)  # every version truncated away, or none written
+        chunk = int.from_bytes(last[len(prefix) :], "big")
+        return chunk * CHUNK_VERSIONS + len(cursor.value()) // POSITION_BYTES
+
+    @reads
+    def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
+        prefix = INDEX + key
+        cursor = self._txn.cursor()
+        positions: list[int] = []
+        if limit <= 0 or not cursor.set_key(chunk_key(key, after_version + 1)):
+            return positions
+        start = slot(after_version + 1)
+        width = POSITION_BYTES
+        for index_key, value in cursor.iternext():
+            if len(index_key) != len(prefix) + 4 or index_key[: len(prefix)] != prefix:
+                break
+            data = bytes(value)
+            for offset in range(start, len(data), width):
+                positions.append(int.from_bytes(data[offset : offset + width], "big"))
+                if len(positions) >= limit:
+                    return positions
+            if len(data) < CHUNK_VERSIONS * width:
+                break  # the stream's last chunk
+            start = 0
+        return positions
+
+    @reads
+    def stream_position(self, key: bytes, version: int) -> int | None:
+        if version < 1:
+            return None
+        value = self._txn.get(chunk_key(key, version))
+        at = slot(version)
+        if value is None or len(value) < at + POSITION_BYTES:
+            return None
+        return int.from_bytes(value[at : at + POSITION_BYTES], "big") or None
+
+    @reads
+    def index_size(self) -> int:
+        cursor = self._txn.cursor()
+        count = 0
+        if not cursor.set_range(INDEX):
+            return 0
+        for index_key, value in cursor.iternext():
+            if index_key[:1] != INDEX:
+                break
+            count += len(value) // POSITION_BYTES
+            data = bytes(value)
+            if _NONE in data:  # versions truncated away are zeroed slots
+                count -= sum(
+                    data[at : at + POSITION_BYTES] == _NONE
+                    for at in range(0, len(data), POSITION_BYTES)
+                )
+        return count
+
+    def put_records(
+        self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
+    ) -> None:
+        last_position = first_position + len(records) - 1
+        if last_position > POSITIONS_MAX:
+            raise StorageError(f"the log is full: format 2 indexes positions up to {POSITIONS_MAX}")
+        # One entry per record, and one chunk per 64 versions rewritten with its new positions.
+        self._store.write_bytes += sum(map(len, records)) + len(records) * (
+            8 + POSITION_BYTES + ENTRY_OVERHEAD_BYTES
+        )
+        txn = self._txn
+        try:
+            if len(records) == 1:
+                # put(key, value, dupdata, overwrite, append): positional, as py-lmdb parses
+                # keywords at a cost that shows on the path of every append.
+                added = txn.put(event_key(first_position), records[0], True, False, True)
+                count = 1
+            else:
+                items = [
+                    (event_key(position), record)
+                    for position, record in enumerate(records, first_position)
+                ]
+                _, count = txn.cursor().putmulti(items, append=True, overwrite=False)
+                added = count == len(records)
+            indexed = self._index(key, first_version, first_position, len(records))
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise self._store.write_failure(exc, "writing events") from exc
+        if not (added and indexed):
+            raise AssertionError("a position or stream version was already taken")
+
+    def _index(self, key: bytes, first_version: int, first_position: int, count: int) -> bool:
+        """Add versions `first_version`.. of a stream at consecutive positions; False when the
+        index does not end right before `first_version`."""
+        txn, width = self._txn, POSITION_BYTES
+        version, position, left = first_version, first_position, count
+        while left:
+            at = slot(version)
+            room = min(left, CHUNK_VERSIONS - at // width)
+            index_key = chunk_key(key, version)
+            held: Buffer | None = txn.get(index_key) if at else None
+            if held is None and at and self.stream_floor(key) >= version - 1:
+                held = bytes(at)  # the chunk's earlier versions were all truncated away
+            if len(held or b"") != at:
+                return False
+            added = b"".join(p.to_bytes(width, "big") for p in range(position, position + room))
+            txn.put(index_key, bytes(held) + added if held is not None else added)
+            version += room
+            position += room
+            left -= room
+        return True
+
+    def truncate(
+        self, before: int, anchor_hash: bytes, dropped: Sequence[tuple[bytes, int]]
+    ) -> None:
+        # A dropped version's slot is zeroed, so the versions after it keep their places; a
+        # chunk left with no position at all is deleted.
+        txn = self._txn
+        floors: dict[bytes, int] = {}
+        chunks: dict[bytes, bytearray] = {}
+        try:
+            for key, version in dropped:
+                index_key = chunk_key(key, version)
+                chunk = chunks.get(index_key)
+                if chunk is None:
+                    chunk = chunks[index_key] = bytearray(txn.get(index_key) or b"")
+                at = slot(version)
+                chunk[at : at + POSITION_BYTES] = _NONE
+                floors[key] = version
+            for index_key, chunk in chunks.items():
+                if chunk.count(0) == len(chunk):
+                    txn.delete(index_key)
+                else:
+                    txn.put(index_key, bytes(chunk))
+            self._truncate_events(before, anchor_hash, floors)
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise self._store.write_failure(exc, "truncating the log") from exc
+
+    def kv_clear(self) -> None:
+        try:
+            cursor = self._txn.cursor()
+            found = cursor.set_range(KV)
+            while found and cursor.key()[:1] == KV:
+                found = cursor.delete()
+        except lmdb.Error as exc:
+            raise translate(exc, "clearing projection state") from exc
+
+
+def walk_regions(txn: lmdb.Transaction[memoryview]) -> str | None:
+    """Read every entry but the events (stream floors, the index, projection state, idempotency
+    keys, the marker and anchor), so a damaged page there is met; the first problem, or None."""
+    cursor = txn.cursor()
+    try:
+        if not cursor.first():
+            return None
+        for key, value in cursor.iternext():
+            region = bytes(key[:1])
+            if region == EVENTS_START[:1]:
+                return None
+            if region == IDEMPOTENCY and len(value) <= 16:
+                return f"the idempotency keys table holds a damaged entry under {bytes(key)!r}"
+    except lmdb.Error as exc:
+        return f"the projection state, meta or idempotency region is damaged: {exc}"
+    return None

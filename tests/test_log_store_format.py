@@ -1,0 +1,157 @@
+"""The LMDB layouts are frozen: a store laid out as `tests/fixtures/log-store-v1.jsonl` (format 1,
+five named databases) or `log-store-v2.jsonl` (format 2, one tree) opens, reads, verifies and keeps
+appending in its own format; a new store is laid out exactly as the fixture of its format; and
+`export_log` + `import_log` move a log between the formats with the same records and chain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from eventlog import ANY, EventLog, InvalidArgumentError
+from eventlog import _lmdb_tree as tree
+from eventlog.events import Message, MessageInjected
+from replay import export_log, import_log
+from sessions import SessionStore
+from tests._format_samples import SAMPLES, STORE_KV, T0, build_store_lines
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MARKERS = {1: b"sessionlog-log/1", 2: b"sessionlog-log/2"}
+
+
+def fixture_lines(format_version: int) -> list[str]:
+    return (FIXTURES / f"log-store-v{format_version}.jsonl").read_text().splitlines()
+
+
+def marker_of(path: Path) -> bytes | None:
+    """The format marker as stored, read without the log's code."""
+    env = lmdb.open(str(path), readonly=True, max_dbs=8, lock=False)
+    try:
+        with env.begin() as txn:
+            found = txn.get(tree.MARKER_KEY)
+            if found is None:
+                found = txn.get(b"format", db=env.open_db(b"meta", txn=txn, create=False))
+            return found
+    finally:
+        env.close()
+
+
+def restore(path: Path, format_version: int) -> None:
+    """A store whose LMDB entries are exactly the fixture's, written with plain `lmdb` puts."""
+    path.mkdir()
+    env = lmdb.open(str(path), max_dbs=8)
+    try:
+        with env.begin(write=True) as txn:
+            for line in fixture_lines(format_version):
+                entry = json.loads(line)
+                db = env.open_db(entry["db"].encode(), txn=txn) if entry["db"] else None
+                txn.put(bytes.fromhex(entry["key"]), bytes.fromhex(entry["value"]), db=db)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_a_new_store_is_laid_out_as_its_fixture(format_version: int) -> None:
+    assert build_store_lines(format_version) == fixture_lines(format_version)
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_a_store_of_either_format_reads_verifies_and_keeps_its_format(
+    format_version: int, tmp_path: Path
+) -> None:
+    path = tmp_path / "store"
+    restore(path, format_version)
+    with EventLog.open(path) as log:  # asks nothing: the store says which format it is
+        assert log.verify().ok
+        assert log.head == len(SAMPLES)
+        events = log.read(limit=len(SAMPLES))
+        assert [(e.stream, e.data) for e in events] == SAMPLES
+        assert all(e.recorded_at == T0 for e in events)
+        for stream in {stream for stream, _ in SAMPLES}:
+            mine = [event for name, event in SAMPLES if name == stream]
+            assert [e.data for e in log.read_stream(stream, limit=100)] == mine
+        with log.view() as view:
+            assert view.kv_get(STORE_KV[0]) == STORE_KV[1]
+        later = MessageInjected(message=Message(role="user", content="later"))
+        log.append("s-1", [later], expected_version=ANY)
+    other = 2 if format_version == 1 else 1
+    with EventLog.open(path, format_version=other) as log:  # an existing store keeps its own
+        assert log.verify().ok
+        assert log.read_stream("s-1", after=0, limit=100)[-1].data == later
+    assert marker_of(path) == MARKERS[format_version]
+
+
+@pytest.mark.parametrize(("source", "target"), [(1, 2), (2, 1)])
+def test_import_log_moves_a_log_between_formats(source: int, target: int, tmp_path: Path) -> None:
+    from_path, to_path, export = tmp_path / "from", tmp_path / "to", tmp_path / "log.jsonl"
+    EventLog.open(from_path, format_version=source).close()
+    EventLog.open(to_path, format_version=target).close()
+    with SessionStore.open(from_path) as store:
+        sid = store.open_session("s")
+        store.inject_many(sid, [{"role": "user", "content": f"m{k}"} for k in range(150)])
+        store.fork_at(sid, keep_first=70, destination_id="child")
+        export_log(store, export)
+        records = [raw for _, raw in store.log.read_records(limit=1000)]
+        expected = store.snapshot("child")
+        stream = store.log.read_stream(sid, limit=1000)
+    with SessionStore.open(to_path) as store:
+        import_log(store, export)
+        assert [raw for _, raw in store.log.read_records(limit=1000)] == records
+        assert store.snapshot("child") == expected
+        assert store.log.verify().ok
+        assert store.log.read_stream(sid, limit=1000) == stream
+    assert marker_of(from_path) == MARKERS[source]
+    assert marker_of(to_path) == MARKERS[target]
+
+
+def test_an_unknown_format_version_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="format_version: expected one of"):
+        EventLog.open(tmp_path / "store", format_version=3)
+    assert not (tmp_path / "store" / "data.mdb").exists()
+
+
+def test_a_stream_longer_than_one_index_chunk_reads_by_version(tmp_path: Path) -> None:
+    # Format 2 keeps 64 versions of a stream per index entry: reads and appends must cross the
+    # boundaries wherever they fall, in single appends and in runs spanning several chunks.
+    messages = [MessageInjected(message=Message(role="user", content=f"m{k}")) for k in range(300)]
+    with EventLog.open(tmp_path / "store") as log:
+        log.append("a", messages[:63], expected_version=ANY)
+        for message in messages[63:66]:
+            log.append("a", [message], expected_version=ANY)
+            log.append("b", [message], expected_version=ANY)
+        log.append("a", messages[66:], expected_version=ANY)
+        assert log.stream_version("a") == 300
+        assert log.stream_version("b") == 3
+        assert [e.data for e in log.read_stream("a", limit=1000)] == messages
+        for after in (0, 62, 63, 64, 127, 128, 200, 299, 300):
+            page = log.read_stream("a", after=after, limit=70)
+            assert [e.version for e in page] == list(range(after + 1, min(after + 70, 300) + 1))
+        assert log.verify().ok
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_appends_after_a_truncation_continue_each_stream(
+    format_version: int, tmp_path: Path
+) -> None:
+    # Stream `a` loses versions 1 to 70 (format 2: its first index chunk goes, the second keeps
+    # zeroed slots); stream `b` loses all 10 of its versions, half a chunk.
+    def message(k: int) -> MessageInjected:
+        return MessageInjected(message=Message(role="user", content=f"m{k}"))
+
+    with EventLog.open(tmp_path / "store", format_version=format_version) as log:
+        log.append("b", [message(k) for k in range(10)], expected_version=ANY)
+        log.append("a", [message(k) for k in range(100)], expected_version=ANY)
+        log.truncate(before=10 + 70 + 1)
+        log.append("b", [message(10)], expected_version=10)
+        log.append("a", [message(100)], expected_version=100)
+        assert [e.version for e in log.read_stream("b", after=10)] == [11]
+        assert [e.version for e in log.read_stream("a", after=70, limit=100)] == list(
+            range(71, 102)
+        )
+        assert log.verify().ok
+    with EventLog.open(tmp_path / "store") as log:
+        assert (log.stream_version("a"), log.stream_version("b")) == (101, 11)
+        assert log.verify().ok
