@@ -505,6 +505,12 @@ class EventLog:
         where = getattr(self._storage, "path", None)
         return where if isinstance(where, Path) else None
 
+    def keyring_slots(self) -> Any:
+        """The server-side keyring of a database store (see `eventlog/_pg_keyring.py`); None for
+        a store with a directory (the engine keeps its keyring file there) or in memory."""
+        make = getattr(self._storage, "keyring_slots", None)
+        return None if make is None else make()
+
     def walk_other_tables(self) -> str | None:
         """Read every page of the tables `verify` does not walk (projection state, idempotency
         keys): the first problem found, or None. Run where an abort cannot hurt (see above)."""

@@ -24,6 +24,7 @@ from psycopg import sql
 
 from eventlog import _pg_schema
 from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, describe, holder_record
+from eventlog._pg_keyring import PostgresKeyring
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
     ConcurrencyError,
@@ -148,6 +149,10 @@ class PostgresStorage:
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             self.pool.close()
             raise translate(exc, f"opening {self.where}") from exc
+
+    def keyring_slots(self) -> PostgresKeyring:
+        """Where the engine keeps its wrapped data keys on this server (`_pg_keyring.py`)."""
+        return PostgresKeyring(self)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self._search_path)

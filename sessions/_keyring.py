@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Protocol
 
 import blake3
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -55,6 +56,23 @@ def _unpack(data: bytes, count: int, where: str) -> list[bytes]:
         parts.append(data[offset + 2 : offset + 2 + size])
         offset += 2 + size
     return parts
+
+
+class SlotStore(Protocol):
+    """Where the slots live: memory, a file beside an LMDB store, or a table of a database
+    store (`eventlog/_pg_keyring.py`). `write` and `replace` are durable when they return."""
+
+    def exists(self) -> bool: ...
+
+    def read(self, slot: int) -> bytes: ...
+
+    def count(self) -> int: ...
+
+    def write(self, slot: int, record: bytes) -> None: ...
+
+    def replace(self, records: list[bytes]) -> None: ...
+
+    def tidy(self) -> None: ...
 
 
 class Slots:
@@ -160,7 +178,7 @@ class Keyring:
     """Data keys by slot: made, opened (cached unwrapped in this process), shredded, re-wrapped.
     The writing calls must run inside the log's write transaction."""
 
-    def __init__(self, slots: Slots, provider: KeyProvider | None) -> None:
+    def __init__(self, slots: SlotStore, provider: KeyProvider | None) -> None:
         self.slots = slots
         self.provider = provider
         self._keys: dict[int, AESGCM] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import projections as pj
 from eventlog import EventLog, InvalidArgumentError, Transaction, UnknownSessionError
 from eventlog import events as ev
-from eventlog.errors import ConfigurationError
 from sessions._checks import check_text
 from sessions._host import SessionHost, append
 from sessions._ids import check_session_id
@@ -22,14 +21,13 @@ from sessions._keys import KeyProvider
 
 
 def keyring_of(log: EventLog, keys: KeyProvider | None) -> Keyring:
-    """The keyring beside `log`: a file in an LMDB store's directory, memory for the memory log."""
+    """The keyring of `log`'s store: a file in an LMDB store's directory, a table of a database
+    store, memory for the memory log."""
     if log.path is not None:
         return Keyring(FileSlots(log.path), keys)
-    if keys is not None and log.description != "memory":
-        raise ConfigurationError(
-            f"keys=: encryption at rest needs a store with a directory for its keyring; "
-            f"{log.description} has none"
-        )
+    served = log.keyring_slots()
+    if served is not None:
+        return Keyring(served, keys)
     return Keyring(Slots(), keys)
 
 

@@ -23,6 +23,7 @@ from sessions import (
     WrongKeyError,
 )
 from sessions._keyring import _RECORD, _context, _unpack
+from tests.conftest import STORE_KINDS, open_store, store_target_of
 
 KEY = LocalKeyProvider(bytes(range(32)))
 OTHER = LocalKeyProvider(bytes(range(1, 33)))
@@ -329,3 +330,37 @@ def test_bundles_and_log_exports_of_a_forgotten_session_carry_no_plaintext(
         export_log(store, out)
         text = out.read_bytes()
     assert not any(word in text for word in words)
+
+
+@pytest.mark.parametrize("kind", [*STORE_KINDS, "memory"])
+def test_every_backend_seals_forgets_and_rotates_alike(kind: str, tmp_path: Path) -> None:
+    target = store_target_of(kind, tmp_path / "s")
+    store = open_store(kind, target, keys=KEY)
+    try:
+        sid, _ = plant(store, kind)
+        child = store.fork_at(sid, keep_first=1)
+        store.inject(child, {"role": "user", "content": "own"})
+        raw = store.log.read_stream(sid, after=1, limit=1)[0].data
+        assert isinstance(raw, ev.MessageInjected) and raw.message.content is None
+        assert store.rotate_keys(OTHER) == 2
+        snap = store.snapshot(sid)
+        assert snap is not None and snap["system_prompt"] == f"{kind}-prompt-7f3a"
+        slot = state_of(store, sid).key_slot
+        store.forget(sid, "asked")
+        assert not store._keyring.slots.read(slot).strip(b"\x00")
+        with pytest.raises(ForgottenError):
+            store.messages(sid)
+        assert [m.get("content") for m in store.messages(child)] == [None, "own"]
+        assert store.log.verify(isolated=False).ok
+    finally:
+        store.close()
+    if kind == "memory":
+        return
+    with open_store(kind, target, keys=KEY) as reopened, pytest.raises(WrongKeyError):
+        reopened.messages(child)
+    with open_store(kind, target) as reopened:
+        with pytest.raises(MissingKeyError):
+            reopened.messages(child)
+        assert reopened.log.verify(isolated=False).ok
+    with open_store(kind, target, keys=OTHER) as reopened:
+        assert reopened.messages(child)[1] == {"role": "user", "content": "own"}
