@@ -175,19 +175,23 @@ class SessionHost:
         then run `decide` inside the write transaction on the session as the projection holds
         it there (`UnknownSessionError` when it is not open); the decision appends through
         `Command.emit` and returns the verb's result."""
-        self._writable(verb)
+        if self.readonly:  # also set for a view as of a position
+            self._writable(verb)
         sid = self._checked_id(session_id, verb)
+        log = self.log
+        tx = log.current_transaction()
+        if tx is None or log.closed:  # not inside `store.transaction()`: a commit of its own
+            return transact(log, lambda tx: self._decide_on(tx, verb, sid, decide))
+        return self._decide_on(tx, verb, sid, decide)
 
-        def load_and_decide(tx: Transaction) -> R:
-            state = pj.load_state(tx, sid)
-            transcript = pj.load_transcript(tx, sid)
-            if state is None or state.status != pj.ACTIVE or transcript is None:
-                raise UnknownSessionError(sid, verb)
-            if state.forgotten:
-                raise ForgottenError(sid, verb, state.forgotten_reason)
-            return decide(Command(tx, state, transcript, self._sealer))
-
-        return transact(self.log, load_and_decide)
+    def _decide_on(self, tx: Transaction, verb: str, sid: str, decide: Callable[[Command], R]) -> R:
+        state = pj.load_state(tx, sid)
+        transcript = pj.load_transcript(tx, sid)
+        if state is None or state.status != pj.ACTIVE or transcript is None:
+            raise UnknownSessionError(sid, verb)
+        if state.forgotten:
+            raise ForgottenError(sid, verb, state.forgotten_reason)
+        return decide(Command(tx, state, transcript, self._sealer))
 
     def _state(
         self, view: LogView, session_id: object, verb: str, *, closed: bool = False
