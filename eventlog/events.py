@@ -263,9 +263,9 @@ class SessionForgotten(Event, tag="session_forgotten", frozen=True):
 
 
 class SessionArchived(Event, tag="session_archived", frozen=True):
-    """A retention sweep copied the session's events to an archive sink under `archive` (their
-    count and the blake3 of the archive's bytes, hex); the store then forgets them. Appended to
-    a closed or deleted session."""
+    """A retention sweep copied the session's events to the archive `archive` of a sink (a
+    sweep's batch shares one archive; `events_count` of the session's lines there, and the blake3
+    of those lines, hex); the store then forgets them. Appended to a closed or deleted session."""
 
     archive: str
     events_count: int

@@ -193,9 +193,12 @@ def archive_lines(envelopes: Iterable[tuple[Envelope, bytes]]) -> Iterator[bytes
         yield archive_line(envelope, record)
 
 
-def session_archive_name(session_id: str, generation: int) -> str:
-    """A sink name for one incarnation of a session: session ids may hold any character."""
-    return f"session-{blake3.blake3(session_id.encode()).hexdigest()[:32]}-g{generation}"
+def batch_archive_name(session_ids: Sequence[str]) -> str:
+    """The sink name of a sweep batch's archive: the same sessions give the same name, so a
+    sweep killed after writing it writes it again in place; session ids may hold any character,
+    so the name is a digest of them."""
+    digest = blake3.blake3("\x00".join(session_ids).encode())
+    return f"sessions-{digest.hexdigest()[:32]}"
 
 
 def due_sessions(
@@ -287,25 +290,33 @@ def stream_records(store: SessionStore, stream: str) -> Iterator[tuple[Envelope,
 def archive_batch(
     store: SessionStore, batch: Sequence[Due], sink: ArchiveSink
 ) -> list[tuple[Due, ev.SessionArchived]]:
-    """Put each session of `batch` that needs it in the sink (durably): its events as stored,
-    then one line of what a reader sees (its state and transcript, opened if encrypted); returns
-    the event that records each archive."""
-    prepared: list[tuple[Due, ev.SessionArchived]] = []
-    for due in batch:
-        if not due.archive:
-            continue
-        with store.log.view() as view:
-            state = pj.load_state(view, due.session_id)
-        if state is None:
-            continue
-        name = session_archive_name(due.session_id, state.generation)
-        lines = _Digested(_session_lines(store, due.session_id))
-        sink.put(name, lines)
-        event = ev.SessionArchived(
-            archive=name, events_count=lines.count - 1, digest=lines.digest.hexdigest()
+    """Put the sessions of `batch` that need it in the sink as one archive (durably: one file,
+    one sync, for the whole batch): for each, its events as stored, then one line of what a
+    reader sees (its state and transcript, opened if encrypted). Returns the event that records
+    each session's archive: the archive's name, the session's line count and their digest."""
+    wanted = [due for due in batch if due.archive]
+    if not wanted:
+        return []
+    name = batch_archive_name([due.session_id for due in wanted])
+    digests: dict[str, _Digested] = {}
+
+    def lines() -> Iterator[bytes]:
+        for due in wanted:
+            digested = digests[due.session_id] = _Digested(_session_lines(store, due.session_id))
+            yield from digested
+
+    sink.put(name, lines())
+    return [
+        (
+            due,
+            ev.SessionArchived(
+                archive=name,
+                events_count=digests[due.session_id].count - 1,
+                digest=digests[due.session_id].digest.hexdigest(),
+            ),
         )
-        prepared.append((due, event))
-    return prepared
+        for due in wanted
+    ]
 
 
 def _session_lines(store: SessionStore, session_id: str) -> Iterator[bytes]:
@@ -319,7 +330,7 @@ def _session_lines(store: SessionStore, session_id: str) -> Iterator[bytes]:
         opener = store._opener(view, state, verb)
         messages = pj.read_messages(view, transcript, opener=opener)
         readable = {"state": store._opened(state, verb), "transcript": messages}
-    yield _encoder.encode({"readable": readable})
+    yield _encoder.encode({"session_id": session_id, "readable": readable})
 
 
 class _Digested:
@@ -410,11 +421,12 @@ class RetentionVerbs(SessionHost):
     def sweep(self, policy: RetentionPolicy, now: datetime | None = None) -> SweepReport:
         """Retire the closed sessions `policy` says are due at `now` (default: the current
         time); returns what it did. For each batch of `policy.batch_sessions` sessions: with
-        action "archive", each is written to the sink (durably, before anything changes here)
-        and one commit records every `session_archived`; then each encrypted one is forgotten
-        (`forget`, a commit of its own). A sweep killed at any point leaves each session
-        untouched, archived, or archived and forgotten, each step whole; the next sweep does
-        what is left (an archive written but not recorded is written again, whole)."""
+        action "archive", the batch is written to the sink as one archive (durably, before
+        anything changes here) and one commit records each session's `session_archived`; then
+        each encrypted one is forgotten (`forget`, a commit of its own). A sweep killed at any
+        point leaves each session untouched, archived, or archived and forgotten, each step
+        whole; the next sweep does what is left (an archive written but not recorded is
+        written again, whole)."""
         self._writable("sweep")
         if not isinstance(policy, RetentionPolicy):
             raise InvalidArgumentError(
