@@ -57,19 +57,13 @@ class UsageProvider:
 
     async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Completion:
         self.seen.append((messages, params))
-        size = len(str(messages[-1]["content"]))
+        prompt = str(messages[-1]["content"])
+        size = len(prompt)
         return Completion(
             text=f"len {size}",
             stop_reason="end_turn",
             tool_calls=[{"id": f"call-{size}", "name": "noop", "arguments": {}}],
-            usage={
-                "input_tokens": size,
-                "output_tokens": 2,
-                "reasoning_tokens": 3,
-                "cache_read_tokens": 4,
-                "cache_write_tokens": 5,
-                "total_tokens": size + 5,
-            },
+            usage=expected_usage(prompt),
             model=params.get("model", "usage-1"),
         )
 
