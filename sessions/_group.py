@@ -245,25 +245,28 @@ class GroupCommit:
         return taken
 
     def _finish(self, batch: list[_Slot]) -> None:
-        """Wake the batch's callers and hand the lead on (or end it)."""
+        """Wake the batch's callers and hand the lead on (or end it). The callers are woken after
+        the queue's lock is released: each one woken goes straight for that lock to queue its
+        next command, and would only block on it again."""
+        follower = None
         with self._lock:
             for slot in batch:
                 slot.done = True
-                if slot.future is None:
-                    if not slot.lead:  # the one that led is awake already
-                        slot.woken.release()
-                else:
-                    _settle_soon(slot)
-            if not self._queue:
+            if self._queue:
+                follower = self._queue[0]
+                follower.lead = True
+                if follower.future is not None:
+                    self._drive()
+            else:
                 self._leading = False
                 self._idle.notify_all()
-                return
-            follower = self._queue[0]
-            follower.lead = True
-            if follower.future is None:
-                follower.woken.release()
-            else:
-                self._drive()
+        for slot in batch:
+            if slot.future is not None:
+                _settle_soon(slot)
+            elif not slot.lead:  # the one that led is awake already
+                slot.woken.release()
+        if follower is not None and follower.future is None:
+            follower.woken.release()
 
     def _more(self, batch: list[_Slot], wanted: int, deadline: float) -> bool:
         """Add to `batch` the commands queued since it was taken, waiting for one until
