@@ -224,7 +224,7 @@ class LiveVerbs(SessionHost):
         """The attached clients, oldest attachment first."""
         with self._view() as view:
             state = self._state(view, session_id, "live_clients")
-        return [client_dict(c) for c in state.clients]
+        return [client_dict(c) for c in self._opened(state, "live_clients").clients]
 
     def client_inject_prompt(
         self,
@@ -312,7 +312,7 @@ class LiveVerbs(SessionHost):
     def _client_after(self, session_id: str, client: str, verb: str) -> dict[str, Any]:
         with self._view() as view:
             state = self._state(view, session_id, verb)
-        found = _find(state, client)
+        found = _find(self._opened(state, verb), client)
         if found is None:
             raise AssertionError(f"{verb}: client `{client}` missing right after its event")
         return client_dict(found)

@@ -2,9 +2,10 @@
 
 What is sealed: every message (all of it but its role, usage and the synthetic and summary flags,
 as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments and error texts,
-and the values of metadata, scratchpads and permission requests (their keys stay readable, so the
-projections merge them without a key). What stays readable: stream ids, positions, versions,
-kinds, times, counts, ids of forks and clients: `verify`, the projections and paging need no key.
+and the values of metadata (the session's, a live client's, a scratchpad change's), scratchpads
+and permission requests (their keys stay readable, so the projections merge them without a key).
+What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
+clients: `verify`, the projections and paging need no key.
 
 Each ciphertext is AES-256-GCM under the data key of the session that wrote it, with a header
 saying which key (its keyring slot), the log position and the index of the message in its event;
@@ -68,6 +69,7 @@ _VALUES: dict[type[ev.Event], tuple[str, ...]] = {
     ev.ScratchpadSet: ("scratchpad", "metadata"),
     ev.ScratchpadCleared: ("metadata",),
     ev.LiveSessionPermissionRoute: ("request", "metadata"),
+    ev.LiveSessionClient: ("metadata",),
     ev.ToolCallStarted: ("arguments",),
 }
 SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES))
@@ -182,6 +184,12 @@ class Sealer:
             scratchpad=None
             if state.scratchpad is None
             else keys.values(state.scratchpad, "scratchpad"),
+            clients=[
+                msgspec.structs.replace(client, metadata=keys.values(client.metadata, "metadata"))
+                if client.metadata
+                else client
+                for client in state.clients
+            ],
         )
 
     def open_event(self, event: ev.Event, own_slot: int, verb: str) -> ev.Event:

@@ -51,6 +51,7 @@ def plant(store: SessionStore, tag: str) -> tuple[str, list[bytes]]:
         ],
     )
     store.set_scratchpad(sid, {"plan": words[5]})
+    store.attach(sid, "client-1", {"metadata": {"device": words[5] + "-device"}})
     store.update_metadata(sid, {"more": words[2] + "-2"})
     store.rename(sid, words[0] + "-renamed")
     return sid, [w.encode() for w in words]
@@ -84,6 +85,8 @@ def test_no_planted_plaintext_in_any_file(tmp_path: Path) -> None:
         assert snap["system_prompt"] == "plain-prompt-7f3a"
         assert snap["metadata"] == {"note": "plain-meta-7f3a", "more": "plain-meta-7f3a-2"}
         assert snap["scratchpad"] == {"plan": "plain-pad-7f3a"}
+        assert snap["live_clients"][0]["metadata"] == {"device": "plain-pad-7f3a-device"}
+        assert store.heartbeat(sid, "client-1")["metadata"] == {"device": "plain-pad-7f3a-device"}
         assert [m.get("content") for m in snap["transcript"]] == [
             "plain-msg-7f3a",
             None,
