@@ -8,8 +8,6 @@ log's own check stays ok; the projection check names the key that differs. On bo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,10 +24,10 @@ from sessions.asgi import BearerAuth
 from tests import _pg
 from tests._raw_lmdb import raw_log
 from tests.conftest import assert_store_consistent
+from tests.test_cli import run
 
 T0 = "2026-01-01T00:00:00Z"
 LATER = "2026-01-02T00:00:00Z"
-SCRIPT = Path(sys.executable).with_name("sessionlog")
 
 Rewrite = Callable[[dict[bytes, bytes]], None]
 """Changes a copy of the whole projection key space in place (the attack)."""
@@ -170,32 +168,14 @@ def test_a_clean_store_passes_and_the_cli_reports_tampering(tmp_path: Path) -> N
         report = store.verify(projections=True)
         assert report.ok and report.projection_keys_checked is not None
         assert report.projection_keys_checked >= 6
-    ok = subprocess.run(
-        [str(SCRIPT), "--store", where, "verify", "--projections"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    ok = run("verify", "--projections", store=where)
     assert ok.returncode == 0, ok.stderr
     tamper("lmdb", where, new_prompt(sid, "changed"))
-    bad = subprocess.run(
-        [str(SCRIPT), "--store", where, "verify", "--projections"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    bad = run("verify", "--projections", store=where)
     assert bad.returncode == 4, bad.stderr
     assert repr(state_key(sid)) in bad.stderr
     # The log's own check cannot see it: only --projections does.
-    plain = subprocess.run(
-        [str(SCRIPT), "--store", where, "verify"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    plain = run("verify", store=where)
     assert plain.returncode == 0, plain.stderr
 
 
