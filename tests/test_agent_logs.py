@@ -97,10 +97,13 @@ def test_the_kept_records_are_the_file_line_for_line(
         assert kept == {n: line for n, line in enumerate(lines, start=1) if line.strip()}
         rebuilt = "".join(kept[n] + "\n" for n in sorted(kept)).encode()
         assert blake3(rebuilt).hexdigest() == snapshot["metadata"]["agent_log"]["blake3"]
-    else:  # a document's items, each the same JSON value as in the file
+    else:  # a document's items, each its very text in the file, in order
         document = json.loads(path.read_bytes())
         held = document["messages"] if "messages" in document else document["history"]
         assert {n: json.loads(text) for n, text in kept.items()} == dict(enumerate(held, start=1))
+        text, at = path.read_text(), 0
+        for n in sorted(kept):
+            at = text.index(kept[n], at) + len(kept[n])
 
 
 @pytest.mark.parametrize(("fmt", "path"), SAMPLES, ids=IDS)

@@ -77,13 +77,12 @@ class Source:
     held: Callable[[], int] = lambda: 0  # bytes the reader keeps so far (for the budget)
     line: bytes = b""  # the line being read, as the file has it (JSONL)
     document: bool = False  # the file is one JSON document, not lines
+    document_bytes: bytes = b""  # a document's bytes (its items point into them)
 
     def record_bytes(self, record: Record) -> bytes:
-        """The original JSON of `record`: the current line's own bytes (a record is always
-        handed on while its line is current), or a document's item encoded again."""
-        if self.document:
-            return _encode(record)
-        return self.line.rstrip(b"\r\n")
+        """The original JSON of `record`: the current line's (or document item's) own bytes, as
+        the file has them (a record is always handed on while its line is current)."""
+        return self.line if self.document else self.line.rstrip(b"\r\n")
 
     def record_text(self, record: Record) -> str:
         return self.record_bytes(record).decode()
@@ -177,6 +176,10 @@ def why_undecodable(data: bytes, exc: ValueError) -> str:
 
 
 _AT_BYTE = re.compile(r"byte (\d+)")
+ITEM_ARRAYS = ("messages", "history")
+"""The keys of a document whose arrays hold the items read one at a time (`items`)."""
+_document_decode = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw]).decode
+_items_decode = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
 
 def json_document(source: Source) -> Any:
@@ -200,16 +203,27 @@ def json_document(source: Source) -> Any:
         source.progress(len(data), len(data))
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
+    source.document_bytes = data
+    try:
+        return _items_left_raw(data)
+    except (ValueError, RecursionError):
+        pass  # reported below, by a decoding of the whole that names the failing byte
     try:
         return msgspec.json.decode(data)
     except RecursionError as exc:
         raise AgentLogError(source.path, None, "JSON nested too deeply to decode") from exc
     except ValueError as exc:
-        found = _AT_BYTE.search(str(exc))
-        line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
-        if line is None and ("truncated" in str(exc).lower()):
-            line = data.count(b"\n") + 1
-        raise AgentLogError(source.path, line, why_undecodable(data, exc)) from exc
+        raise AgentLogError(
+            source.path, _failing_line(data, exc), why_undecodable(data, exc)
+        ) from exc
+
+
+def _failing_line(data: bytes, exc: ValueError) -> int | None:
+    found = _AT_BYTE.search(str(exc))
+    line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
+    if line is None and ("truncated" in str(exc).lower()):
+        line = data.count(b"\n") + 1
+    return line
 
 
 # Building sessions
@@ -333,13 +347,64 @@ def text_of(blocks: object, kinds: tuple[str, ...] = ("text",)) -> str | None:
     return "\n\n".join(parts) if parts else None
 
 
-def consumed(items: list[Any]) -> Iterator[tuple[int, Any]]:
-    """(1-based index, item) of a document's list, each slot emptied as it is handed out: once a
-    message is kept (re-encoded), its objects are freed, so a document costs about its decoded
-    size once, not that plus everything kept."""
-    for index in range(len(items)):
-        item, items[index] = items[index], None
-        yield index + 1, item
+def _items_left_raw(data: bytes) -> Any:
+    """The document with its message arrays (`ITEM_ARRAYS`, or the whole when it is a list)
+    left as the items' own bytes (`msgspec.Raw`), each decoded only when it is read (`items`):
+    the items are never all objects at once, and each item's bytes are its kept record."""
+    top = _document_decode(data)
+    if isinstance(top, list):
+        return top
+    document: dict[str, Any] = {}
+    for key, raw in top.items():
+        value = None
+        if key in ITEM_ARRAYS:
+            try:
+                value = _items_decode(raw)
+            except ValueError:  # not an array: decoded as it is, below
+                value = None
+        document[key] = msgspec.json.decode(raw) if value is None else value
+    return document
+
+
+def item_value(value: Any) -> Any:
+    """An item of a document's array, decoded if it is still its bytes (None if those are
+    damaged: reading the item reports it, `items`)."""
+    try:
+        return msgspec.json.decode(value) if isinstance(value, msgspec.Raw) else value
+    except (ValueError, RecursionError):
+        return None
+
+
+def items(source: Source, values: list[Any]) -> Iterator[tuple[int, Any]]:
+    """(1-based index, item) of a document's array, each decoded from its own bytes as it is
+    handed out (those bytes are then the record kept for it) and its slot emptied, so a document
+    costs its bytes and one item's objects, not every item's objects and everything kept."""
+    for index in range(len(values)):
+        value, values[index] = values[index], None
+        if isinstance(value, msgspec.Raw):
+            source.line = bytes(value)
+            try:
+                value = msgspec.json.decode(source.line)
+            except (ValueError, RecursionError):
+                json_document_error(source)
+        else:
+            source.line = _encode(value)
+        yield index + 1, value
+
+
+def json_document_error(source: Source) -> None:
+    """Raise the error of a damaged item found late (bad UTF-8 in a string is found only when
+    the item is decoded), at the line holding its byte, from a decoding of the whole."""
+    data = source.document_bytes
+    try:
+        msgspec.json.decode(data)
+    except RecursionError as exc:
+        raise AgentLogError(source.path, None, "JSON nested too deeply to decode") from exc
+    except ValueError as exc:
+        raise AgentLogError(
+            source.path, _failing_line(data, exc), why_undecodable(data, exc)
+        ) from exc
+    raise AgentLogError(source.path, None, "an item of the document cannot be decoded")
 
 
 def text_or(value: object, default: str) -> str:

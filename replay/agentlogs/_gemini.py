@@ -17,8 +17,9 @@ from replay.agentlogs._common import (
     Parsed,
     Record,
     Source,
-    consumed,
     function_call,
+    item_value,
+    items,
     text_of,
     text_or,
 )
@@ -30,6 +31,7 @@ _FIELDS = frozenset(
 )
 """The fields of a Gemini CLI message; others are counted as unknown."""
 _WRITING_TOOLS = frozenset(("write_file", "replace", "edit"))
+_SNIFF_ITEMS = 20  # messages looked at to recognise the format
 
 
 def looks_like_document(document: object) -> bool:
@@ -38,7 +40,8 @@ def looks_like_document(document: object) -> bool:
         return False
     if "sessionId" not in document:
         return False
-    kinds = {m.get("type") for m in document["messages"] if isinstance(m, dict)}
+    first = [item_value(m) for m in document["messages"][:_SNIFF_ITEMS]]
+    kinds = {m.get("type") for m in first if isinstance(m, dict)}
     return bool(kinds & {"user", "gemini"}) or not document["messages"]
 
 
@@ -46,7 +49,7 @@ def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
     built = Built("main", source)
     built.info["document"] = {k: v for k, v in document.items() if k != "messages"}
     records = 0
-    for index, message in consumed(document["messages"]):
+    for index, message in items(source, document["messages"]):
         records += 1
         kind = message.get("type") if isinstance(message, dict) else None
         if isinstance(message, dict):

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.agentlogs._common import Built, Message, Parsed, Record, Source, consumed, text_of
+from replay.agentlogs._common import (
+    ITEM_ARRAYS,
+    Built,
+    Message,
+    Parsed,
+    Record,
+    Source,
+    item_value,
+    items,
+    text_of,
+)
 
 NAME = "openai-chat"
-_ARRAYS = ("history", "messages")
+_ARRAYS = ITEM_ARRAYS[::-1]  # SWE-agent's `history` first
 
 
 def _messages_of(document: object) -> list[Any] | None:
@@ -33,7 +43,8 @@ def looks_like_document(document: object) -> bool:
     messages = _messages_of(document)
     if not messages:
         return False
-    return all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages[:20])
+    first = [item_value(m) for m in messages[:20]]
+    return all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in first)
 
 
 def parse_document(source: Source, document: Any) -> Parsed:
@@ -44,7 +55,7 @@ def parse_document(source: Source, document: Any) -> Parsed:
         messages = document[key]
         built.info["document"] = {k: v for k, v in document.items() if k != key}
     count = len(messages)
-    for index, message in consumed(messages):
+    for index, message in items(source, messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             built.attach(index, {"value": message}, known=False)
             continue
