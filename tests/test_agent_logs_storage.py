@@ -181,3 +181,20 @@ def test_a_tool_output_inside_a_json_string_comes_back_byte_for_byte(
     assert output["content"] == text
     if not ascii_only and len(text) >= 64:
         assert output["metadata"]["source"]["content_at"][2:] == [2]
+
+
+def test_bad_utf8_inside_a_document_item_is_reported_at_its_line(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    """A document's items are decoded one at a time; damage found only then (bad UTF-8 in a
+    string) is still reported at the line holding it, with nothing written."""
+    data = (FIXTURES / "gemini-cli" / "gemini-cli-pomodoro-timer.json").read_bytes()
+    lines = data.split(b"\n")
+    number = next(n for n, line in enumerate(lines) if b'"content": "' in line and n > 40)
+    lines[number] = lines[number].replace(b'"content": "', b'"content": "\xff', 1)
+    path = tmp_path / "session.json"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(AgentLogError, match="UTF-8") as caught:
+        replay.import_agent_log(store, path, format="gemini-cli")
+    assert caught.value.line == number + 1
+    assert store.log.head == 0

@@ -28,6 +28,7 @@ from sessions import InvalidArgumentError
 Message = dict[str, Any]
 Record = dict[str, Any]
 Progress = Callable[[int, int], object]
+Spawn = tuple[str, object, str | None]  # a spawning call's id, its prompt, the agent it names
 
 KIND = "imported agent log"
 """The `metadata.agent_log.kind` of every imported session: what a viewer filters on."""
@@ -176,8 +177,7 @@ def why_undecodable(data: bytes, exc: ValueError) -> str:
 
 
 _AT_BYTE = re.compile(r"byte (\d+)")
-ITEM_ARRAYS = ("messages", "history")
-"""The keys of a document whose arrays hold the items read one at a time (`items`)."""
+ITEM_ARRAYS = ("messages", "history")  # a document's arrays of items read one at a time
 _document_decode = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw]).decode
 _items_decode = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
@@ -219,6 +219,10 @@ def json_document(source: Source) -> Any:
 
 
 def _failing_line(data: bytes, exc: ValueError) -> int | None:
+    try:
+        data.decode()
+    except UnicodeDecodeError as bad:
+        return data.count(b"\n", 0, bad.start) + 1
     found = _AT_BYTE.search(str(exc))
     line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
     if line is None and ("truncated" in str(exc).lower()):
@@ -367,8 +371,7 @@ def _items_left_raw(data: bytes) -> Any:
 
 
 def item_value(value: Any) -> Any:
-    """An item of a document's array, decoded if it is still its bytes (None if those are
-    damaged: reading the item reports it, `items`)."""
+    """An item of a document's array, decoded (None if damaged: `items` reports it)."""
     try:
         return msgspec.json.decode(value) if isinstance(value, msgspec.Raw) else value
     except (ValueError, RecursionError):
@@ -376,9 +379,8 @@ def item_value(value: Any) -> Any:
 
 
 def items(source: Source, values: list[Any]) -> Iterator[tuple[int, Any]]:
-    """(1-based index, item) of a document's array, each decoded from its own bytes as it is
-    handed out (those bytes are then the record kept for it) and its slot emptied, so a document
-    costs its bytes and one item's objects, not every item's objects and everything kept."""
+    """(1-based index, item) of a document's array, each decoded from its own bytes (its kept
+    record) as it is handed out and its slot emptied: never every item's objects at once."""
     for index in range(len(values)):
         value, values[index] = values[index], None
         if isinstance(value, msgspec.Raw):
@@ -393,8 +395,7 @@ def items(source: Source, values: list[Any]) -> Iterator[tuple[int, Any]]:
 
 
 def json_document_error(source: Source) -> None:
-    """Raise the error of a damaged item found late (bad UTF-8 in a string is found only when
-    the item is decoded), at the line holding its byte, from a decoding of the whole."""
+    """Raise the error of an item found damaged late (bad UTF-8 in a string), at its line."""
     data = source.document_bytes
     try:
         msgspec.json.decode(data)
@@ -596,5 +597,4 @@ class Parsed:
     records: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # other files read into these sessions
-    spawns: list[tuple[str, object, str | None]] = field(default_factory=list)
-    """(call id, prompt, agent id its result names) of each subagent the main session spawned."""
+    spawns: list[Spawn] = field(default_factory=list)
