@@ -206,8 +206,12 @@ def json_document(source: Source) -> Any:
     source.document_bytes = data
     try:
         return _items_left_raw(data)
-    except (ValueError, RecursionError):
-        pass  # reported below, by a decoding of the whole that names the failing byte
+    except (ValueError, RecursionError):  # a decoding of the whole names the failing byte
+        return _decoded_whole(source)
+
+
+def _decoded_whole(source: Source) -> Any:
+    data = source.document_bytes
     try:
         return msgspec.json.decode(data)
     except RecursionError as exc:
@@ -396,15 +400,7 @@ def items(source: Source, values: list[Any]) -> Iterator[tuple[int, Any]]:
 
 def json_document_error(source: Source) -> None:
     """Raise the error of an item found damaged late (bad UTF-8 in a string), at its line."""
-    data = source.document_bytes
-    try:
-        msgspec.json.decode(data)
-    except RecursionError as exc:
-        raise AgentLogError(source.path, None, "JSON nested too deeply to decode") from exc
-    except ValueError as exc:
-        raise AgentLogError(
-            source.path, _failing_line(data, exc), why_undecodable(data, exc)
-        ) from exc
+    _decoded_whole(source)
     raise AgentLogError(source.path, None, "an item of the document cannot be decoded")
 
 
