@@ -109,6 +109,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
         source.size = size = os.fstat(file.fileno()).st_size
         budget = max(_limits.agent_log_memory_file_ratio * size, _limits.seed_memory_floor_bytes)
         number = 0
+        update, held_of = source.digest.update, source.held
         while True:
             try:
                 line = file.readline(bound + 1)
@@ -117,7 +118,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
             if not line:
                 break
             number += 1
-            source.digest.update(line)
+            update(line)
             if source.progress is not None and number % _PROGRESS_LINES == 0:
                 source.progress(file.tell(), size)
             if len(line) > bound and not line.endswith(b"\n"):
@@ -128,7 +129,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                 line = line[len(_BOM) :]
             if not line or line.isspace():  # blank
                 continue
-            held = source.held()
+            held = held_of()
             # No byte decodes into more than _OBJECT_BYTES_PER_BYTE_MAX bytes of objects, so the
             # exact estimate (four scans of the line) is needed only near the budget.
             needs = len(line) * _OBJECT_BYTES_PER_BYTE_MAX
@@ -142,27 +143,26 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                     f"importing may hold ({budget:,} bytes: agent_log_memory_file_ratio = "
                     f"{_limits.agent_log_memory_file_ratio} times the file)",
                 )
-            value = _decoded(source, decode, line, number)
-            if value is not None:
+            try:
+                value = decode(line)
+            except (ValueError, RecursionError) as exc:
+                _undecodable(source, line, number, exc)
+                continue
+            if type(value) is dict:
                 source.line = line
                 yield number, value
+            else:
+                source.damaged(number, f"expected a JSON object, got {json_type_name(value)}")
     if source.progress is not None:
         source.progress(size, size)
 
 
-def _decoded(source: Source, decode: Any, line: bytes, number: int) -> Record | None:
-    try:
-        value = decode(line)
-    except RecursionError:
+def _undecodable(source: Source, line: bytes, number: int, exc: Exception) -> None:
+    if isinstance(exc, RecursionError):
         source.damaged(number, "JSON nested too deeply to decode")
-        return None
-    except ValueError as exc:  # msgspec's decode errors are ValueErrors, as is bad UTF-8
+    else:  # msgspec's decode errors are ValueErrors, as is bad UTF-8
+        assert isinstance(exc, ValueError)
         source.damaged(number, why_undecodable(line, exc))
-        return None
-    if type(value) is not dict:
-        source.damaged(number, f"expected a JSON object, got {json_type_name(value)}")
-        return None
-    return value
 
 
 def why_undecodable(data: bytes, exc: ValueError) -> str:
@@ -450,6 +450,8 @@ class Built:
 
     def check_fields(self, record: Record, known: frozenset[str]) -> None:
         """Count the fields of `record` its format does not define (they stay in the record)."""
+        if record.keys() <= known:  # the usual case, in one set comparison
+            return
         for key in record:
             if key not in known:
                 self.counts["unknown_fields"] += 1
