@@ -4,7 +4,6 @@ them instead of parsing the message; the message keeps its wording. Real stores 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,10 @@ from sessions import SessionStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SessionStore]:
-    with SessionStore.open(tmp_path / "store") as opened:
-        opened.open_session("s")
-        yield opened
+def store(store: SessionStore) -> SessionStore:
+    """The shared `store` fixture with session `s` open."""
+    store.open_session("s")
+    return store
 
 
 def said(text: str) -> dict[str, Any]:

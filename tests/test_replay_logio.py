@@ -24,7 +24,6 @@ from eventlog._codec import GENESIS_HASH, encode_records
 from replay import LogExportResult, LogImportResult, export_log, import_log
 from sessions import SessionStore
 from sessions.testing import SESSION_ID_POOL, count_tokens, histories, run_history
-from tests import _pg
 
 # Helpers
 
@@ -121,15 +120,15 @@ def source_export(
 
 
 @pytest.fixture(params=["memory", "lmdb", "postgres"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    if request.param == "postgres":  # moving a deployment from LMDB to PostgreSQL
-        store = SessionStore.open(_pg.fresh_schema_url())
-    elif request.param == "memory":
-        store = SessionStore.memory()
-    else:
-        store = SessionStore.open(tmp_path / "t")
-    with store:
-        yield store
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The stores an export is imported into (PostgreSQL: moving a deployment off LMDB)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def target(store: SessionStore) -> SessionStore:
+    """The shared `store` fixture, as the store an export is imported into."""
+    return store
 
 
 # Round trips
