@@ -184,8 +184,11 @@ class TreeTxn(LmdbTxnBase):
                 held = bytes(at)  # the chunk's earlier versions were all truncated away
             if len(held or b"") != at:
                 return False
-            added = b"".join(p.to_bytes(width, "big") for p in range(position, position + room))
-            txn.put(index_key, bytes(held) + added if held is not None else added)
+            if room == 1:  # the common append: one version, no generator to run
+                added = position.to_bytes(width, "big")
+            else:
+                added = b"".join(p.to_bytes(width, "big") for p in range(position, position + room))
+            txn.put(index_key, b"".join((held, added)) if held is not None else added)
             version += room
             position += room
             left -= room
