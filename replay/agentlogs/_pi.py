@@ -91,6 +91,7 @@ def parse(source: Source) -> Parsed:
     tree = branches(entries)
     if tree is None:
         return parsed
+    del parsed  # the reading in file order is dropped before the reading by branch
     source.digest, source.skipped = blake3(), []
     return _read(source, tree, [])
 
