@@ -268,13 +268,20 @@ class Keyring:
 
     def key(self, slot: int, where: str, *, fresh: bool = False) -> AESGCM | None:
         """The data key of `slot`; None when it was shredded. `fresh` reads the slot again even
-        when this process holds the key (another process may have forgotten it)."""
+        when this process holds the key (another process may have forgotten it). A slot the
+        keyring never had (a log imported without its keyring) is a `MissingKeyError`."""
         if not fresh:
             cached = self._keys.get(slot)
             if cached is not None:
                 return cached
         record = self.slots.read(slot)
-        if not record or record == _EMPTY[: len(record)]:
+        if not record or slot == 0:
+            raise MissingKeyError(
+                f"{where}: the keyring holds no key {slot}: this log's keyring is not here",
+                where=where,
+                got=slot,
+            )
+        if record == _EMPTY[: len(record)]:
             self._keys.pop(slot, None)
             return None
         cached = self._keys.get(slot)

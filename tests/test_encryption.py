@@ -367,3 +367,19 @@ def test_every_backend_seals_forgets_and_rotates_alike(kind: str, tmp_path: Path
         assert reopened.log.verify(isolated=False).ok
     with open_store(kind, target, keys=OTHER) as reopened:
         assert reopened.messages(child)[1] == {"role": "user", "content": "own"}
+
+
+def test_a_log_imported_without_its_keyring_is_refused_not_shown_as_forgotten(
+    tmp_path: Path,
+) -> None:
+    from replay import export_log, import_log
+
+    with SessionStore.open(tmp_path / "a", keys=KEY) as store:
+        sid, _ = plant(store, "moved")
+        export_log(store, tmp_path / "log.jsonl")
+    with SessionStore.open(tmp_path / "b", keys=KEY) as other:
+        import_log(other, tmp_path / "log.jsonl")
+        assert other.log.verify().ok
+        with pytest.raises(MissingKeyError) as caught:
+            other.messages(sid)
+        assert caught.value.got == state_of(other, sid).key_slot
