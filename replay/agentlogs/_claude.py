@@ -115,20 +115,25 @@ class _Reader:
         self.records = 0
         self.main_records = 0
         self.about: dict[str, Any] = {}
-
-    def held_bytes(self) -> int:
-        return sum(built.held_bytes() for built in self.sessions.values())
-
-    def record(self, line: int, record: Record) -> None:
-        self.records += 1
-        for key, name in (
+        self.looked_for = [
             ("version", "version"),
             ("sessionId", "session_id"),
             ("cwd", "cwd"),
             ("agentId", "agent_id"),
-        ):
-            if isinstance(record.get(key), str):
-                self.about.setdefault(name, record[key])
+        ]
+
+    def held_bytes(self) -> int:
+        if len(self.sessions) == 1:
+            return self.main.held_bytes()
+        return sum(built.held_bytes() for built in self.sessions.values())
+
+    def record(self, line: int, record: Record) -> None:
+        self.records += 1
+        if self.looked_for:  # what the file says about itself, from the first record saying it
+            for key, name in list(self.looked_for):
+                if isinstance(record.get(key), str):
+                    self.about[name] = record[key]
+                    self.looked_for.remove((key, name))
         built = self._session_of(record)
         built.check_fields(record, _FIELDS)
         kind = record.get("type")
@@ -294,17 +299,20 @@ class _Reader:
         )
 
 
-def _usage(usage: Record) -> dict[str, Any]:
-    def count(key: str) -> int:
-        value = usage.get(key)
-        return value if type(value) is int and value >= 0 else 0
+_USAGE = (
+    ("input_tokens", "input_tokens"),
+    ("output_tokens", "output_tokens"),
+    ("cache_read_input_tokens", "cache_read_tokens"),
+    ("cache_creation_input_tokens", "cache_write_tokens"),
+)
 
-    return {
-        "input_tokens": count("input_tokens"),
-        "output_tokens": count("output_tokens"),
-        "cache_read_tokens": count("cache_read_input_tokens"),
-        "cache_write_tokens": count("cache_creation_input_tokens"),
-    }
+
+def _usage(usage: Record) -> dict[str, Any]:
+    counts = {}
+    for key, name in _USAGE:
+        value = usage.get(key)
+        counts[name] = value if type(value) is int and value >= 0 else 0
+    return counts
 
 
 def _spawned_agent(record: Record, block: Record) -> str | None:
