@@ -73,6 +73,9 @@ _VALUES: dict[type[ev.Event], tuple[str, ...]] = {
     ev.ToolCallStarted: ("arguments",),
 }
 SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES))
+READABLE_METADATA = frozenset(("provider", "runtime_params"))
+"""Metadata keys whose values stay readable: the runtime's binding of a session (which provider
+drives it, with which settings), which its projection reads without a key."""
 
 
 _M = b"message"
@@ -133,7 +136,9 @@ class Sealer:
         for name in _VALUES.get(kind, ()):
             values = getattr(event, name)
             changes[name] = {
-                key: _seal_value(aead, slot, position, f"{name}\x00{key}", value)
+                key: value
+                if name == "metadata" and key in READABLE_METADATA
+                else _seal_value(aead, slot, position, f"{name}\x00{key}", value)
                 for key, value in values.items()
             }
         return msgspec.structs.replace(event, **changes)

@@ -383,3 +383,27 @@ def test_a_log_imported_without_its_keyring_is_refused_not_shown_as_forgotten(
         with pytest.raises(MissingKeyError) as caught:
             other.messages(sid)
         assert caught.value.got == state_of(other, sid).key_slot
+
+
+def test_the_runtime_drives_an_encrypted_session_and_stores_no_plaintext(tmp_path: Path) -> None:
+    import asyncio
+
+    from sessions.runtime import Runtime
+
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+
+        async def body() -> str:
+            async with Runtime(store) as runtime:
+                sid = str((await runtime.create("agent-1"))["session_id"])
+                result = await runtime.prompt(sid, "runtime-question-7f3a")
+                assert result["text"] == "mock reply to: runtime-question-7f3a"
+                assert (await runtime.status(sid))["status"] == "idle"
+                return sid
+
+        sid = asyncio.run(body())
+        assert [m["content"] for m in store.messages(sid)] == [
+            "runtime-question-7f3a",
+            "mock reply to: runtime-question-7f3a",
+        ]
+    assert b"runtime-question-7f3a" not in every_byte(path)
