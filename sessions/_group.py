@@ -25,10 +25,10 @@ import asyncio
 import contextvars
 import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from eventlog import EventLog, LogClosedError
@@ -115,8 +115,10 @@ class GroupCommit:
         self._queue: list[_Slot] = []
         self._leading = False
         self._closed = False
-        self._driver: ThreadPoolExecutor | None = None
-        """The thread that leads the batches whose lead falls to a coroutine."""
+        self._driver: threading.Thread | None = None
+        """The thread that leads the batches whose lead falls to a coroutine (started when one
+        first does), woken once per such batch through `_kicks`."""
+        self._kicks: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._leader: int | None = None
         """The thread running a batch now, if any."""
         self.commits = 0
@@ -187,7 +189,7 @@ class GroupCommit:
                 self._idle.wait()
             driver, self._driver = self._driver, None
         if driver is not None:
-            driver.shutdown(wait=False)
+            self._kicks.put(False)
 
     def _join(self, slot: _Slot) -> bool:
         """Queue `slot`; whether the lead fell to it."""
@@ -210,8 +212,17 @@ class GroupCommit:
     def _drive(self) -> None:
         """Lead the next batch on the queue's own thread (its first command is a coroutine's)."""
         if self._driver is None:
-            self._driver = ThreadPoolExecutor(1, thread_name_prefix="sessionlog-commit")
-        self._driver.submit(self._lead)
+            self._driver = threading.Thread(target=self._drive_on, name="sessionlog-commit")
+            self._driver.daemon = True
+            self._driver.start()
+        self._kicks.put(True)
+
+    def _drive_on(self) -> None:
+        while self._kicks.get():
+            try:
+                self._lead()
+            except BaseException:  # each caller of the batch has it already; lead on
+                logger.exception("a batch led for coroutines was interrupted")
 
     def _lead(self) -> None:
         """Take the queue, commit it, then hand the lead to the next waiter, if any."""
