@@ -9,7 +9,8 @@ a bundle), and `tokens`
 (bench/runtime_bench.py, durable prompt round-trips through the delegation runtime), and
 `context` (bench/context_bench.py, the context view of a 10,000-message session), and
 `crypt` (bench/crypt_bench.py, durable inject and cold snapshot on an encrypted store against a
-plain one), and
+plain one), and `retention` (bench/retention_bench.py, sweep of closed sessions, truncate_log and
+compact-store, with the store's size before and after), and
 `service` (bench/service_bench.py, the HTTP service against the in-process engine), and
 `postgres` (bench/pg_bench.py, the peer workloads on PostgreSQL as ratios to LMDB), and
 `integrations` (bench/integrations_bench.py, the framework backends against each framework's own
@@ -48,6 +49,7 @@ from bench import (
     log_bench,
     pg_bench,
     replay_bench,
+    retention_bench,
     runtime_bench,
     service_bench,
     tokens_bench,
@@ -131,6 +133,14 @@ SUITES = (
         crypt_bench.FULL,
         crypt_bench.QUICK,
         _plain(crypt_bench),
+    ),
+    Suite(
+        "retention",
+        list(retention_bench.BENCHMARKS),
+        retention_bench.FULL,
+        retention_bench.QUICK,
+        _plain(retention_bench),
+        summary=retention_bench.summary,
     ),
     Suite(
         "context",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 
 from starlette.applications import Starlette
@@ -28,8 +29,10 @@ from service._request import Service
 from service._serve import draining_on_signals
 from service.viewer import ROUTES as VIEWER_ROUTES
 from service.viewer import is_public as viewer_file
-from sessions import SessionStore
+from sessions import RetentionPolicy, SessionStore
 from sessions.asgi import BearerAuth, Message, Receive, Scope, Send
+
+logger = logging.getLogger("sessionlog.service")
 
 PROTOCOL_HEADER = "harn-agents-protocol-version"
 PROTOCOL_VERSION = "agents-protocol-2026-04-25"
@@ -45,6 +48,8 @@ def create_app(
     follow: bool = False,
     poll_interval_s: float = 0.02,
     heartbeat_interval_s: float = _limits.heartbeat_interval_s,
+    retention: RetentionPolicy | None = None,
+    retention_interval_s: float = _limits.retention_interval_s_default,
 ) -> Gate:
     """The service over `store`. `api_keys` maps each static key to its (admin) principal name.
     `follow=True` makes streams see commits of other processes sharing the store (several
@@ -52,11 +57,13 @@ def create_app(
     line every `heartbeat_interval_s`.
 
     Open `store` with ``hot_sessions=0`` (as `sessionlog serve` does): the app reads from many
-    threads at once, and the engine's cache of decoded transcripts is not shared between threads."""
-    if not heartbeat_interval_s > 0:
-        raise InvalidArgumentError(
-            f"create_app: heartbeat_interval_s must be > 0, got {heartbeat_interval_s!r}"
-        )
+    threads at once, and the engine's cache of decoded transcripts is not shared between threads.
+
+    With a `retention` policy the app sweeps the store by it (`SessionStore.sweep`) every
+    `retention_interval_s` while it runs; a failed sweep is logged and the next one runs. Several
+    workers on one store each sweep: a sweep is idempotent, and a session another worker
+    retired meanwhile is skipped."""
+    _check_settings(heartbeat_interval_s, retention, retention_interval_s)
     hub = Hub(
         store,
         follow=follow,
@@ -70,8 +77,9 @@ def create_app(
         hub.start()
         loop = asyncio.get_running_loop()
         try:
-            with draining_on_signals(lambda: loop.call_soon_threadsafe(hub.drain)):
-                yield
+            async with _sweeping(store, retention, retention_interval_s):
+                with draining_on_signals(lambda: loop.call_soon_threadsafe(hub.drain)):
+                    yield
         finally:
             hub.drain()
             hub.stop()
@@ -94,6 +102,54 @@ def create_app(
     )
     app.state.service = parts
     return Gate(app, _ProblemAuth(app, store, api_keys=api_keys), parts)
+
+
+def _check_settings(
+    heartbeat_interval_s: float, retention: object, retention_interval_s: float
+) -> None:
+    for name, value in (
+        ("heartbeat_interval_s", heartbeat_interval_s),
+        ("retention_interval_s", retention_interval_s),
+    ):
+        if not value > 0:
+            raise InvalidArgumentError(f"create_app: {name} must be > 0, got {value!r}")
+    if retention is not None and not isinstance(retention, RetentionPolicy):
+        raise InvalidArgumentError(
+            f"create_app: retention must be a RetentionPolicy: {retention!r}"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _sweeping(
+    store: SessionStore, policy: RetentionPolicy | None, interval_s: float
+) -> AsyncIterator[None]:
+    """`_sweep_forever` in a task for the block, when there is a policy."""
+    if policy is None:
+        yield
+        return
+    task = asyncio.create_task(_sweep_forever(store, policy, interval_s))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _sweep_forever(store: SessionStore, policy: RetentionPolicy, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            report = await asyncio.to_thread(store.sweep, policy)
+        except Exception:  # a store error must not end the sweeps for good
+            logger.exception("the retention sweep failed; trying again in %.0fs", interval_s)
+            continue
+        if report.archived or report.forgotten:
+            logger.info(
+                "retention: archived %d, forgot %d sessions",
+                len(report.archived),
+                len(report.forgotten),
+            )
 
 
 async def openapi(request: Request) -> Response:

@@ -48,3 +48,8 @@ heartbeat_interval_s: Final = 15.0
 
 idempotency_key_chars_max: Final = 200
 """An `Idempotency-Key` header: a request id or a UUID, never a document."""
+
+retention_interval_s_default: Final = 3600.0
+"""How often a service given a retention policy sweeps the store (`create_app(retention=...)`):
+closed sessions come due in days, so an hour late is nothing, and each sweep scans every session
+state."""

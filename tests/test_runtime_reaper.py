@@ -5,11 +5,15 @@ the runtime."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+import projections as pj
 from eventlog import InvalidArgumentError, UnknownSessionError
-from sessions import SessionStore
+from eventlog.errors import ConfigurationError
+from sessions import DirectorySink, RetentionPolicy, SessionStore
 from sessions.runtime import Runtime
 
 
@@ -64,3 +68,28 @@ def test_the_reaper_stops_with_the_runtime(store: SessionStore) -> None:
     asyncio.run(body())
     with pytest.raises(InvalidArgumentError, match="reap_interval_s"):
         Runtime(store, reap_interval_s=0)
+
+
+def test_the_reaper_sweeps_by_the_retention_policy(store: SessionStore, tmp_path: Path) -> None:
+    sink = DirectorySink(tmp_path / "archive")
+    policy = RetentionPolicy(max_age=timedelta(0), action="archive", sink=sink)
+    old = store.open_session("old")
+    store.inject(old, {"role": "user", "content": "past"})
+    store.close_session(old)
+    kept = store.open_session("kept")
+
+    async def body() -> None:
+        async with Runtime(store, reap_interval_s=0.05, retention=policy):
+            for _ in range(200):
+                if sink.names():
+                    break
+                await asyncio.sleep(0.05)
+
+    asyncio.run(body())
+    with store.log.view() as view:
+        archived = pj.load_state(view, old)
+        open_one = pj.load_state(view, kept)
+    assert archived is not None and archived.archive in sink.names()
+    assert open_one is not None and open_one.archive is None
+    with pytest.raises(ConfigurationError, match="retention"):
+        Runtime(store, retention=timedelta(days=1))  # type: ignore[arg-type]

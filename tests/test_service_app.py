@@ -7,7 +7,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,17 +18,16 @@ import uvicorn
 from hypothesis import given
 from hypothesis import strategies as st
 
+import projections as pj
 from eventlog import InvalidArgumentError
 from service import create_app
-from sessions import SessionStore
+from sessions import DirectorySink, RetentionPolicy, SessionStore
 from tests._service import free_port, new_key
 
 
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[str, str, SessionStore]]:
-    key = new_key()
-    store = SessionStore.open(tmp_path / "store", hot_sessions=0)
-    app = create_app(store, api_keys={key: "admin"}, heartbeat_interval_s=0.2)
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """`app` on a uvicorn server in a thread, until the block ends; yields its URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -35,10 +37,21 @@ def running(tmp_path: Path) -> Iterator[tuple[str, str, SessionStore]]:
         time.sleep(0.05)
     assert server.started
     try:
-        yield f"http://127.0.0.1:{port}", key, store
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[str, str, SessionStore]]:
+    key = new_key()
+    store = SessionStore.open(tmp_path / "store", hot_sessions=0)
+    app = create_app(store, api_keys={key: "admin"}, heartbeat_interval_s=0.2)
+    try:
+        with serving(app) as url:
+            yield url, key, store
+    finally:
         store.close()
 
 
@@ -76,6 +89,28 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
             create_app(store, heartbeat_interval_s=0)
         with pytest.raises(InvalidArgumentError):
             create_app(store, api_keys={"short": "admin"})
+        with pytest.raises(InvalidArgumentError, match="retention"):
+            create_app(store, retention=timedelta(days=1))  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="retention_interval_s"):
+            create_app(store, retention_interval_s=0)
+
+
+def test_the_service_sweeps_by_its_retention_policy(tmp_path: Path) -> None:
+    sink = DirectorySink(tmp_path / "archive")
+    policy = RetentionPolicy(max_age=timedelta(0), action="archive", sink=sink)
+    with SessionStore.open(tmp_path / "store", hot_sessions=0) as store:
+        store.open_session("old")
+        store.close_session("old")
+        store.open_session("open")
+        app = create_app(store, retention=policy, retention_interval_s=0.05)
+        with serving(app):
+            deadline = time.monotonic() + 20
+            while not sink.names() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        with store.log.view() as view:
+            old, still_open = pj.load_state(view, "old"), pj.load_state(view, "open")
+        assert old is not None and old.archive in sink.names()
+        assert still_open is not None and still_open.archive is None
 
 
 def test_serve_refuses_missing_or_weak_keys_before_it_starts(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from eventlog.errors import ConfigurationError
 from sessions._checks import check_dict
 from sessions._ids import uuid7
 from sessions._messages import to_message
+from sessions._retention import RetentionPolicy
 from sessions.runtime import _limits
 from sessions.runtime._providers import Completion
 
@@ -69,6 +70,13 @@ def check_hook(hook: object, name: str) -> Hook | None:
     if hook is not None and not callable(hook):
         raise ConfigurationError(f"Runtime: `{name}` must be callable, got {type(hook).__name__}")
     return hook
+
+
+def check_retention(policy: object) -> RetentionPolicy | None:
+    """The runtime's retention policy (what its reaper sweeps by), or None."""
+    if policy is not None and not isinstance(policy, RetentionPolicy):
+        raise ConfigurationError(f"Runtime: `retention` must be a RetentionPolicy: {policy!r}")
+    return policy
 
 
 def check_now(now: object, where: str) -> datetime:

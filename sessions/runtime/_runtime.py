@@ -23,6 +23,7 @@ from projections import _runtime as rt
 from sessions._checks import check_dict, iso
 from sessions._group import GroupCommit, outcome
 from sessions._ids import check_session_id
+from sessions._retention import RetentionPolicy
 from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits
 from sessions.runtime._args import (
@@ -33,6 +34,7 @@ from sessions.runtime._args import (
     check_loop,
     check_now,
     check_prompt,
+    check_retention,
     check_seconds,
     check_spawn_ref,
     session_metadata,
@@ -82,9 +84,9 @@ class Runtime:
     """Drives sessions of a `SessionStore` through providers, from one asyncio event loop.
 
     Use it as ``async with Runtime(store) as runtime:``; inside, a reaper closes expired and idle
-    sessions every `reap_interval_s` (None: only when `reap` is called). One per store: a second
-    is refused with `LeaseHeldError`; starting fails the prompts a stopped one left in flight
-    (``interrupted``).
+    sessions every `reap_interval_s` (None: only when `reap` is called), then sweeps by `retention`
+    (`SessionStore.sweep`). One per store: a second is refused with `LeaseHeldError`; starting
+    fails the prompts a stopped one left in flight (``interrupted``).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Runtime:
         after_step: Hook | None = None,
         doom_loop: str = "steer",
         reap_interval_s: float | None = _limits.reap_interval_s_default,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         if not isinstance(store, SessionStore):
             raise InvalidArgumentError(f"Runtime: store must be a SessionStore, got {store!r:.80}")
@@ -142,9 +145,8 @@ class Runtime:
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
         self._lease = RuntimeLease()
-        # After each turn the store's context policy runs (`SessionStore.maintain_context`):
-        # doom-loop warnings, summarization checkpoints, pruning; aggressive after a provider
-        # said the context was too long (`ContextLengthError`).
+        # After each turn the store's context policy runs (`SessionStore.maintain_context`): doom
+        # loops, checkpoints, pruning; aggressive after a `ContextLengthError` from a provider.
         self.maintain_context = bool(maintain_context)
         if doom_loop not in ("steer", "stop"):
             raise ConfigurationError(f"Runtime: `doom_loop` must be steer or stop: {doom_loop!r}")
@@ -156,6 +158,7 @@ class Runtime:
             None if reap_interval_s is None else check_seconds(reap_interval_s, "reap_interval_s")
         )
         self._reaper: asyncio.Task[None] | None = None
+        self.retention = check_retention(retention)
 
     # Lifecycle of the runtime itself
 
@@ -188,6 +191,8 @@ class Runtime:
             await asyncio.sleep(interval_s)
             try:
                 closed = await self.reap()
+                if self.retention is not None:  # the durable store's closed sessions
+                    await asyncio.to_thread(self.store.sweep, self.retention)
             except Exception:  # a store error must not end the reaper for good
                 logger.exception("the periodic reaper failed; trying again in %.1fs", interval_s)
                 continue
