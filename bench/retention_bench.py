@@ -113,21 +113,41 @@ def sweep(ctx: Context) -> list[Result]:
         shutil.rmtree(ctx.tmp / "baseline-sink")
         return sample
 
-    result = compare(
-        name="sweep",
-        description=f"sweep of {sizes.sessions:,} closed sessions, archive, {sizes.batch} a commit",
-        unit="sessions/s",
-        baseline=archiving,
-        subject=sweeping,
-        baseline_description="their events read by id and written to the sink, no commit",
-        rounds=sizes.rounds,
-        target=None,
-        warmup=0,
-        budget_s=sizes.budget_s,
-        progress=ctx.progress,
+    result = _compare(
+        ctx,
+        "sweep",
+        f"sweep of {sizes.sessions:,} closed sessions, archive, {sizes.batch} a commit",
+        "sessions/s",
+        (archiving, "their events read by id and written to the sink, no commit"),
+        sweeping,
     )
     result.notes = {"sessions": sizes.sessions, "batch": sizes.batch}
     return [result]
+
+
+def _compare(
+    ctx: Context,
+    name: str,
+    description: str,
+    unit: str,
+    baseline: tuple[Callable[[], Sample], str],
+    subject: Callable[[], Sample],
+) -> Result:
+    """`compare` as every row here runs it: no target (the figures are information), no
+    warm-up round (each round builds its own store copy, untimed)."""
+    return compare(
+        name=name,
+        description=description,
+        unit=unit,
+        baseline=baseline[0],
+        subject=subject,
+        baseline_description=baseline[1],
+        rounds=ctx.sizes.rounds,
+        target=None,
+        warmup=0,
+        budget_s=ctx.sizes.budget_s,
+        progress=ctx.progress,
+    )
 
 
 def _cut(path: Path) -> int:
@@ -159,18 +179,13 @@ def truncate_log(ctx: Context) -> list[Result]:
         shutil.rmtree(ctx.tmp / "baseline-sink")
         return watch.sample(events)
 
-    result = compare(
-        name="truncate_log",
-        description=f"truncate_log of {events:,} events ({sizes.sessions:,} closed sessions)",
-        unit="events/s",
-        baseline=archiving,
-        subject=truncating,
-        baseline_description="the same events read and written to the sink",
-        rounds=sizes.rounds,
-        target=None,
-        warmup=0,
-        budget_s=sizes.budget_s,
-        progress=ctx.progress,
+    result = _compare(
+        ctx,
+        "truncate_log",
+        f"truncate_log of {events:,} events ({sizes.sessions:,} closed sessions)",
+        "events/s",
+        (archiving, "the same events read and written to the sink"),
+        truncating,
     )
     result.notes = dict(measured, events=events)
     ctx.cache["sizes"] = measured
@@ -207,18 +222,13 @@ def compact_store(ctx: Context) -> list[Result]:
         target.unlink()
         return watch.sample(size / 1e6)
 
-    result = compare(
-        name="compact_store",
-        description=f"compact_files of the truncated store ({sizes.sessions:,} sessions dropped)",
-        unit="MB/s",
-        baseline=copying,
-        subject=compacting,
-        baseline_description="a byte-for-byte copy of the file, synced",
-        rounds=sizes.rounds,
-        target=None,
-        warmup=0,
-        budget_s=sizes.budget_s,
-        progress=ctx.progress,
+    result = _compare(
+        ctx,
+        "compact_store",
+        f"compact_files of the truncated store ({sizes.sessions:,} sessions dropped)",
+        "MB/s",
+        (copying, "a byte-for-byte copy of the file, synced"),
+        compacting,
     )
     result.notes = measured
     ctx.cache.setdefault("sizes", {}).update(measured)
