@@ -91,48 +91,37 @@ def encode_records(
     Raises `EncodeFailure` naming the event that cannot be stored."""
     records: list[bytearray] = []
     envelopes: list[Envelope] = []
+    add_record, add_envelope = records.append, envelopes.append
+    hasher = _blake3()
+    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
     position, version = first_position, first_version
     for index, data in enumerate(events):
+        buf = bytearray()
         try:
-            record, envelope = _encode_one(
-                prev_hash, position, stream, version, recorded_at, meta, data, checked
-            )
+            # Encoded with the previous hash where its own goes, the record's bytes from the hash
+            # field on are exactly what its hash covers: hashed as they are, then overwritten. A
+            # checked envelope is handed out as it is, so it gets a meta dict of its own.
+            own_meta = dict(meta) if checked else meta
+            envelope = Envelope(prev_hash, position, stream, version, recorded_at, own_meta, data)
+            _encode_into(envelope, buf)
+            reset()
+            update(buf[HASH_START:])
+            buf[HASH_START:BODY_START] = prev_hash = digest_of()
+            if checked:
+                _set_field(envelope, "hash", prev_hash)  # built here and shared with nobody yet
+            else:
+                envelope = _decode(buf)  # also proves the payload reads back as its own type
         except (msgspec.MsgspecError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise EncodeFailure(index, exc) from exc
-        if len(record) > max_bytes:
-            raise EncodeFailure(index, None, len(record))
-        records.append(record)
-        envelopes.append(envelope)
-        prev_hash = envelope.hash
+        if len(buf) > max_bytes:
+            raise EncodeFailure(index, None, len(buf))
+        add_record(buf)
+        add_envelope(envelope)
         position += 1
         version += 1
     if records and records[0][:HASH_START] != _RECORD_PREFIX:  # our own invariant, checked once
         raise AssertionError("record prefix changed; the envelope layout is broken")
     return records, envelopes
-
-
-def _encode_one(
-    prev_hash: bytes,
-    position: int,
-    stream: str,
-    version: int,
-    recorded_at: datetime,
-    meta: dict[str, Any],
-    data: Any,
-    checked: bool,
-) -> tuple[bytearray, Envelope]:
-    """One record and its envelope. Encoded with the previous hash where its own goes, the
-    record's bytes from the hash field on are exactly what its hash covers: they are hashed in
-    place, and the hash then overwrites the previous one."""
-    buf = bytearray()
-    envelope = Envelope(prev_hash, position, stream, version, recorded_at, dict(meta), data)
-    _encode_into(envelope, buf)
-    digest = _blake3(memoryview(buf)[HASH_START:]).digest()
-    buf[HASH_START:BODY_START] = digest
-    if not checked:
-        return buf, _decode(buf)  # also proves the payload reads back as its own type
-    _set_field(envelope, "hash", digest)  # built here and shared with nobody yet
-    return buf, envelope
 
 
 # What msgspec raises for bytes that are not a valid record: malformed msgpack, a schema mismatch,
