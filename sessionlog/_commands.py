@@ -441,8 +441,9 @@ def verify(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.as_json())
     elif report.ok:
+        since = f" after the anchor at {report.anchor_position:,}" if report.anchor_position else ""
         print(
-            f"ok: {report.events_checked:,} events in {report.streams_checked:,} streams, "
+            f"ok: {report.events_checked:,} events{since} in {report.streams_checked:,} streams, "
             f"head hash {report.head_hash.hex()}"
         )
     if not report.ok:

@@ -190,6 +190,8 @@ def test_compact_store_shrinks_the_files_after_a_truncation(tmp_path: Path) -> N
     with SessionStore.open(path) as store:
         assert store.snapshot(live) == before
         assert store.log.verify().ok
+    verified = run("verify", store=path)
+    assert verified.returncode == 0 and f"after the anchor at {cut - 1:,}" in verified.stdout
     missing = run("compact-store", store=tmp_path / "nothing")
     assert missing.returncode == 3 and "no store" in missing.stderr
 
