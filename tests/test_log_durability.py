@@ -3,7 +3,8 @@
 White-box: the LMDB environment's `sync` and `metasync` flags follow the `sync=` argument, and a
 PostgreSQL write transaction leaves `synchronous_commit` on unless `sync=False`. Black-box: one
 commit is watched under strace (the system-call tracer) and must issue at least one sync call
-(fsync, fdatasync, msync or sync_file_range) with `sync=True`, and none with `sync=False`.
+(fsync, fdatasync, msync or sync_file_range) with `sync=True`, and none with `sync=False`; and
+16 threads injecting at once, whose commands share group commits, make one sync call per commit.
 
 Without strace on the machine that last test is skipped, loudly, except where the environment
 sets `CI` or `SESSIONLOG_REQUIRE_STRACE=1` (`.ci/run` sets both): there it fails, so CI can never
@@ -12,6 +13,7 @@ pass without having counted.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -60,12 +62,12 @@ def strace_or_skip() -> str:
     )
 
 
-def sync_calls_of_one_commit(tmp_path: Path, sync: bool) -> list[str]:
+def sync_calls_of_one_commit(tmp_path: Path, sync: bool, *mode: str) -> list[str]:
     """The sync system calls the child made between its two marks, as strace wrote them."""
     strace = strace_or_skip()
     trace = tmp_path / "trace.txt"
     wanted = ",".join((*SYNC_CALLS, "statfs"))
-    child = [sys.executable, str(CHILD), str(tmp_path / "log"), "1" if sync else "0"]
+    child = [sys.executable, str(CHILD), str(tmp_path / "log"), "1" if sync else "0", *mode]
     done = subprocess.run(
         [strace, "-f", "-qq", "-e", f"trace={wanted}", "-o", str(trace), *child],
         capture_output=True,
@@ -74,6 +76,7 @@ def sync_calls_of_one_commit(tmp_path: Path, sync: bool) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, f"strace or the child failed: {done.stderr[-2000:]}"
+    (tmp_path / "stdout.txt").write_text(done.stdout)
     lines = trace.read_text().splitlines()
     begin = [i for i, line in enumerate(lines) if "sessionlog-commit-begin" in line]
     end = [i for i, line in enumerate(lines) if "sessionlog-commit-end" in line]
@@ -90,3 +93,13 @@ def test_a_durable_commit_makes_a_sync_system_call(tmp_path: Path) -> None:
 
 def test_a_commit_without_sync_makes_none(tmp_path: Path) -> None:
     assert sync_calls_of_one_commit(tmp_path, sync=False) == []
+
+
+def test_a_group_commit_makes_one_sync_call_per_batch(tmp_path: Path) -> None:
+    # 16 threads, 20 durable injects each: they share commits, and each commit, shared or not,
+    # costs the disk one sync, so the batch pays it once for all its commands.
+    calls = sync_calls_of_one_commit(tmp_path, True, "group")
+    counts = json.loads((tmp_path / "stdout.txt").read_text())
+    assert all("fdatasync(" in call for call in calls), calls
+    assert len(calls) == counts["commits"], counts
+    assert counts["commits"] < counts["commands"] / 4, f"the threads hardly shared: {counts}"
