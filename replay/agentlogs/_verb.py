@@ -248,6 +248,7 @@ def _import_file(
 ) -> ImportedFile:
     source = Source(path, skip_bad_lines=skip_bad_lines, progress=progress)
     name, detected, parsed = _parse(source, format)
+    source.document_bytes = b""  # read: what is kept of it is packed
     if name == _claude.NAME:
         _claude.add_subagent_files(
             parsed,
