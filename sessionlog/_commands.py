@@ -479,6 +479,21 @@ def rebuild(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def forget(args: argparse.Namespace) -> int:
+    with opened(args, write=True) as store:
+        store.forget(args.session, args.reason)
+    print(f"forgot `{args.session}`: its data key is destroyed, its content unreadable for good")
+    return EXIT_OK
+
+
+def rotate_keys(args: argparse.Namespace) -> int:
+    new = LocalKeyProvider.from_file(args.new_key_file)
+    with opened(args, write=True) as store:
+        count = store.rotate_keys(new)
+    print(f"re-wrapped {count:,} data keys under {new.key_id}; use the new key from now on")
+    return EXIT_OK
+
+
 def compact_store(args: argparse.Namespace) -> int:
     path = store_path(args)
     if path.startswith(SERVER_SCHEMES):

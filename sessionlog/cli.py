@@ -168,6 +168,7 @@ def build_parser() -> _Parser:
 
     _reading_commands(command)
     _log_commands(command)
+    _key_commands(command)
     _edge_commands(command)
     return parser
 
@@ -241,6 +242,30 @@ def _reading_commands(command: Callable[..., _Command]) -> None:
 
     o = command("stats", "events, sessions, bytes on disk, head hash", _commands.stats, "stats")
     o.add_argument("--json", action="store_true", help="the figures as JSON")
+
+
+def _key_commands(command: Callable[..., _Command]) -> None:
+    """The commands of an encrypted store: forget a session, rotate the keys."""
+    o = command(
+        "forget",
+        "crypto-shred an encrypted session: destroy its data key (the store's key-encryption "
+        "key comes from $SESSIONLOG_KEK)",
+        _commands.forget,
+        "forget chat-1 --reason 'erasure request'",
+    )
+    o.add_argument("session", metavar="SESSION", help="the session to forget")
+    o.add_argument("--reason", metavar="TEXT", help="recorded in the session_forgotten event")
+
+    o = command(
+        "rotate-keys",
+        "re-wrap every data key under a new key-encryption key (the current one comes from "
+        "$SESSIONLOG_KEK); no event changes",
+        _commands.rotate_keys,
+        "rotate-keys --new-key-file new.kek",
+    )
+    o.add_argument(
+        "--new-key-file", metavar="PATH", required=True, help="the new key (64 hex digits)"
+    )
 
 
 def _log_commands(command: Callable[..., _Command]) -> None:

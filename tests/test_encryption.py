@@ -407,3 +407,26 @@ def test_the_runtime_drives_an_encrypted_session_and_stores_no_plaintext(tmp_pat
             "mock reply to: runtime-question-7f3a",
         ]
     assert b"runtime-question-7f3a" not in every_byte(path)
+
+
+def test_the_command_line_forgets_and_rotates(tmp_path: Path) -> None:
+    from tests.test_cli import run
+
+    path = tmp_path / "s"
+    text = "ab" * 32
+    with SessionStore.open(path, keys=LocalKeyProvider.from_text(text, "test")) as store:
+        gone, _ = plant(store, "cli")
+        kept, _ = plant(store, "cli-kept")
+    env = {"SESSIONLOG_KEK": text}
+    done = run("forget", gone, "--reason", "erasure request", store=path, env=env)
+    assert done.returncode == 0 and f"forgot `{gone}`" in done.stdout
+    (tmp_path / "new.kek").write_text("cd" * 32)
+    done = run("rotate-keys", "--new-key-file", tmp_path / "new.kek", store=path, env=env)
+    assert done.returncode == 0 and "re-wrapped 1 data keys" in done.stdout
+    done = run("forget", kept, store=path, env=env)  # the old key opens nothing now
+    assert done.returncode != 0 and "WrongKeyError" not in done.stderr
+    assert "wrapped by" in done.stderr
+    with SessionStore.open(path, keys=LocalKeyProvider.from_text("cd" * 32, "new")) as store:
+        assert store.snapshot(kept)["system_prompt"] == "cli-kept-prompt-7f3a"
+        with pytest.raises(ForgottenError):
+            store.snapshot(gone)
