@@ -26,6 +26,7 @@ from eventlog import (
 from eventlog._codec import BODY_START, GENESIS_HASH
 from eventlog.errors import TruncatedError
 from eventlog.events import Message, MessageInjected
+from tests import _pg
 from tests._raw_lmdb import raw_log
 
 STREAMS = 3
@@ -260,3 +261,27 @@ def test_compact_files_refuses_a_store_open_in_this_or_another_process(tmp_path:
         if holder.stdout is not None:
             holder.stdout.close()
     assert EventLog.compact_files(path)[1] > 0  # the holder is gone: allowed again
+
+
+# PostgreSQL: the rows are deleted; VACUUM FULL, the operator's to run, returns the space.
+
+
+def test_postgres_truncation_deletes_rows_and_vacuum_full_returns_the_space() -> None:
+    url = _pg.fresh_schema_url()
+    schema = url.rsplit("schema=", 1)[1]
+    with EventLog.open(url) as log:
+        for start in range(0, 600, 100):
+            with log.transaction() as tx:
+                for i in range(start, start + 100):
+                    tx.append(f"s-{i % STREAMS}", [message("y" * 2000)], expected_version=ANY)
+        full = log.size_bytes()
+        log.truncate(before=571)
+        with _pg.connect(_pg.database_url(), autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"'.encode())
+            rows = conn.execute("SELECT count(*), min(position) FROM events").fetchone()
+            assert rows == (30, 571)
+            floors = dict(conn.execute("SELECT stream, version FROM stream_floors").fetchall())
+            assert floors == {"s-0": 190, "s-1": 190, "s-2": 190}
+            conn.execute("VACUUM FULL events")
+        assert log.size_bytes() * 3 < full, (full, log.size_bytes())
+        assert log.verify().ok and log.read(after=570, limit=5)[0].position == 571
