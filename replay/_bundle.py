@@ -237,26 +237,33 @@ def _body(
     }
 
 
+SESSION_FIELDS = (
+    "title",
+    "agent_id",
+    "system_prompt",
+    "tool_format",
+    "metadata",
+    "formation",
+    "scope",
+    "parent_spawn_ref",
+    "workspace_anchor",
+    "workspace_policy",
+    "roots",
+    "scratchpad",
+)
+"""What a session is, besides its messages, as a bundle's section carries it and an import restores
+it (identity, times, status and live clients aside)."""
+
+
 def _section(
     snapshot: Mapping[str, Any], lineage: dict[str, Any], events: list[dict[str, Any]]
 ) -> dict[str, Any]:
     sid = snapshot["session_id"]
     keys = (
         "session_id",
-        "title",
-        "agent_id",
         "created_at",
         "status",
-        "system_prompt",
-        "tool_format",
-        "metadata",
-        "formation",
-        "scope",
-        "parent_spawn_ref",
-        "workspace_anchor",
-        "workspace_policy",
-        "roots",
-        "scratchpad",
+        *SESSION_FIELDS,
         "scratchpad_version",
         "live_clients",
         "live_controller_id",

@@ -17,26 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay._bundle import IMPORTED_FROM, IMPORTED_LINEAGE, IMPORTED_SPAWN_REF, PRODUCER
+from replay._bundle import (
+    IMPORTED_FROM,
+    IMPORTED_LINEAGE,
+    IMPORTED_SPAWN_REF,
+    PRODUCER,
+    SESSION_FIELDS,
+)
 from replay._validate import BundleError, BundleIssue, check_bundle
 from sessions import SessionExistsError, SessionStore
 
 # What an imported session is compared on when the same id already exists.
-_COMPARED = (
-    "transcript",
-    "system_prompt",
-    "tool_format",
-    "title",
-    "agent_id",
-    "metadata",
-    "formation",
-    "scope",
-    "parent_spawn_ref",
-    "workspace_anchor",
-    "workspace_policy",
-    "roots",
-    "scratchpad",
-)
+_COMPARED = ("transcript", *SESSION_FIELDS)
 
 
 class BundleConflictError(SessionExistsError):

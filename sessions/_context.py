@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -80,17 +80,14 @@ def _extend(
             start += index
             messages, refs, shown = messages[index:], refs[index:], shown[index:]
             break
-    return ContextView(
-        generation=hit.generation,
+    return replace(
+        hit,
         version=transcript.version,
         ranges=transcript.ranges,
-        prune_version=hit.prune_version,
         start=start,
         messages=messages,
         refs=refs,
         shown=shown,
-        prunes=hit.prunes,
-        counter=hit.counter,
         tokens=list(hit.tokens) if start == hit.start else [],
     )
 
