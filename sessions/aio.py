@@ -14,13 +14,40 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sessions._store import SessionStore
 
 T = TypeVar("T")
+P = ParamSpec("P")
+Verb = Callable[Concatenate[SessionStore, P], T]
+Awaited = Callable[Concatenate["AsyncSessionStore", P], Coroutine[Any, Any, T]]
+
+
+def _reads(verb: Verb[P, T]) -> Awaited[P, T]:
+    """The awaited namesake of the store's read `verb`: it runs on the store's worker."""
+
+    async def awaited(self: AsyncSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.run(verb, self.store, *args, **kwargs)
+
+    return _named(awaited, verb)
+
+
+def _writes(verb: Verb[P, T]) -> Awaited[P, T]:
+    """The awaited namesake of the store's write `verb`: it joins the store's group commit."""
+
+    async def awaited(self: AsyncSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._write(verb, self.store, *args, **kwargs)
+
+    return _named(awaited, verb)
+
+
+def _named(awaited: Awaited[P, T], verb: Verb[P, T]) -> Awaited[P, T]:
+    awaited.__name__ = verb.__name__
+    awaited.__qualname__ = f"AsyncSessionStore.{verb.__name__}"
+    return awaited
 
 
 def _new_worker() -> ThreadPoolExecutor:
@@ -84,95 +111,22 @@ class AsyncSessionStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # The verbs, each as its `SessionStore` namesake.
-
+    # The verbs, each the awaited namesake of its `SessionStore` verb.
     async def open_session(self, session_id: str | None = None, **options: Any) -> str:
         return await self._write(self.store.open_session, session_id, **options)
 
-    async def exists(self, session_id: object) -> bool:
-        return await self.run(self.store.exists, session_id)
-
-    async def inject(
-        self,
-        session_id: str,
-        message: Mapping[str, Any],
-        *,
-        expected_length: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        await self._write(
-            self.store.inject,
-            session_id,
-            message,
-            expected_length=expected_length,
-            idempotency_key=idempotency_key,
-        )
-
-    async def inject_many(
-        self,
-        session_id: str,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        expected_length: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> int:
-        return await self._write(
-            self.store.inject_many,
-            session_id,
-            messages,
-            expected_length=expected_length,
-            idempotency_key=idempotency_key,
-        )
-
-    async def messages(
-        self,
-        session_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        last: int | None = None,
-    ) -> list[dict[str, Any]]:
-        return await self.run(self.store.messages, session_id, after=after, limit=limit, last=last)
-
-    async def length(self, session_id: str) -> int:
-        return await self.run(self.store.length, session_id)
-
-    async def pop(
-        self, session_id: str, *, expected_length: int | None = None
-    ) -> dict[str, Any] | None:
-        return await self._write(self.store.pop, session_id, expected_length=expected_length)
-
-    async def rewind(
-        self, session_id: str, to_length: int, *, expected_length: int | None = None
-    ) -> int:
-        return await self._write(
-            self.store.rewind, session_id, to_length, expected_length=expected_length
-        )
-
-    async def reset(self, session_id: str) -> None:
-        await self._write(self.store.reset, session_id)
-
-    async def fork(self, source_id: str, destination_id: str | None = None) -> str:
-        return await self._write(self.store.fork, source_id, destination_id)
-
-    async def fork_at(
-        self, source_id: str, keep_first: int, destination_id: str | None = None
-    ) -> str:
-        return await self._write(self.store.fork_at, source_id, keep_first, destination_id)
-
-    async def delete(self, session_id: str, *, reason: str | None = None) -> None:
-        await self._write(self.store.delete, session_id, reason=reason)
-
-    async def close_session(self, session_id: str, status: str | None = None) -> None:
-        await self._write(self.store.close_session, session_id, status)
-
-    async def snapshot(self, session_id: object) -> dict[str, Any] | None:
-        return await self.run(self.store.snapshot, session_id)
-
-    async def summary(self, session_id: object) -> dict[str, Any] | None:
-        return await self.run(self.store.summary, session_id)
-
-    async def list_sessions(
-        self, *, cursor: str | None = None, limit: int = 50, status: str | None = None
-    ) -> dict[str, Any]:
-        return await self.run(self.store.list_sessions, cursor=cursor, limit=limit, status=status)
+    exists = _reads(SessionStore.exists)
+    inject = _writes(SessionStore.inject)
+    inject_many = _writes(SessionStore.inject_many)
+    messages = _reads(SessionStore.messages)
+    length = _reads(SessionStore.length)
+    pop = _writes(SessionStore.pop)
+    rewind = _writes(SessionStore.rewind)
+    reset = _writes(SessionStore.reset)
+    fork = _writes(SessionStore.fork)
+    fork_at = _writes(SessionStore.fork_at)
+    delete = _writes(SessionStore.delete)
+    close_session = _writes(SessionStore.close_session)
+    snapshot = _reads(SessionStore.snapshot)
+    summary = _reads(SessionStore.summary)
+    list_sessions = _reads(SessionStore.list_sessions)
