@@ -226,22 +226,28 @@ class Keyring:
             self.shred(pending[0])
         self._write_header(header[0], header[1], b"")
 
-    def provider_checked(self, where: str) -> KeyProvider:
-        """The provider, once it is known to open this keyring; writes the header of a new one."""
+    def provider_checked(self, where: str, *, fresh: bool = False) -> KeyProvider:
+        """The provider, once it is known to open this keyring; writes the header of a new one.
+        `fresh` reads the header again (before wrapping a new key: another process may have
+        rotated the keyring to another key since)."""
         provider = self.provider
         if provider is None:
             raise MissingKeyError(
                 f"{where}: the store is encrypted; open it with keys= (a KeyProvider)", where=where
             )
-        if self._checked:
+        if self._checked and not fresh:
             return provider
         header = self._header()
+        if header is not None and self._checked and header[0] == provider.key_id:
+            return provider
         if header is None:
             check = provider.wrap(bytes(DATA_KEY_BYTES), _CHECK_CONTEXT)
             self._write_header(provider.key_id, check, b"")
         else:
             key_id, check, _ = header
             try:
+                if self._checked:  # it opened the header before: the keyring was rotated since
+                    raise WrongKeyError(f"the keyring is now wrapped by {key_id}")
                 provider.unwrap(check, _CHECK_CONTEXT)
             except WrongKeyError as exc:
                 raise WrongKeyError(
@@ -256,7 +262,7 @@ class Keyring:
 
     def new_key(self, owner: str, where: str) -> tuple[int, AESGCM]:
         """A fresh data key for session `owner` in a new slot, on disk before this returns."""
-        provider = self.provider_checked(where)
+        provider = self.provider_checked(where, fresh=True)
         slot = max(self.slots.count(), 1)
         key = AESGCM.generate_key(bit_length=8 * DATA_KEY_BYTES)
         digest = owner_digest(owner)
@@ -305,7 +311,7 @@ class Keyring:
     def rotate(self, new: KeyProvider, where: str) -> int:
         """Re-wrap every live data key under `new`, replacing the keyring in one rename; the
         events are not touched. Returns the number of keys re-wrapped."""
-        old = self.provider_checked(where)
+        old = self.provider_checked(where, fresh=True)
         if self.pending_shred() is not None:
             raise AssertionError("rotate: finish the pending shred first")
         self.slots.tidy()

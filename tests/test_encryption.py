@@ -430,3 +430,31 @@ def test_the_command_line_forgets_and_rotates(tmp_path: Path) -> None:
         assert store.snapshot(kept)["system_prompt"] == "cli-kept-prompt-7f3a"
         with pytest.raises(ForgottenError):
             store.snapshot(gone)
+
+
+def test_a_rotation_by_another_process_stops_this_one_wrapping_under_the_old_key(
+    tmp_path: Path,
+) -> None:
+    from tests.test_cli import run
+
+    path = tmp_path / "s"
+    text, new_text = "ab" * 32, "cd" * 32
+    with SessionStore.open(path, keys=LocalKeyProvider.from_text(text, "old")) as store:
+        first = store.open_session(title="first")
+        (tmp_path / "new.kek").write_text(new_text)
+        done = run(
+            "rotate-keys",
+            "--new-key-file",
+            tmp_path / "new.kek",
+            store=path,
+            env={"SESSIONLOG_KEK": text},
+        )
+        assert done.returncode == 0, done.stderr
+        keyring = (path / "keyring").read_bytes()
+        with pytest.raises(WrongKeyError):
+            store.open_session("second")
+        assert (path / "keyring").read_bytes() == keyring
+    with SessionStore.open(path, keys=LocalKeyProvider.from_text(new_text, "new")) as store:
+        assert store.snapshot(first)["title"] == "first"
+        assert not store.exists("second")
+        store.open_session("second")
