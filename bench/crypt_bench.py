@@ -4,6 +4,9 @@ store against the same engine on a plain store, in the same run (target: at leas
 - ``inject_encrypted``: `inject`, one durable commit per call, into a session of an encrypted
   store (`keys=`: the message sealed with AES-256-GCM under the session's data key) vs the same
   into a plain store. The fsync dominates both; sealing adds a few microseconds per message.
+- ``open_session_encrypted`` (information): `open_session`, one durable commit each, encrypted vs
+  plain: a new session's data key is written and synced to the keyring before its event commits
+  (a key must be on disk before anything is sealed with it), one more sync per new session.
 - ``snapshot_encrypted``: `snapshot()` of a 1,000-message session read cold (`hot_sessions=0`:
   every message read, hash-checked and, when encrypted, opened) on an encrypted store vs on a
   plain one, in messages/s. Opening costs one AES-GCM call per message (about 2.8 us with
@@ -88,6 +91,38 @@ def inject_encrypted(ctx: Context) -> list[Result]:
         shutil.rmtree(ctx.tmp / "inject", ignore_errors=True)
 
 
+def open_session_encrypted(ctx: Context) -> list[Result]:
+    sizes = ctx.sizes
+    encrypted, plain = _stores(ctx, "open")
+    try:
+
+        def opening(store: SessionStore, count: int) -> Sample:
+            with Stopwatch() as watch:
+                for _ in range(count):
+                    store.open_session()
+            return watch.sample(count)
+
+        count = _fit(opening(plain, sizes.injects[0]).rate, sizes.round_s, sizes.injects)
+        result = compare(
+            name="open_session_encrypted",
+            description="open_session, one durable commit per call, encrypted store",
+            unit="sessions/s",
+            baseline=lambda: opening(plain, count),
+            subject=lambda: opening(encrypted, count),
+            baseline_description="the same on a plain store",
+            rounds=sizes.rounds,
+            target=None,
+            budget_s=sizes.budget_s,
+            progress=ctx.progress,
+        )
+        result.notes = {"sessions_per_round": count}
+        return [result]
+    finally:
+        encrypted.close()
+        plain.close()
+        shutil.rmtree(ctx.tmp / "open", ignore_errors=True)
+
+
 def snapshot_encrypted(ctx: Context) -> list[Result]:
     return _snapshot(ctx, "snapshot_encrypted", hot=False)
 
@@ -139,6 +174,7 @@ def _snapshot(ctx: Context, name: str, *, hot: bool) -> list[Result]:
 
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
     "inject_encrypted": inject_encrypted,
+    "open_session_encrypted": open_session_encrypted,
     "snapshot_encrypted": snapshot_encrypted,
     "snapshot_encrypted_warm": snapshot_encrypted_warm,
 }
