@@ -13,8 +13,9 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,16 @@ def compare(
         ours_rounds=[s.rate for s in ours],
         baseline_rounds=[s.rate for s in theirs],
     )
+
+
+def run_threads(target: Callable[[str], object], names: Sequence[str]) -> None:
+    """`target(name)` on a thread of its own for each of `names`, all started before any is
+    joined (concurrent writers, in the benches that time them)."""
+    threads = [threading.Thread(target=target, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _number(value: float) -> str:

@@ -62,7 +62,6 @@ import random
 import resource
 import shutil
 import statistics
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -76,7 +75,7 @@ import msgspec
 
 import projections as pj
 from bench import _scaffold
-from bench._timing import Result, Sample, Stopwatch, Target, compare
+from bench._timing import Result, Sample, Stopwatch, Target, compare, run_threads
 from bench.log_bench import (
     _fit,
     _position_key,
@@ -638,12 +637,8 @@ def inject_threads(ctx: Context) -> list[Result]:
                 for index in range(share):
                     store.inject(sid, messages[index % len(messages)])
 
-            threads = [threading.Thread(target=write, args=(sid,)) for sid in sessions]
             with Stopwatch() as watch:
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                run_threads(write, sessions)
             return watch.sample(share * WRITER_THREADS)
 
         def single(count: int) -> Sample:

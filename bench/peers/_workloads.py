@@ -11,13 +11,13 @@ from __future__ import annotations
 import gc
 import random
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench._timing import run_threads
 from bench.peers._adapter import Adapter, Message, directory_bytes
 
 
@@ -165,12 +165,8 @@ def concurrent_append(
             for message in messages:
                 adapter.append(sid, message)
 
-        threads = [threading.Thread(target=write, args=(sid,)) for sid in sids]
         with Timer() as timer:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            run_threads(write, sids)
         rate = WRITERS * len(messages) / timer.seconds
         note(f"concurrent_append round {index + 1}: {rate:,.0f} appends/s")
         if index == 0:
