@@ -13,11 +13,12 @@ import signal
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from eventlog import InvalidArgumentError
-from sessions import LocalKeyProvider, SessionStore
+from sessions import DirectorySink, LocalKeyProvider, RetentionPolicy, SessionStore
 from sessions.asgi import check_api_keys
 
 API_KEYS_ENV = "SESSIONLOG_API_KEYS"
@@ -60,7 +61,22 @@ def worker_app() -> Any:
     kek = LocalKeyProvider.from_env_if_set()  # $SESSIONLOG_KEK: an encrypted store's key
     store = SessionStore.open(config["store"], hot_sessions=0, keys=kek)
     keys = load_api_keys(config.get("api_keys_file"))
-    return create_app(store, api_keys=keys, follow=config["workers"] > 1)
+    policy = retention_policy(**config.get("retention", {}))
+    return create_app(store, api_keys=keys, follow=config["workers"] > 1, retention=policy)
+
+
+def retention_policy(
+    max_age_days: float | None = None, grace_days: float = 0.0, archive: str | None = None
+) -> RetentionPolicy | None:
+    """The policy `serve --max-age-days --grace-days --archive` configures; None without an age."""
+    if max_age_days is None:
+        return None
+    return RetentionPolicy(
+        max_age=timedelta(days=max_age_days),
+        grace=timedelta(days=grace_days),
+        action="archive" if archive else "forget",
+        sink=None if archive is None else DirectorySink(archive),
+    )
 
 
 def serve(
@@ -71,8 +87,10 @@ def serve(
     api_keys_file: str | None = None,
     workers: int = 1,
     log_level: str = "info",
+    retention: dict[str, Any] | None = None,
 ) -> None:
-    """Run the service until SIGTERM or SIGINT."""
+    """Run the service until SIGTERM or SIGINT; with `retention` (`retention_policy`'s
+    arguments), each worker sweeps the store by that policy every hour."""
     import json
 
     import uvicorn
@@ -88,8 +106,10 @@ def serve(
         check_api_keys(keys)
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"serve: {exc}".replace("BearerAuth: ", "")) from exc
+    retention = retention or {}
+    retention_policy(**retention)  # refused here, before any worker starts
     os.environ[_WORKER_ENV] = json.dumps(
-        {"store": store, "api_keys_file": api_keys_file, "workers": workers}
+        {"store": store, "api_keys_file": api_keys_file, "workers": workers, "retention": retention}
     )
     uvicorn.run(
         "service._serve:worker_app",

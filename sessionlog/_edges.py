@@ -219,5 +219,10 @@ def serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_keys_file=args.api_keys_file,
         workers=args.workers,
+        retention={
+            "max_age_days": args.max_age_days,
+            "grace_days": args.grace_days,
+            "archive": args.archive,
+        },
     )
     return EXIT_OK

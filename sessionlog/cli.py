@@ -31,6 +31,7 @@ from sessionlog._commands import (
     STORE_ENV,
     Failure,
 )
+from sessionlog._retention import add_policy_options, retention_commands
 from sessions import (
     ConcurrencyError,
     ControllerConflictError,
@@ -168,6 +169,7 @@ def build_parser() -> _Parser:
 
     _reading_commands(command)
     _log_commands(command)
+    retention_commands(command, _positive)
     _key_commands(command)
     _edge_commands(command)
     return parser
@@ -421,6 +423,7 @@ def _server_commands(command: Callable[..., _Command]) -> None:
     o.add_argument(
         "--workers", type=_positive, default=1, help="server processes over the one store"
     )
+    add_policy_options(o, required=False)
 
     o = command(
         "mcp",

@@ -29,6 +29,7 @@ SAMPLE = ROOT / "demo" / "sample_transcript.jsonl"
 SAMPLE_MESSAGES = 8
 COMMANDS = (
     *("ls", "show", "tree", "as-of", "stats", "tail", "verify", "rebuild", "compact-store"),
+    *("sweep", "truncate-log"),
     *("export-log", "import-log", "seed", "export", "import"),
 )
 

@@ -180,8 +180,18 @@ def test_compact_store_shrinks_the_files_after_a_truncation(tmp_path: Path) -> N
         live = store.open_session("live")
         store.inject(live, {"role": "user", "content": "kept"})
         cut = store.log.read_stream(live, after=0, limit=1)[0].position
-        store.truncate_log(cut, sink=DirectorySink(tmp_path / "archive"))
         before = store.snapshot(live)
+    archive = tmp_path / "archive"
+    swept = run("sweep", "--max-age-days", "0", "--archive", archive, "--json", store=path)
+    assert swept.returncode == 0, swept.stderr
+    assert json.loads(swept.stdout)["archived"] == 150
+    refused = run("truncate-log", "--before", cut + 1, "--archive", archive, store=path)
+    assert refused.returncode != 0 and "`live` still reads position" in refused.stderr
+    cutting = run("truncate-log", "--before", cut, "--archive", archive, "--json", store=path)
+    assert cutting.returncode == 0, cutting.stderr
+    assert json.loads(cutting.stdout)["anchor_position"] == cut - 1
+    bad = run("sweep", "--max-age-days", "-1", store=path)
+    assert bad.returncode != 0 and "max_age" in bad.stderr
     done = run("compact-store", "--json", store=path)
     assert done.returncode == 0, done.stderr
     sizes = json.loads(done.stdout)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import projections as pj
 from eventlog import InvalidArgumentError
 from service import create_app
+from service._serve import retention_policy
 from sessions import DirectorySink, RetentionPolicy, SessionStore
 from tests._service import free_port, new_key
 
@@ -93,6 +94,15 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
             create_app(store, retention=timedelta(days=1))  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="retention_interval_s"):
             create_app(store, retention_interval_s=0)
+    # What `sessionlog serve --max-age-days --grace-days --archive` configures.
+    with pytest.raises(InvalidArgumentError, match="max_age"):
+        retention_policy(max_age_days=-1)
+    assert retention_policy() is None
+    policy = retention_policy(max_age_days=30, grace_days=2, archive=str(tmp_path / "archive"))
+    assert policy is not None and policy.action == "archive"
+    assert (policy.max_age, policy.grace) == (timedelta(days=30), timedelta(days=2))
+    forget = retention_policy(max_age_days=1)
+    assert forget is not None and forget.action == "forget" and forget.sink is None
 
 
 def test_the_service_sweeps_by_its_retention_policy(tmp_path: Path) -> None:
