@@ -13,12 +13,11 @@ import signal
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from eventlog import InvalidArgumentError
-from sessions import DirectorySink, LocalKeyProvider, RetentionPolicy, SessionStore
+from sessions import LocalKeyProvider, RetentionPolicy, SessionStore
 from sessions.asgi import check_api_keys
 
 API_KEYS_ENV = "SESSIONLOG_API_KEYS"
@@ -71,12 +70,7 @@ def retention_policy(
     """The policy `serve --max-age-days --grace-days --archive` configures; None without an age."""
     if max_age_days is None:
         return None
-    return RetentionPolicy(
-        max_age=timedelta(days=max_age_days),
-        grace=timedelta(days=grace_days),
-        action="archive" if archive else "forget",
-        sink=None if archive is None else DirectorySink(archive),
-    )
+    return RetentionPolicy.in_days(max_age_days, grace_days, archive)
 
 
 def serve(

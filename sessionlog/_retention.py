@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from sessionlog._commands import EXIT_OK, emit_json, opened
@@ -44,12 +43,7 @@ def add_policy_options(o: Any, *, required: bool) -> None:
 def policy_of(args: argparse.Namespace) -> RetentionPolicy | None:
     if args.max_age_days is None:
         return None
-    return RetentionPolicy(
-        max_age=timedelta(days=args.max_age_days),
-        grace=timedelta(days=args.grace_days),
-        action="archive" if args.archive else "forget",
-        sink=DirectorySink(args.archive) if args.archive else None,
-    )
+    return RetentionPolicy.in_days(args.max_age_days, args.grace_days, args.archive)
 
 
 def sweep(args: argparse.Namespace) -> int:

@@ -116,6 +116,19 @@ class RetentionPolicy:
     sink: ArchiveSink | None = None
     batch_sessions: int = 100
 
+    @classmethod
+    def in_days(
+        cls, max_age_days: float, grace_days: float = 0.0, archive: str | None = None
+    ) -> RetentionPolicy:
+        """The policy of ages in days, archiving to the directory `archive` when given (else
+        only forgetting): what the command line's and the service's options say."""
+        return cls(
+            max_age=timedelta(days=max_age_days),
+            grace=timedelta(days=grace_days),
+            action="archive" if archive else "forget",
+            sink=DirectorySink(archive) if archive else None,
+        )
+
     def __post_init__(self) -> None:
         for name in ("max_age", "grace"):
             value = getattr(self, name)
