@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hypothesis import strategies as st
 
+from eventlog import InvalidArgumentError
+
 if TYPE_CHECKING:
     from sessions._model import SessionModel
     from sessions._store import SessionStore
@@ -61,3 +63,16 @@ class RulesBase:
                 f"a call that changes nothing wrote: {head} -> {self.store.log.head}"
             )
         return result
+
+    def expect_equal(self, what: str, got: object, expected: object) -> None:
+        """`got`, what the store answered to `what`, must equal what the model expected."""
+        if got != expected:
+            raise AssertionError(f"{what} returned {got}, expected {expected}")
+
+    def refuses_unknown_client(self, sid: str, client: str, call: Callable[[], object]) -> bool:
+        """True when `client` is not attached to `sid` in the model, after checking that the store
+        refuses `call` for it without writing."""
+        if client in self.model.clients(sid):
+            return False
+        self.expect_refused(InvalidArgumentError, call)
+        return True

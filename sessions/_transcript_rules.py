@@ -57,8 +57,7 @@ class TranscriptRules(RulesBase):
     def trim(self, pick: int, keep_last: int) -> None:
         sid = self.pick_open(pick)
         kept, expected = self.store.trim(sid, keep_last), self.model.trim(sid, keep_last)
-        if kept != expected:
-            raise AssertionError(f"trim({sid!r}, {keep_last}) kept {kept}, expected {expected}")
+        self.expect_equal(f"trim({sid!r}, {keep_last})", kept, expected)
 
     @precondition(has_open)
     @rule(pick=PICK)
@@ -72,8 +71,7 @@ class TranscriptRules(RulesBase):
     def compact(self, pick: int, options: dict[str, Any]) -> None:
         sid = self.pick_open(pick)
         kept, expected = self.store.compact(sid, **options), self.model.compact(sid, options)
-        if kept != expected:
-            raise AssertionError(f"compact({sid!r}, {options}) kept {kept}, expected {expected}")
+        self.expect_equal(f"compact({sid!r}, {options})", kept, expected)
 
     @precondition(has_open)
     @rule(
@@ -134,8 +132,7 @@ class TranscriptRules(RulesBase):
         got = self.store.set_scratchpad(sid, scratchpad, opts)
         version = self.model.set_scratchpad(sid, scratchpad)
         expected = {"ok": True, "version": version, "scratchpad": scratchpad}
-        if got != expected:
-            raise AssertionError(f"set_scratchpad returned {got}, expected {expected}")
+        self.expect_equal("set_scratchpad", got, expected)
 
     @precondition(has_open)
     @rule(pick=PICK)
@@ -143,5 +140,4 @@ class TranscriptRules(RulesBase):
         sid = self.pick_open(pick)
         got = self.store.clear_scratchpad(sid, {"reason": "done"})
         expected = {"ok": True, "version": self.model.clear_scratchpad(sid), "scratchpad": None}
-        if got != expected:
-            raise AssertionError(f"clear_scratchpad returned {got}, expected {expected}")
+        self.expect_equal("clear_scratchpad", got, expected)
