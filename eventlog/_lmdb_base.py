@@ -56,7 +56,7 @@ class LmdbTxnBase(StorageTxn):
     ANCHOR_KEY = b"anchor"  # in `meta`: the last truncated position (8 bytes), its hash (32)
     FLOOR_PREFIX = b""  # in `floors`: stream key -> the last version truncated away
 
-    __slots__ = ("_counted", "_done", "_store", "_txn", "_write")
+    __slots__ = ("_counted", "_store", "_txn", "_write")
 
     def __init__(
         self,
@@ -253,9 +253,8 @@ class LmdbTxnBase(StorageTxn):
         return type(self)(self._store, txn, write=True, counted=False)
 
     def commit(self) -> None:
-        if self._done:
+        if self._already_ended():
             return
-        self._done = True
         try:
             self._txn.commit()
         except lmdb.Error as exc:
@@ -265,9 +264,8 @@ class LmdbTxnBase(StorageTxn):
                 self._store._gate.leave()
 
     def abort(self) -> None:
-        if self._done:
+        if self._already_ended():
             return
-        self._done = True
         try:
             self._txn.abort()
         finally:

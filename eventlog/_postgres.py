@@ -283,7 +283,7 @@ class PostgresStorage:
 class _PgTxn(StorageTxn):
     """A transaction on one pooled connection; a child is a savepoint on the same connection."""
 
-    __slots__ = ("_depth", "_done", "_head", "_store", "_write", "conn")
+    __slots__ = ("_depth", "_head", "_store", "_write", "conn")
 
     def __init__(
         self,
@@ -546,9 +546,8 @@ class _PgTxn(StorageTxn):
         return _PgTxn(self._store, self.conn, write=True, depth=depth)
 
     def commit(self) -> None:
-        if self._done:
+        if self._already_ended():
             return
-        self._done = True
         if self._depth:
             self._run(f"RELEASE SAVEPOINT {_SAVEPOINT}{self._depth}")
             return
@@ -568,9 +567,8 @@ class _PgTxn(StorageTxn):
             self._store.release(self.conn)
 
     def abort(self) -> None:
-        if self._done:
+        if self._already_ended():
             return
-        self._done = True
         if self._depth:
             self._run(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}{self._depth}")
             self._run(f"RELEASE SAVEPOINT {_SAVEPOINT}{self._depth}")

@@ -35,7 +35,15 @@ class StorageTxn(ABC):
     defaults built on those; a backend overrides one only where it can do the same in fewer
     storage calls (a cursor walk, one query)."""
 
-    __slots__ = ()
+    __slots__ = ("_done",)
+    _done: bool
+    """Set by the first commit or abort, in a backend that ends a transaction once."""
+
+    def _already_ended(self) -> bool:
+        """Whether a commit or abort already ended this transaction (a second one does nothing);
+        marks it ended either way."""
+        ended, self._done = self._done, True
+        return ended
 
     # The log: records by position, and the stream index (stream key + version -> position).
 
