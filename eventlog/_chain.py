@@ -9,12 +9,20 @@ outside must also satisfy (size, stream name, the next version of its stream). N
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 
 import blake3
 
 from eventlog import _codec, limits
-from eventlog._codec import BODY_START, DECODE_ERRORS, GENESIS_HASH, Envelope, envelope_decoder
+from eventlog._codec import (
+    BODY_START,
+    DECODE_ERRORS,
+    GENESIS_HASH,
+    HASH_START,
+    Envelope,
+    envelope_decoder,
+)
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import IntegrityError, TruncatedError
 
@@ -50,21 +58,31 @@ def check_run(
     hasher: blake3.blake3 | None = None,
 ) -> list[Envelope]:
     """Check records stored at consecutive positions from `first`, the first chained to
-    `prev_hash`, and decode them; raises `IntegrityError` naming the first bad position.
+    `prev_hash`, and decode them; raises `IntegrityError` naming the first bad position."""
+    links = itertools.chain((bytes(prev_hash),), itertools.repeat(None))
+    return _checked(zip(links, records, itertools.count(first)), hasher or blake3.blake3())
 
-    The hot read path: one loop, no per-record function calls beyond hashing and decoding. A
-    record in the wrong place is caught by the position it carries, which the hash covers.
+
+def _checked(
+    items: Iterable[tuple[bytes | None, Buffer, int]], hasher: blake3.blake3
+) -> list[Envelope]:
+    """The one loop that checks and decodes: each item is a record, its position, and the hash
+    it chains to (None: the hash of the item before). Raises `IntegrityError` naming the first
+    bad position.
+
+    The hot read path: no per-record function calls beyond hashing and decoding. A record in
+    the wrong place is caught by the position it carries, which the hash covers.
     """
     # One hasher, reset per record, fed one buffer: every call into blake3 has a fixed cost
     # (building a hasher, taking a buffer) well above hashing a 300-byte record.
-    if hasher is None:
-        hasher = blake3.blake3()
     reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
     decode = envelope_decoder.decode
     out: list[Envelope] = []
-    prev_hash = bytes(prev_hash)
-    position = first
-    for record in records:
+    add = out.append
+    prev_hash = GENESIS_HASH
+    for link, record, position in items:
+        if link is not None:
+            prev_hash = link
         try:
             envelope = decode(record)
         except DECODE_ERRORS as exc:
@@ -79,9 +97,8 @@ def check_run(
             _codec.check_record(prev_hash, record, position)  # raises with the precise reason
         if envelope.position != position:
             raise IntegrityError(f"position {position} is missing from the log", position)
-        out.append(envelope)
+        add(envelope)
         prev_hash = digest
-        position += 1
     return out
 
 
@@ -97,38 +114,40 @@ def check_at(
 ) -> list[Envelope]:
     """Check and decode the records at `positions` (any order, gaps allowed), given for each the
     record before it (None when it directly follows the one before in `positions`, or is the
-    first) and the record itself (`StorageTxn.records_around`). Each run of consecutive positions
-    is one `check_run` from the hash stored before it (the `anchor`'s right after it); a missing
-    record raises `IntegrityError`, one truncated away `TruncatedError`."""
-    hasher = blake3.blake3()
-    out: list[Envelope] = []
-    run: list[Buffer] = []
-    run_prev, run_first, last = GENESIS_HASH, 0, -1
-    cut = 0 if anchor is None else anchor[0]
+    first) and the record itself (`StorageTxn.records_around`). A record that follows the one
+    before it in `positions` chains to that one's hash, any other to the hash stored in the
+    record before it (the genesis hash at position 1, the `anchor`'s right after it); a missing
+    record raises `IntegrityError`, one truncated away `TruncatedError`.
+
+    One pass of `_checked`: a session's messages are mostly scattered among other sessions'
+    events, so a call per run of consecutive positions would be a call per record."""
+    return _checked(_links(positions, pairs, anchor), blake3.blake3())
+
+
+def _links(
+    positions: list[int],
+    pairs: Iterable[tuple[Buffer | None, Buffer | None]],
+    anchor: tuple[int, bytes] | None,
+) -> list[tuple[bytes | None, Buffer, int]]:
+    """`check_at`'s records for `_checked`, each with the hash it chains to."""
+    cut, last = (0 if anchor is None else anchor[0]), -1
+    out: list[tuple[bytes | None, Buffer, int]] = []
+    add = out.append
     for position, (before, record) in zip(positions, pairs, strict=True):
-        follows = before is None and position == last + 1 and position != 1
-        if not follows and run:
-            out += check_run(run_prev, run, run_first, hasher)
-            run = []
         if record is None:
-            if run:
-                out += check_run(run_prev, run, run_first, hasher)
             check_kept(position, cut)
             raise IntegrityError(f"position {position} is missing from the log", position)
-        if not run:
-            if before is not None:
-                run_prev = _codec.stored_hash(before)
-            elif position == 1:
-                run_prev = GENESIS_HASH
-            elif anchor is not None and position == cut + 1:
-                run_prev = anchor[1]
-            else:
-                raise IntegrityError(f"position {position - 1} is missing from the log", position)
-            run_first = position
-        run.append(record)
+        if before is not None:
+            add((bytes(before[HASH_START:BODY_START]), record, position))
+        elif position == last + 1 and position != 1:
+            add((None, record, position))
+        elif position == 1:
+            add((GENESIS_HASH, record, position))
+        elif anchor is not None and position == cut + 1:
+            add((anchor[1], record, position))
+        else:
+            raise IntegrityError(f"position {position - 1} is missing from the log", position)
         last = position
-    if run:
-        out += check_run(run_prev, run, run_first, hasher)
     return out
 
 
