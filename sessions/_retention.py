@@ -462,7 +462,7 @@ class RetentionVerbs(SessionHost):
                         else:
                             moved.add(item.session_id)
             for item in batch:
-                if item.forget and item.session_id not in moved:
+                if item.forget and item.session_id not in moved and _unchanged(self, item):
                     self.forget(item.session_id, reason)
                     report.forgotten.append(item.session_id)
         return report
@@ -493,6 +493,18 @@ class RetentionVerbs(SessionHost):
         with self.log.transaction() as tx:
             _check_cut(tx, before, head)  # nothing opened meanwhile reads before the cut
             return tx.truncate(before)
+
+
+def _unchanged(host: SessionHost, item: Due) -> bool:
+    """Whether the session is still closed with nothing appended since it was judged (and
+    archived): one reopened meanwhile keeps its key, so forgetting it would shred a live
+    session."""
+    with host.log.view() as view:
+        state = pj.load_state(view, item.session_id)
+        version = view.stream_version(item.session_id)
+    if state is None or state.status not in (pj.CLOSED, pj.DELETED):
+        return False
+    return version == item.version + (1 if item.archive else 0)
 
 
 def _check_cut(view: LogView, before: int, head: int) -> None:

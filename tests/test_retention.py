@@ -4,6 +4,7 @@ and what `truncate_log` keeps readable, refuses, and leaves verifiable."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,31 @@ def test_forget_alone_shreds_encrypted_sessions_and_reports_plain_ones(tmp_path:
     with SessionStore.open(tmp_path / "store", keys=KEY) as store:
         report = store.sweep(policy, now=later(2))
         assert report.forgotten == secret and report.archived == []
+
+
+class ReopeningSink(DirectorySink):
+    """A sink during whose write the session `reopen` is opened again (another writer)."""
+
+    def __init__(self, path: Path, store: SessionStore, reopen: str) -> None:
+        super().__init__(path)
+        self.store, self.reopen = store, reopen
+
+    def put(self, name: str, lines: Iterable[bytes]) -> None:
+        super().put(name, lines)
+        self.store.open_session(self.reopen)
+        self.store.inject(self.reopen, {"role": "user", "content": "back again"})
+
+
+def test_a_session_reopened_during_a_sweep_is_neither_recorded_nor_forgotten(
+    tmp_path: Path,
+) -> None:
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        old = closed_sessions(store, 3)
+        sink = ReopeningSink(tmp_path / "archive", store, old[1])
+        policy = RetentionPolicy(max_age=DAY, action="archive", sink=sink)
+        report = store.sweep(policy, now=later(2))
+        assert report.archived == [old[0], old[2]] and report.forgotten == [old[0], old[2]]
+        assert store.snapshot(old[1])["transcript"][-1]["content"] == "back again"
+        with store.log.view() as view:
+            state = pj.load_state(view, old[1])
+        assert state is not None and not state.forgotten and state.archive is None
