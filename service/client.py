@@ -110,10 +110,7 @@ class Client:
 
     def summary(self, session_id: str) -> dict[str, Any] | None:
         """The session without its transcript; None when it is unknown (or not yours)."""
-        found = self._or_none(f"/v1/sessions/{session_id}")
-        if found is not None:
-            found.pop("transcript", None)
-        return found
+        return self._or_none(f"/v1/sessions/{session_id}", without="transcript")
 
     def snapshot(self, session_id: str, *, as_of: int | None = None) -> dict[str, Any] | None:
         params = {"as_of": as_of} if as_of is not None else None
@@ -159,10 +156,7 @@ class Client:
         return found
 
     def ancestry(self, session_id: str) -> dict[str, Any] | None:
-        found = self._or_none(f"/v1/sessions/{session_id}/ancestry")
-        if found is not None:
-            found.pop("session_id", None)
-        return found
+        return self._or_none(f"/v1/sessions/{session_id}/ancestry", without="session_id")
 
     # Messages
 
@@ -382,13 +376,18 @@ class Client:
             raise
         return True
 
-    def _or_none(self, path: str, **how: Any) -> dict[str, Any] | None:
+    def _or_none(
+        self, path: str, *, without: str | None = None, **how: Any
+    ) -> dict[str, Any] | None:
+        """The object at `path` (less its key `without`), or None when the service answers 404."""
         try:
             found: dict[str, Any] = self._json("GET", path, **how)
         except ServiceError as exc:
             if exc.status == 404:
                 return None
             raise
+        if without is not None:
+            found.pop(without, None)
         return found
 
 
