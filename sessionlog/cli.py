@@ -411,14 +411,8 @@ def _server_commands(command: Callable[..., _Command]) -> None:
         "serve --api-keys-file keys.txt",
         "--store postgresql://localhost/app serve --port 8700 --workers 4",
     )
-    o.add_argument(
-        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
-    )
-    o.add_argument("--port", type=_positive, default=8700, help="the port (default 8700)")
-    o.add_argument(
-        "--api-keys-file",
-        metavar="FILE",
-        help="name=key lines: the administrators' keys (or set $SESSIONLOG_API_KEYS)",
+    _listen_options(
+        o, 8700, "", "name=key lines: the administrators' keys (or set $SESSIONLOG_API_KEYS)"
     )
     o.add_argument(
         "--workers", type=_positive, default=1, help="server processes over the one store"
@@ -436,15 +430,16 @@ def _server_commands(command: Callable[..., _Command]) -> None:
         "--agents", metavar="FILE", required=True, help="agents.toml: the agents and providers"
     )
     o.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    _listen_options(o, 8701, "with --http: ", "name=key lines accepted besides bearer sessions")
+
+
+def _listen_options(o: _Command, port: int, when: str, keys_help: str) -> None:
+    """Where a command serving HTTP listens, and the file of the API keys it accepts."""
     o.add_argument(
-        "--host", default="127.0.0.1", help="with --http: the address (default 127.0.0.1)"
+        "--host", default="127.0.0.1", help=f"{when}the address to listen on (default 127.0.0.1)"
     )
-    o.add_argument("--port", type=_positive, default=8701, help="with --http: the port (8701)")
-    o.add_argument(
-        "--api-keys-file",
-        metavar="FILE",
-        help="with --http: name=key lines accepted besides bearer sessions",
-    )
+    o.add_argument("--port", type=_positive, default=port, help=f"{when}the port (default {port})")
+    o.add_argument("--api-keys-file", metavar="FILE", help=when + keys_help)
 
 
 def _import_agent_log_command(command: Callable[..., _Command]) -> None:
