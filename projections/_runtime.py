@@ -299,22 +299,17 @@ def _started(tx: Transaction, envelope: Envelope) -> None:
         state = load_runtime(tx, envelope.stream)
         assert state is not None
     loop_id = data.loop_id or data.request_id
-    loop = LoopRecord(
-        loop_id=loop_id,
-        session_id=envelope.stream,
-        request_id=data.request_id,
-        position=envelope.position,
-        started_at=envelope.recorded_at,
-        parent_loop_id=data.parent_loop_id,
-        parallel_group=data.parallel_group,
+    _start_loop(
+        tx,
+        envelope,
+        loop_id,
+        data.request_id,
+        data.parent_loop_id,
+        data.parallel_group,
+        data.params,
         provider=data.provider,
-        config=data.params,
         warnings=data.warnings,
     )
-    _put_loop(tx, loop)
-    key = _loop_id_key(envelope.stream, loop_id)
-    if key is not None:
-        _kv.put(tx, key, envelope.position.to_bytes(8, "big"))
     _kv.put(tx, _BUSY + envelope.stream.encode(), b"")
     _put_state(
         tx,
@@ -328,6 +323,37 @@ def _started(tx: Transaction, envelope: Envelope) -> None:
             loops=state.loops + 1,
         ),
     )
+
+
+def _start_loop(
+    tx: Transaction,
+    envelope: Envelope,
+    loop_id: str,
+    request_id: str,
+    parent_loop_id: str | None,
+    parallel_group: str | None,
+    config: dict[str, Any],
+    *,
+    provider: str | None = None,
+    warnings: list[dict[str, Any]] | None = None,
+) -> None:
+    """Record the loop `envelope` starts, and index its id to the envelope's position."""
+    loop = LoopRecord(
+        loop_id=loop_id,
+        session_id=envelope.stream,
+        request_id=request_id,
+        position=envelope.position,
+        started_at=envelope.recorded_at,
+        parent_loop_id=parent_loop_id,
+        parallel_group=parallel_group,
+        provider=provider,
+        config=config,
+        warnings=warnings or [],
+    )
+    _put_loop(tx, loop)
+    key = _loop_id_key(envelope.stream, loop_id)
+    if key is not None:
+        _kv.put(tx, key, envelope.position.to_bytes(8, "big"))
 
 
 def _finish(
@@ -480,20 +506,10 @@ def _tool_started(tx: Transaction, envelope: Envelope) -> None:
     if state is None:
         return
     loop_id = data.loop_id or data.call_id
-    child = LoopRecord(
-        loop_id=loop_id,
-        session_id=envelope.stream,
-        request_id=data.request_id,
-        position=envelope.position,
-        started_at=envelope.recorded_at,
-        parent_loop_id=state.last_loop_id,
-        parallel_group=data.parallel_group,
-        config={"tool": data.name, "call_id": data.call_id, "arguments": data.arguments},
+    config = {"tool": data.name, "call_id": data.call_id, "arguments": data.arguments}
+    _start_loop(
+        tx, envelope, loop_id, data.request_id, state.last_loop_id, data.parallel_group, config
     )
-    _put_loop(tx, child)
-    key = _loop_id_key(envelope.stream, loop_id)
-    if key is not None:
-        _kv.put(tx, key, envelope.position.to_bytes(8, "big"))
     calls = [
         {**call, "loop_id": loop_id} if call["id"] == data.call_id else call
         for call in state.open_calls
