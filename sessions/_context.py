@@ -115,6 +115,8 @@ class ContextVerbs(SessionHost):
         opener = self._opener(view, state, "context")
         hit = self._context_views.get(sid)
         found = None
+        if hit is not None and not self._cache_usable(view, state):
+            hit = None
         if hit is not None and hit.generation == state.generation:
             if hit.version == transcript.version and hit.ranges == transcript.ranges:
                 found = hit

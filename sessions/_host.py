@@ -141,6 +141,23 @@ class SessionHost:
         sealer = self._sealer
         return None if sealer is None else sealer.opener(view, state, verb)
 
+    def _cache_usable(self, view: LogView, state: pj.SessionState) -> bool:
+        """Whether what this process cached of `state`'s messages may still be shown: not when
+        an ancestor whose messages a fork shares was forgotten (in any process) since."""
+        if self._sealer is None:
+            return True
+        seen = {state.session_id}
+        parent_id = state.parent_id
+        while parent_id is not None and parent_id not in seen:
+            parent = pj.load_state(view, parent_id)
+            if parent is None:
+                return True
+            if parent.forgotten:
+                return False
+            seen.add(parent_id)
+            parent_id = parent.parent_id
+        return True
+
     def _opened(self, state: pj.SessionState, verb: str) -> pj.SessionState:
         """`state` with its sealed texts and values opened."""
         sealer = self._sealer

@@ -78,6 +78,8 @@ class QueryVerbs(SessionHost):
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
         cacheable = self._hot_cap > 0 and not self.log.in_transaction
         hit = self._hot.get(session_id) if cacheable else None
+        if hit is not None and not self._cache_usable(view, state):
+            hit = None
         if hit is not None and hit[0] == transcript.version:
             self._hot.move_to_end(session_id)
             return hit[2]

@@ -458,3 +458,24 @@ def test_a_rotation_by_another_process_stops_this_one_wrapping_under_the_old_key
         assert store.snapshot(first)["title"] == "first"
         assert not store.exists("second")
         store.open_session("second")
+
+
+def test_a_fork_read_before_another_process_forgot_its_parent_shows_placeholders_after(
+    tmp_path: Path,
+) -> None:
+    from tests.test_cli import run
+
+    path = tmp_path / "s"
+    text = "ab" * 32
+    with SessionStore.open(path, keys=LocalKeyProvider.from_text(text, "k")) as store:
+        parent = store.open_session()
+        store.inject(parent, {"role": "user", "content": "shared"})
+        child = store.fork(parent)
+        assert store.messages(child)[0]["content"] == "shared"  # now in this process's caches
+        assert store.context(child)[0]["content"] == "shared"
+        done = run("forget", parent, store=path, env={"SESSIONLOG_KEK": text})
+        assert done.returncode == 0, done.stderr
+        gone = {"role": "user", "metadata": {"forgotten": True}}
+        assert store.messages(child) == [gone]
+        assert store.snapshot(child)["transcript"] == [gone]
+        assert store.context(child) == [gone]
