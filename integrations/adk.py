@@ -209,15 +209,26 @@ class SessionlogSessionService(BaseSessionService):
         session_id: str,
         new_session_id: str | None = None,
         at_event: int | None = None,
+        config: GetSessionConfig | None = None,
     ) -> Session:
         """A new session of the same user holding this one's events (its first `at_event`),
         shared, not copied: O(1) in the history's length. Its state starts as the parent's;
-        later events of either never reach the other."""
+        later events of either never reach the other. The session returned holds the events
+        `config` asks for, as `get_session` gives them (all of them without one;
+        ``GetSessionConfig(num_recent_events=0)`` reads none, keeping the fork O(1) end to end)."""
         child = (new_session_id or "").strip() or platform_uuid.new_uuid()
-        return await self.store.run(self._fork, app_name, user_id, session_id, child, at_event)
+        return await self.store.run(
+            self._fork, app_name, user_id, session_id, child, at_event, config
+        )
 
     def _fork(
-        self, app_name: str, user_id: str, sid: str, child: str, at_event: int | None
+        self,
+        app_name: str,
+        user_id: str,
+        sid: str,
+        child: str,
+        at_event: int | None,
+        config: GetSessionConfig | None,
     ) -> Session:
         store = self.store.store
         source, target = session_key(app_name, user_id, sid), session_key(app_name, user_id, child)
@@ -231,7 +242,7 @@ class SessionlogSessionService(BaseSessionService):
             else:
                 store.fork_at(source, at_event, target)
             store.rename(target, child)
-            return self._load(store, app_name, user_id, child, None)  # type: ignore[return-value]
+            return self._load(store, app_name, user_id, child, config)  # type: ignore[return-value]
 
     # Events
 

@@ -298,6 +298,31 @@ def test_fork_session_shares_the_prefix_and_diverges(tmp_path: Path) -> None:
             await service.fork_session(
                 app_name=APP, user_id=USER, session_id="main", new_session_id="branch"
             )
+        light = await service.fork_session(
+            app_name=APP,
+            user_id=USER,
+            session_id="main",
+            new_session_id="light",
+            config=GetSessionConfig(num_recent_events=0),
+        )
+        assert light.events == [] and light.state["k"] == "v"
+        await service.append_event(light, _event("light"))  # its marker is current: not stale
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="light")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == [
+            "e0",
+            "e1",
+            "e2",
+            "e3",
+            "main",
+            "light",
+        ]
+        tail = await service.fork_session(
+            app_name=APP,
+            user_id=USER,
+            session_id="main",
+            config=GetSessionConfig(num_recent_events=2),
+        )
+        assert [e.content.parts[0].text for e in tail.events] == ["e3", "main"]
         store: SessionStore = service.store.store
         assert store.ancestry(session_key(APP, USER, "branch"))["parent_id"] == session_key(  # type: ignore[index]
             APP, USER, "main"
