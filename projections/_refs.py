@@ -79,10 +79,11 @@ def messages_at(
         if not positions or positions[-1] != position:
             positions.append(position)
     if len(positions) == len(refs):  # one message per event: the common case
-        envelopes = view.events_at(positions)
-        found = [
-            message_of(envelope.data, index)
-            for envelope, (_, index) in zip(envelopes, refs, strict=True)
+        data = [envelope.data for envelope in view.events_at(positions)]
+        injected = ev.MessageInjected
+        found = [  # an injected message, the most common event, without a call
+            item.message if type(item) is injected else message_of(item, index)
+            for item, (_, index) in zip(data, refs, strict=True)
         ]
     else:
         events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
