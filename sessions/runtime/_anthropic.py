@@ -9,15 +9,13 @@ user message, and consecutive messages of one role are merged, as the API requir
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from eventlog.errors import ConfigurationError
 from sessions.runtime import _wire
 from sessions.runtime._http import (
+    HttpOptions,
     HttpProvider,
-    HttpSettings,
     ProviderHTTPError,
     StreamDropped,
     context_refusal,
@@ -43,22 +41,18 @@ class AnthropicProvider(HttpProvider):
         name: str = "anthropic",
         *,
         base_url: str = "https://api.anthropic.com/v1",
-        defaults: Mapping[str, Any] | None = None,
-        api_key: str | None = None,
         api_key_env: str | None = "ANTHROPIC_API_KEY",
-        secrets_file: str | os.PathLike[str] | None = None,
-        stream: bool = True,
-        settings: HttpSettings | None = None,
         max_tokens_default: int = 4096,
-        headers: Mapping[str, str] | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
         if isinstance(max_tokens_default, bool) or not isinstance(max_tokens_default, int):
             raise ConfigurationError("AnthropicProvider: max_tokens_default must be an int")
         self.max_tokens_default = max_tokens_default
-        headers = {"anthropic-version": API_VERSION, **dict(headers or {})}
-        super().__init__(
-            name, base_url, defaults, api_key, api_key_env, secrets_file, stream, settings, headers
-        )
+        options["headers"] = {
+            "anthropic-version": API_VERSION,
+            **dict(options.get("headers") or {}),
+        }
+        super().__init__(name, base_url, api_key_env, **options)
 
     def key_header(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}

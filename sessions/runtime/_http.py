@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from eventlog.errors import ConfigurationError
 from sessions.runtime._params import check_params
@@ -264,6 +264,20 @@ def context_refusal(status: int, text: str, where: str, words: Sequence[str]) ->
     return None
 
 
+class HttpOptions(TypedDict, total=False):
+    """The options every HTTP provider takes besides its name, `base_url` and `api_key_env`."""
+
+    defaults: Mapping[str, Any] | None
+    """Parameters of every call, under the call's own."""
+    api_key: str | None
+    secrets_file: str | os.PathLike[str] | None
+    stream: bool
+    """Read answers as a stream (default True)."""
+    settings: HttpSettings | None
+    headers: Mapping[str, str] | None
+    """Headers sent with every request, besides the key's."""
+
+
 class HttpProvider:
     """What the HTTP providers share: the name and defaults, the endpoint's URL, the headers with
     the API key (from `api_key`, else `$api_key_env`, else that name's line in `secrets_file`),
@@ -276,18 +290,12 @@ class HttpProvider:
     """Words of an error answer that refuses the messages as too long (see `context_refusal`)."""
 
     def __init__(
-        self,
-        name: str,
-        base_url: str,
-        defaults: Mapping[str, Any] | None,
-        api_key: str | None,
-        api_key_env: str | None,
-        secrets_file: str | os.PathLike[str] | None,
-        stream: bool,
-        settings: HttpSettings | None,
-        headers: Mapping[str, str] | None,
+        self, name: str, base_url: str, api_key_env: str | None, **options: Unpack[HttpOptions]
     ) -> None:
         kind = type(self).__name__
+        defaults, headers = options.get("defaults"), options.get("headers")
+        api_key, secrets_file = options.get("api_key"), options.get("secrets_file")
+        stream, settings = options.get("stream", True), options.get("settings")
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"{kind}: name must be a non-empty str: {name!r}")
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):

@@ -11,16 +11,14 @@ assembled into one `Completion`; usage arrives in the stream's last chunk.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from eventlog.errors import ConfigurationError
 from sessions._ids import uuid7
 from sessions.runtime import _wire
 from sessions.runtime._http import (
+    HttpOptions,
     HttpProvider,
-    HttpSettings,
     ProviderHTTPError,
     StreamDropped,
     context_refusal,
@@ -61,23 +59,16 @@ class OpenAIProvider(HttpProvider):
         name: str = "openai",
         *,
         base_url: str = "https://api.openai.com/v1",
-        defaults: Mapping[str, Any] | None = None,
-        api_key: str | None = None,
         api_key_env: str | None = "OPENAI_API_KEY",
-        secrets_file: str | os.PathLike[str] | None = None,
-        stream: bool = True,
-        settings: HttpSettings | None = None,
         max_tokens_field: str = "max_tokens",
-        headers: Mapping[str, str] | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise ConfigurationError(
                 "OpenAIProvider: max_tokens_field must be max_tokens or max_completion_tokens"
             )
         self.max_tokens_field = max_tokens_field
-        super().__init__(
-            name, base_url, defaults, api_key, api_key_env, secrets_file, stream, settings, headers
-        )
+        super().__init__(name, base_url, api_key_env, **options)
 
     def key_header(self, key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"}
