@@ -23,13 +23,17 @@ key layout of format 2 and nothing else: the store's life is `LmdbStorage`'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import lmdb
 
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
-from eventlog._storage import Buffer
+from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import StorageError
+
+if TYPE_CHECKING:
+    from eventlog._lmdb import LmdbStorage
 
 FORMAT = b"sessionlog-log/2"
 MARKER_KEY = b"mformat"
@@ -42,6 +46,8 @@ EVENTS_START = _EVENT_BASE.to_bytes(8, "big")
 CHUNK_VERSIONS = 64
 POSITION_BYTES = 6
 _NONE = bytes(POSITION_BYTES)
+TAILS_MAX = 1024
+"""Streams whose last index chunk a transaction remembers before it starts over."""
 POSITIONS_MAX = 2 ** (8 * POSITION_BYTES) - 1
 """The last position format 2 can index: far past any log (a million events a second for nine
 years), and past it `put_records` refuses to write."""
@@ -68,13 +74,45 @@ def _position(key: Buffer) -> int:
 class TreeTxn(LmdbTxnBase):
     """A transaction over a format-2 store: every key in the main database."""
 
-    __slots__ = ()
+    __slots__ = ("_parent", "_tails")
     KEY_BASE = _EVENT_BASE
     KV_PREFIX = KV
     KV_END = bytes([KV[0] + 1])
     IDEMPOTENCY_PREFIX = IDEMPOTENCY
     ANCHOR_KEY = b"manchor"
     FLOOR_PREFIX = FLOORS
+
+    _parent: TreeTxn | None
+    _tails: dict[bytes, tuple[int, bytes, bytes]]
+    """Stream key -> (chunk number, index key, value) of the last chunk this transaction wrote
+    for the stream, so the next append to it need not read the chunk back. A nested
+    transaction starts from its parent's and hands its own back when it commits; one that
+    aborts leaves the parent's as they were, since the parent wrote nothing meanwhile."""
+
+    def __init__(
+        self,
+        store: LmdbStorage,
+        txn: lmdb.Transaction[memoryview],
+        *,
+        write: bool,
+        counted: bool,
+    ) -> None:
+        super().__init__(store, txn, write=write, counted=counted)
+        self._parent = None
+        self._tails = {}
+
+    def child(self) -> StorageTxn:
+        child = cast(TreeTxn, super().child())
+        child._parent = self
+        child._tails = dict(self._tails)
+        return child
+
+    def commit(self) -> None:
+        done = self._done
+        super().commit()
+        parent = self._parent
+        if parent is not None and not done:
+            parent._tails = self._tails
 
     # The stream index: chunks of packed positions.
 
@@ -173,22 +211,32 @@ class TreeTxn(LmdbTxnBase):
     def _index(self, key: bytes, first_version: int, first_position: int, count: int) -> bool:
         """Add versions `first_version`.. of a stream at consecutive positions; False when the
         index does not end right before `first_version`."""
-        txn, width = self._txn, POSITION_BYTES
+        txn, width, tails = self._txn, POSITION_BYTES, self._tails
         version, position, left = first_version, first_position, count
         while left:
             at = slot(version)
             room = min(left, CHUNK_VERSIONS - at // width)
-            index_key = chunk_key(key, version)
-            held: Buffer | None = txn.get(index_key) if at else None
-            if held is None and at and self.stream_floor(key) >= version - 1:
-                held = bytes(at)  # the chunk's earlier versions were all truncated away
+            chunk = (version - 1) // CHUNK_VERSIONS
+            tail = tails.get(key)
+            held: Buffer | None
+            if tail is not None and tail[0] == chunk:
+                index_key, held = tail[1], tail[2]
+            else:
+                index_key = chunk_key(key, version)
+                held = txn.get(index_key) if at else None
+                if held is None and at and self.stream_floor(key) >= version - 1:
+                    held = bytes(at)  # the chunk's earlier versions were all truncated away
             if len(held or b"") != at:
                 return False
             if room == 1:  # the common append: one version, no generator to run
                 added = position.to_bytes(width, "big")
             else:
                 added = b"".join(p.to_bytes(width, "big") for p in range(position, position + room))
-            txn.put(index_key, b"".join((held, added)) if held is not None else added)
+            value = b"".join((held, added)) if held is not None else added
+            txn.put(index_key, value)
+            if len(tails) >= TAILS_MAX and key not in tails:
+                tails.clear()
+            tails[key] = (chunk, index_key, value)
             version += room
             position += room
             left -= room
@@ -200,6 +248,7 @@ class TreeTxn(LmdbTxnBase):
         # A dropped version's slot is zeroed, so the versions after it keep their places; a
         # chunk left with no position at all is deleted.
         txn = self._txn
+        self._tails.clear()  # the cut zeroes slots of chunks this transaction may remember
         floors: dict[bytes, int] = {}
         chunks: dict[bytes, bytearray] = {}
         try:

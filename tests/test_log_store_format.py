@@ -11,7 +11,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from eventlog import ANY, EventLog, InvalidArgumentError
+from eventlog import ANY, EventLog, InvalidArgumentError, Transaction
 from eventlog import _lmdb_tree as tree
 from eventlog.events import Message, MessageInjected
 from replay import export_log, import_log
@@ -154,4 +154,63 @@ def test_appends_after_a_truncation_continue_each_stream(
         assert log.verify().ok
     with EventLog.open(tmp_path / "store") as log:
         assert (log.stream_version("a"), log.stream_version("b")) == (101, 11)
+        assert log.verify().ok
+
+
+def index_chunks(path: Path) -> dict[bytes, bytes]:
+    """Every format-2 stream index entry, read without the log's code."""
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            cursor = txn.cursor()
+            cursor.set_range(tree.INDEX)
+            return {bytes(k): bytes(v) for k, v in cursor.iternext() if bytes(k[:1]) == tree.INDEX}
+    finally:
+        env.close()
+
+
+def test_one_transaction_with_savepoints_indexes_each_stream_as_separate_commits(
+    tmp_path: Path,
+) -> None:
+    # Within a transaction format 2 remembers each stream's last index chunk instead of reading
+    # it back: a savepoint that commits hands its chunks to the enclosing block, one that rolls
+    # back leaves the enclosing block's as they were, and a truncation forgets them.
+    def message(k: int) -> MessageInjected:
+        return MessageInjected(message=Message(role="user", content=f"m{k}"))
+
+    def append(tx: Transaction, stream: str, count: int = 1) -> list[int]:
+        return tx.append(stream, [message(k) for k in range(count)], expected_version=ANY)
+
+    a: list[int] = []  # positions of stream "a" by version, and of "b"
+    b: list[int] = []
+    with EventLog.open(tmp_path / "store") as log, log.transaction() as tx:
+        a += append(tx, "a", 60)
+        with log.transaction() as inner:  # commits
+            a += append(inner, "a", 2)
+            b += append(inner, "b")
+        with pytest.raises(RuntimeError), log.transaction() as inner:  # rolls back
+            append(inner, "a")
+            append(inner, "b")
+            raise RuntimeError("undo this block")
+        for _ in range(3):  # "a" crosses into its second chunk
+            a += append(tx, "a")
+            b += append(tx, "b")
+        assert (tx.stream_version("a"), tx.stream_version("b")) == (65, 4)
+        tx.truncate(before=a[64])  # "a" keeps its versions from 65, "b" from 4
+        a += append(tx, "a")
+        b += append(tx, "b")
+    six = tree.POSITION_BYTES
+    chunks = index_chunks(tmp_path / "store")
+    assert chunks == {
+        tree.chunk_key(b"a\x00", 65): b"".join(p.to_bytes(six, "big") for p in a[64:]),
+        tree.chunk_key(b"b\x00", 1): bytes(3 * six)
+        + b"".join(p.to_bytes(six, "big") for p in b[3:]),
+    }
+    with EventLog.open(tmp_path / "store") as log:
+        assert (log.stream_version("a"), log.stream_version("b")) == (66, 5)
+        assert [(e.version, e.position) for e in log.read_stream("a", after=64)] == [
+            (65, a[64]),
+            (66, a[65]),
+        ]
+        assert [e.position for e in log.read_stream("b", after=3)] == b[3:]
         assert log.verify().ok
