@@ -23,7 +23,7 @@ key layout of format 2 and nothing else: the store's life is `LmdbStorage`'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import Any, cast
 
 import lmdb
 
@@ -31,9 +31,6 @@ from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import StorageError
-
-if TYPE_CHECKING:
-    from eventlog._lmdb import LmdbStorage
 
 FORMAT = b"sessionlog-log/2"
 MARKER_KEY = b"mformat"
@@ -89,15 +86,8 @@ class TreeTxn(LmdbTxnBase):
     transaction starts from its parent's and hands its own back when it commits; one that
     aborts leaves the parent's as they were, since the parent wrote nothing meanwhile."""
 
-    def __init__(
-        self,
-        store: LmdbStorage,
-        txn: lmdb.Transaction[memoryview],
-        *,
-        write: bool,
-        counted: bool,
-    ) -> None:
-        super().__init__(store, txn, write=write, counted=counted)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # as `LmdbTxnBase`'s
+        super().__init__(*args, **kwargs)
         self._parent = None
         self._tails = {}
 
