@@ -4,10 +4,11 @@ Give it to ADK's `Runner(session_service=...)`. Each ADK session is one sessionl
 event is stored verbatim as one item (its content objects as plain data, bytes as bytes) and
 comes back equal. A session's state lives in its scratchpad; `app:` state in one holder session
 per app and `user:` state in one per app and user, so they are shared as ADK shares them;
-`temp:` state is never stored. An event and every state change it carries commit together, under
-the event's id as idempotency key (a re-delivered event is not stored twice). A writer holding a
-superseded copy of the session is refused with ADK's `StaleSessionError`. `fork_session` branches a
-session in O(1). Needs ``pip install 'sessionlog-engine[adk]'``.
+`temp:` state is never stored. An event and every state change it carries commit together; an
+event re-delivered after its append committed (a retry) is not stored twice (where a commit's
+outcome can be unknown, on PostgreSQL, the event's id is also its idempotency key). A writer
+holding a superseded copy of the session is refused with ADK's `StaleSessionError`.
+`fork_session` branches a session in O(1). Needs ``pip install 'sessionlog-engine[adk]'``.
 """
 
 from __future__ import annotations
@@ -261,14 +262,15 @@ class SessionlogSessionService(BaseSessionService):
     def _append(self, session: Session, event: Event, item: dict[str, Any]) -> str:
         store = self.store.store
         key = session_key(session.app_name, session.user_id, session.id)
-        idempotency_key = f"event:{event.id}"
+        # An idempotency key only where a commit can end with its outcome unknown (PostgreSQL):
+        # its index entry costs more bytes per event than anything else stored beside the event.
+        idempotency_key = f"event:{event.id}" if store.log.outcome_may_be_unknown else None
         with store.transaction():
             summary = store.summary(key)
             if summary is None or summary["status"] != pj.ACTIVE:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
-            with store.log.view() as view:  # the transaction: was this event stored already?
-                if view.kv_get(pj.idempotency_key(key, idempotency_key)) is not None:
-                    return str(summary["version"])
+            if _stored_already(store, key, summary["length"], event.id, idempotency_key):
+                return str(summary["version"])
             pad = summary["scratchpad"] or {}
             _check_fresh(session, summary, pad)
             store.inject(key, {"item": item}, idempotency_key=idempotency_key)
@@ -304,6 +306,21 @@ def _listed(fields: dict[str, Any]) -> Session:
 
 def _first_three(row: tuple[float, str, str, dict[str, Any]]) -> tuple[float, str, str]:
     return row[0], row[1], row[2]
+
+
+def _stored_already(
+    store: SessionStore, key: str, length: int, event_id: str, idempotency_key: str | None
+) -> bool:
+    """Whether this event is a re-delivery of one already stored: the session's newest event
+    (a retried append, whose first try committed), or, under an idempotency key, any of them."""
+    if idempotency_key is not None:
+        with store.log.view() as view:  # the transaction's view
+            if view.kv_get(pj.idempotency_key(key, idempotency_key)) is not None:
+                return True
+    if length == 0:
+        return False
+    newest = store.messages(key, last=1)[0].get("item")
+    return isinstance(newest, Mapping) and newest.get("id") == event_id
 
 
 def _check_fresh(session: Session, summary: Mapping[str, Any], pad: Mapping[str, Any]) -> None:
