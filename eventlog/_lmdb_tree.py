@@ -71,7 +71,7 @@ def _position(key: Buffer) -> int:
 class TreeTxn(LmdbTxnBase):
     """A transaction over a format-2 store: every key in the main database."""
 
-    __slots__ = ("_parent", "_tails")
+    __slots__ = ("_dirty", "_failed", "_parent", "_tails")
     KEY_BASE = _EVENT_BASE
     KV_PREFIX = KV
     KV_END = bytes([KV[0] + 1])
@@ -85,29 +85,66 @@ class TreeTxn(LmdbTxnBase):
     for the stream, so the next append to it need not read the chunk back. A nested
     transaction starts from its parent's and hands its own back when it commits; one that
     aborts leaves the parent's as they were, since the parent wrote nothing meanwhile."""
+    _dirty: dict[bytes, bytes]
+    """Index key -> value of the chunks appends changed and not yet put: a chunk is put once
+    per transaction, not once per append. Anything that reads the index, a nested transaction
+    and the commit put them first (`_flush`)."""
+    _failed: bool
+    """A put of those chunks failed: this transaction must not commit."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # as `LmdbTxnBase`'s
         super().__init__(*args, **kwargs)
         self._parent = None
         self._tails = {}
+        self._dirty = {}
+        self._failed = False
+
+    def _flush(self) -> None:
+        """Put the index chunks appends left in `_dirty`."""
+        dirty, put = self._dirty, self._txn.put
+        self._dirty = {}
+        try:
+            for index_key, value in dirty.items():
+                put(index_key, value)
+        except lmdb.Error as exc:
+            self._failed = True
+            self._store.note_failure(exc)
+            raise self._store.write_failure(exc, "writing the stream index") from exc
 
     def child(self) -> StorageTxn:
+        if self._dirty:
+            self._flush()
         child = cast(TreeTxn, super().child())
         child._parent = self
         child._tails = dict(self._tails)
         return child
 
     def commit(self) -> None:
-        done = self._done
+        if self._done:
+            return
+        if self._dirty or self._failed:
+            try:
+                if self._failed:
+                    raise StorageError("a write of the stream index failed; nothing was kept")
+                self._flush()
+            except BaseException:
+                self.abort()
+                raise
         super().commit()
         parent = self._parent
-        if parent is not None and not done:
+        if parent is not None:
             parent._tails = self._tails
+
+    def abort(self) -> None:
+        self._dirty = {}
+        super().abort()
 
     # The stream index: chunks of packed positions.
 
     @reads
     def stream_version(self, key: bytes) -> int:
+        if self._dirty:
+            self._flush()
         prefix = INDEX + key
         cursor = self._txn.cursor()
         found = cursor.prev() if cursor.set_range(prefix + b"\xff" * 4) else cursor.last()
@@ -119,6 +156,8 @@ class TreeTxn(LmdbTxnBase):
 
     @reads
     def stream_positions(self, key: bytes, after_version: int, limit: int) -> list[int]:
+        if self._dirty:
+            self._flush()
         prefix = INDEX + key
         cursor = self._txn.cursor()
         positions: list[int] = []
@@ -141,6 +180,8 @@ class TreeTxn(LmdbTxnBase):
 
     @reads
     def stream_position(self, key: bytes, version: int) -> int | None:
+        if self._dirty:
+            self._flush()
         if version < 1:
             return None
         value = self._txn.get(chunk_key(key, version))
@@ -151,6 +192,8 @@ class TreeTxn(LmdbTxnBase):
 
     @reads
     def index_size(self) -> int:
+        if self._dirty:
+            self._flush()
         cursor = self._txn.cursor()
         count = 0
         if not cursor.set_range(INDEX):
@@ -201,7 +244,7 @@ class TreeTxn(LmdbTxnBase):
     def _index(self, key: bytes, first_version: int, first_position: int, count: int) -> bool:
         """Add versions `first_version`.. of a stream at consecutive positions; False when the
         index does not end right before `first_version`."""
-        txn, width, tails = self._txn, POSITION_BYTES, self._tails
+        txn, width, tails, dirty = self._txn, POSITION_BYTES, self._tails, self._dirty
         version, position, left = first_version, first_position, count
         while left:
             at = slot(version)
@@ -213,7 +256,7 @@ class TreeTxn(LmdbTxnBase):
                 index_key, held = tail[1], tail[2]
             else:
                 index_key = chunk_key(key, version)
-                held = txn.get(index_key) if at else None
+                held = (dirty.get(index_key) or txn.get(index_key)) if at else None
                 if held is None and at and self.stream_floor(key) >= version - 1:
                     held = bytes(at)  # the chunk's earlier versions were all truncated away
             if len(held or b"") != at:
@@ -223,7 +266,7 @@ class TreeTxn(LmdbTxnBase):
             else:
                 added = b"".join(p.to_bytes(width, "big") for p in range(position, position + room))
             value = b"".join((held, added)) if held is not None else added
-            txn.put(index_key, value)
+            dirty[index_key] = value
             if len(tails) >= TAILS_MAX and key not in tails:
                 tails.clear()
             tails[key] = (chunk, index_key, value)
@@ -237,6 +280,8 @@ class TreeTxn(LmdbTxnBase):
     ) -> None:
         # A dropped version's slot is zeroed, so the versions after it keep their places; a
         # chunk left with no position at all is deleted.
+        if self._dirty:
+            self._flush()
         txn = self._txn
         self._tails.clear()  # the cut zeroes slots of chunks this transaction may remember
         floors: dict[bytes, int] = {}

@@ -173,16 +173,18 @@ def test_one_transaction_with_savepoints_indexes_each_stream_as_separate_commits
     tmp_path: Path,
 ) -> None:
     # Within a transaction format 2 remembers each stream's last index chunk instead of reading
-    # it back: a savepoint that commits hands its chunks to the enclosing block, one that rolls
-    # back leaves the enclosing block's as they were, and a truncation forgets them.
+    # it back, and puts it once, before anything reads the index: a savepoint that commits hands
+    # its chunks to the enclosing block, one that rolls back leaves the enclosing block's as they
+    # were, and a truncation forgets them.
     def message(k: int) -> MessageInjected:
         return MessageInjected(message=Message(role="user", content=f"m{k}"))
 
     def append(tx: Transaction, stream: str, count: int = 1) -> list[int]:
         return tx.append(stream, [message(k) for k in range(count)], expected_version=ANY)
 
-    a: list[int] = []  # positions of stream "a" by version, and of "b"
+    a: list[int] = []  # positions of stream "a" by version, and of "b" and "c"
     b: list[int] = []
+    c: list[int] = []
     with EventLog.open(tmp_path / "store") as log, log.transaction() as tx:
         a += append(tx, "a", 60)
         with log.transaction() as inner:  # commits
@@ -197,14 +199,20 @@ def test_one_transaction_with_savepoints_indexes_each_stream_as_separate_commits
             b += append(tx, "b")
         assert (tx.stream_version("a"), tx.stream_version("b")) == (65, 4)
         tx.truncate(before=a[64])  # "a" keeps its versions from 65, "b" from 4
+        c += append(tx, "c", 2)
+        with log.transaction() as inner:  # commits
+            c += append(inner, "c")
         a += append(tx, "a")
         b += append(tx, "b")
+        assert [e.position for e in tx.read_stream("a", after=64)] == a[64:]
+        assert [e.position for e in tx.read_stream("b", after=3)] == b[3:]
     six = tree.POSITION_BYTES
     chunks = index_chunks(tmp_path / "store")
     assert chunks == {
         tree.chunk_key(b"a\x00", 65): b"".join(p.to_bytes(six, "big") for p in a[64:]),
         tree.chunk_key(b"b\x00", 1): bytes(3 * six)
         + b"".join(p.to_bytes(six, "big") for p in b[3:]),
+        tree.chunk_key(b"c\x00", 1): b"".join(p.to_bytes(six, "big") for p in c),
     }
     with EventLog.open(tmp_path / "store") as log:
         assert (log.stream_version("a"), log.stream_version("b")) == (66, 5)
