@@ -195,13 +195,20 @@ def test_a_redelivered_event_is_stored_once(tmp_path: Path) -> None:
     async def main() -> None:
         service = SessionlogSessionService(tmp_path / "store")
         session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        before = await service.get_session(app_name=APP, user_id=USER, session_id="s")
         event = _event("once")
         await service.append_event(session, event)
         copy = await service.get_session(app_name=APP, user_id=USER, session_id="s")
-        assert copy is not None
+        assert copy is not None and before is not None
         await service.append_event(copy, event)
+        # A retry from the copy the first try held (its answer lost, say to a cancellation):
+        # the event is the session's newest, so it is recognised, not refused as stale.
+        await service.append_event(before, event)
         got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
         assert got is not None and len(got.events) == 1
+        await service.append_event(got, _event("next"))
+        with pytest.raises(StaleSessionError):  # no longer the newest: a stale copy is refused
+            await service.append_event(before, event)
 
     asyncio.run(main())
 
