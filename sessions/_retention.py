@@ -429,7 +429,13 @@ class RetentionVerbs(SessionHost):
 
     if TYPE_CHECKING:
 
-        def forget(self, session_id: str, reason: str | None = None) -> None: ...
+        def forget(
+            self,
+            session_id: str,
+            reason: str | None = None,
+            *,
+            expected_version: int | None = None,
+        ) -> None: ...
 
     def sweep(self, policy: RetentionPolicy, now: datetime | None = None) -> SweepReport:
         """Retire the closed sessions `policy` says are due at `now` (default: the current
@@ -462,9 +468,8 @@ class RetentionVerbs(SessionHost):
                         else:
                             moved.add(item.session_id)
             for item in batch:
-                if item.forget and item.session_id not in moved and _unchanged(self, item):
-                    self.forget(item.session_id, reason)
-                    report.forgotten.append(item.session_id)
+                if item.forget and item.session_id not in moved:
+                    _forget_unchanged(self, item, reason, report)
         return report
 
     def truncate_log(self, before: int, *, sink: ArchiveSink) -> tuple[int, bytes]:
@@ -495,16 +500,17 @@ class RetentionVerbs(SessionHost):
             return tx.truncate(before)
 
 
-def _unchanged(host: SessionHost, item: Due) -> bool:
-    """Whether the session is still closed with nothing appended since it was judged (and
-    archived): one reopened meanwhile keeps its key, so forgetting it would shred a live
-    session."""
-    with host.log.view() as view:
-        state = pj.load_state(view, item.session_id)
-        version = view.stream_version(item.session_id)
-    if state is None or state.status not in (pj.CLOSED, pj.DELETED):
-        return False
-    return version == item.version + (1 if item.archive else 0)
+def _forget_unchanged(store: RetentionVerbs, item: Due, reason: str, report: SweepReport) -> None:
+    """Forget the session if nothing was appended to it since it was judged closed (and
+    archived), checked in forget's own commit: one reopened or written meanwhile keeps its key
+    (shredding it would destroy a live session) and is reported as kept."""
+    expected = item.version + (1 if item.archive else 0)
+    try:
+        store.forget(item.session_id, reason, expected_version=expected)
+    except ConcurrencyError:
+        report.kept.append(item.session_id)
+        return
+    report.forgotten.append(item.session_id)
 
 
 def _check_cut(view: LogView, before: int, head: int) -> None:

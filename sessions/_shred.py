@@ -11,7 +11,13 @@ what a rotation in another process takes, so neither ever sees the other half do
 from __future__ import annotations
 
 import projections as pj
-from eventlog import EventLog, InvalidArgumentError, Transaction, UnknownSessionError
+from eventlog import (
+    ConcurrencyError,
+    EventLog,
+    InvalidArgumentError,
+    Transaction,
+    UnknownSessionError,
+)
 from eventlog import events as ev
 from sessions._checks import check_text
 from sessions._host import SessionHost, append
@@ -62,16 +68,33 @@ class ShredVerbs(SessionHost):
     def _forget_cached(self) -> None:
         """Drop whatever this process holds decrypted (the store clears its caches)."""
 
-    def forget(self, session_id: str, reason: str | None = None) -> None:
+    def forget(
+        self, session_id: str, reason: str | None = None, *, expected_version: int | None = None
+    ) -> None:
         """Crypto-shred a session: append `session_forgotten` and destroy its data key, so its
         content can never be read again while the log still verifies. Reads then raise
         `ForgottenError`; its ancestry and its events' kinds remain. A fork keeps its own
         messages; what it shares of this session reads as placeholders marked
-        ``metadata.forgotten``. Forgetting a forgotten session does nothing."""
+        ``metadata.forgotten``. Forgetting a forgotten session does nothing.
+
+        `expected_version`: forget only if the session's stream is still at that version (what
+        the caller judged, e.g. a closed session a sweep found due), checked in the same commit
+        that forgets; else raise `ConcurrencyError` with nothing written and no key destroyed."""
         verb = "forget"
         self._writable(verb)
         sid = check_session_id(session_id, where=verb)
         check_text(reason, "reason", verb)
+        if expected_version is not None and (
+            isinstance(expected_version, bool)
+            or not isinstance(expected_version, int)
+            or expected_version < 1
+        ):
+            raise InvalidArgumentError(
+                f"{verb}: `expected_version` must be an int >= 1 or None, got {expected_version!r}",
+                where=verb,
+                expected="int >= 1",
+                got=expected_version,
+            )
         if self.log.in_transaction:
             raise InvalidArgumentError(
                 f"{verb}: runs in commits of its own; call it outside store.transaction()",
@@ -85,6 +108,10 @@ class ShredVerbs(SessionHost):
                 raise UnknownSessionError(sid, verb)
             if state.forgotten:
                 return
+            if expected_version is not None:
+                version = tx.stream_version(sid)
+                if version != expected_version:
+                    raise ConcurrencyError(sid, expected_version, version)
             if not state.key_slot:
                 raise InvalidArgumentError(
                     f"{verb}: session `{sid}` is not encrypted, so it has no key to destroy "

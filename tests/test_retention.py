@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 
 import projections as pj
-from eventlog import GENESIS_HASH, InvalidArgumentError, TruncatedError
+from eventlog import (
+    GENESIS_HASH,
+    ConcurrencyError,
+    ForgottenError,
+    InvalidArgumentError,
+    TruncatedError,
+)
 from eventlog._chain import check_run
 from sessions import ArchiveSink, DirectorySink, LocalKeyProvider, RetentionPolicy, SessionStore
+from sessions._retention import SweepReport, archive_batch, due_sessions, record_archived
 from tests.conftest import STORE_KINDS
 from tests.test_cli import run
 
@@ -267,3 +274,72 @@ def test_a_session_reopened_during_a_sweep_is_neither_recorded_nor_forgotten(
         with store.log.view() as view:
             state = pj.load_state(view, old[1])
         assert state is not None and not state.forgotten and state.archive is None
+
+
+def archive_only(store: SessionStore, policy: RetentionPolicy, now: datetime) -> list[str]:
+    """The first step of a sweep alone, through the sweep's own functions: the due sessions
+    archived and the archive recorded, then nothing (a sweep killed before it forgets)."""
+    assert policy.sink is not None
+    due = due_sessions(store, policy, now, SweepReport(now=now))
+    prepared = archive_batch(store, due, policy.sink)
+    with store.log.transaction() as tx:
+        return [
+            d.session_id
+            for d, event in prepared
+            if record_archived(tx, d.session_id, d.version, event)
+        ]
+
+
+def test_the_next_sweep_forgets_what_a_killed_one_only_archived(tmp_path: Path) -> None:
+    policy = archive_policy(tmp_path)
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        old = closed_sessions(store, 2)
+        assert archive_only(store, policy, later(2)) == old
+        with store.log.view() as view:
+            names = [pj.load_state(view, sid).archive for sid in old]  # type: ignore[union-attr]
+        assert store.snapshot(old[0])["transcript"][0]["content"] == "message 0"  # not yet
+        report = store.sweep(policy, now=later(2))
+        assert report.archived == [] and report.forgotten == old
+        with store.log.view() as view:
+            states = [pj.load_state(view, sid) for sid in old]
+        assert [s.archive for s in states if s] == names and all(s and s.forgotten for s in states)
+        with pytest.raises(ForgottenError):
+            store.snapshot(old[0])
+        assert store.verify(projections=True).ok
+
+
+def test_forget_with_a_stale_version_destroys_nothing(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        (sid,) = closed_sessions(store, 1)
+        with store.log.view() as view:
+            version = view.stream_version(sid)
+        store.open_session(sid)  # reopened after the caller judged it
+        store.inject(sid, {"role": "user", "content": "back again"})
+        with pytest.raises(ConcurrencyError) as raised:
+            store.forget(sid, "stale", expected_version=version)
+        assert raised.value.expected == version and raised.value.actual == version + 2
+        with store.log.view() as view:
+            assert view.stream_version(sid) == version + 2
+            state = pj.load_state(view, sid)
+        assert state is not None and not state.forgotten
+        assert store.snapshot(sid)["transcript"][-1]["content"] == "back again"
+        with pytest.raises(InvalidArgumentError, match="expected_version"):
+            store.forget(sid, "bad", expected_version=0)
+        store.forget(sid, "current", expected_version=version + 2)
+        with pytest.raises(ForgottenError):
+            store.snapshot(sid)
+
+
+def test_a_session_written_before_its_forget_commits_is_kept(tmp_path: Path) -> None:
+    """An archived session a sweep only forgets, reopened by another writer after the sweep
+    judged it (while the sink writes another session's archive): forget's own commit sees the
+    change, so the session keeps its key and the sweep reports it kept."""
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        first = closed_sessions(store, 1, prefix="a")
+        assert archive_only(store, archive_policy(tmp_path), later(2)) == first
+        second = closed_sessions(store, 1, prefix="b")
+        sink = ReopeningSink(tmp_path / "archive", store, first[0])
+        report = store.sweep(RetentionPolicy(max_age=DAY, action="archive", sink=sink), later(2))
+        assert report.archived == second and report.forgotten == second
+        assert report.kept == first
+        assert store.snapshot(first[0])["transcript"][-1]["content"] == "back again"
