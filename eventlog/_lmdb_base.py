@@ -80,8 +80,9 @@ class LmdbTxnBase(StorageTxn):
     def last_position(self) -> int:
         cursor = self._txn.cursor(self._store.events)
         if cursor.last():
-            found = int.from_bytes(cursor.key(), "big")  # in format 2, the last key of the tree
-            if found >= self.KEY_BASE:
+            key = cursor.key()  # in format 2, the last key of the tree: another table's key
+            found = int.from_bytes(key, "big")  # (a long one) when no event is left
+            if len(key) == 8 and found >= self.KEY_BASE:
                 return found ^ self.KEY_BASE
         anchor = self.anchor()
         return 0 if anchor is None else anchor[0]

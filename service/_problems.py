@@ -89,6 +89,7 @@ TITLES = {
     "unsupported-media-type": "Unsupported media type",
     "payload-too-large": "The request body is too large",
     "idempotency-key-reused": "The Idempotency-Key was used for another request",
+    "idempotency-result-truncated": "The request was applied, but its answer was truncated away",
     "unsupported-protocol-version": "Unsupported protocol version",
     "internal": "Internal error",
 }
@@ -105,6 +106,7 @@ _CODES = {
     "unsupported-media-type": "invalid_request",
     "payload-too-large": "payload_too_large",
     "idempotency-key-reused": "idempotency_key_reused",
+    "idempotency-result-truncated": "resource_not_found",
     "unsupported-protocol-version": "unsupported_protocol_version",
     "internal": "internal_error",
 }

@@ -142,6 +142,9 @@ async def write(
             found = tx.appended_with(scoped)
             if found is None:
                 return None, act()
+            anchor = tx.anchor[0]
+            if found[1] <= anchor:
+                raise _truncated(found, anchor)
             first = tx.event_at(found[1])
             if first is None or first.meta.get("request_sha256") != fingerprint:
                 raise HTTPProblem(
@@ -158,6 +161,24 @@ async def write(
         return respond(answer[1], answer[0])
     status, data = await read(again, found)
     return respond(data, status, {"idempotent-replayed": "true"})
+
+
+def _truncated(found: Found, anchor: int) -> HTTPProblem:
+    """The answer to a retry whose first attempt's events were truncated from the log: it was
+    applied (and is not applied again), but what it answered, and the body it carried, went
+    with them to the archive."""
+    stream, first, last = found
+    return HTTPProblem(
+        410,
+        "idempotency-result-truncated",
+        f"this Idempotency-Key's request was applied at positions {first} to {last} of "
+        f"`{stream}`, which were truncated from the log (it now starts after position "
+        f"{anchor}): it is not applied again, and its original answer is no longer available",
+        stream=stream,
+        first_position=first,
+        last_position=last,
+        anchor=anchor,
+    )
 
 
 def _scoped_key(request: Request, key: str, raw: bytes) -> tuple[str, str]:

@@ -285,3 +285,33 @@ def test_postgres_truncation_deletes_rows_and_vacuum_full_returns_the_space() ->
             conn.execute("VACUUM FULL events")
         assert log.size_bytes() * 3 < full, (full, log.size_bytes())
         assert log.verify().ok and log.read(after=570, limit=5)[0].position == 571
+
+
+def test_an_idempotency_key_of_truncated_events_still_answers_their_positions(
+    log: EventLog,
+) -> None:
+    keyed = {"idempotency_key": "req-1"}
+    first = log.append("s-0", [message("once"), message("twice")], expected_version=0, meta=keyed)
+    fill(log, 6)
+    log.truncate(before=first[-1] + 3)
+    with pytest.raises(TruncatedError):
+        log.read(after=0, limit=1)
+    again = log.append("s-0", [message("once"), message("twice")], expected_version=0, meta=keyed)
+    assert again == first and log.head == 8  # the original answer, nothing written
+    with log.view() as view:
+        assert view.appended_with("req-1") == ("s-0", first[0], first[-1])
+    with pytest.raises(InvalidArgumentError, match="req-1"):
+        log.append("s-1", [message("elsewhere")], expected_version=ANY, meta=keyed)
+
+
+def test_a_log_truncated_to_nothing_keeps_its_head_beside_long_idempotency_keys(
+    log: EventLog,
+) -> None:
+    """With every event truncated away, the head is the anchor's, even where another table's
+    keys (a long idempotency key sorts after them all) share the events' tree."""
+    log.append("s-0", [message("once")], expected_version=0, meta={"idempotency_key": "q" * 200})
+    fill(log, 2)
+    log.truncate(before=4)
+    assert log.head == 3 and log.anchor[0] == 3
+    log.append("s-0", [message("after")], expected_version=ANY)
+    assert log.head == 4 and log.verify().ok

@@ -155,3 +155,27 @@ def test_a_stream_cursor_is_found_by_binary_search(streams: list[bool], cursor: 
         store.inject("a" if to_a else "b", {"role": "user", "content": "x"})
     events = store.log.read_stream("a", limit=1000)
     assert version_after(store, "a", cursor) == sum(1 for e in events if e.position <= cursor)
+
+
+def test_a_retry_whose_answer_was_truncated_away_gets_a_typed_410(
+    running: tuple[str, str, SessionStore], tmp_path: Path
+) -> None:
+    url, key, store = running
+    headers = {"authorization": f"Bearer {key}", "idempotency-key": "req-1"}
+    body = {"message": {"role": "user", "content": "once"}}
+    with httpx.Client(base_url=url, headers=headers) as http:
+        assert http.post("/v1/sessions", json={"id": "old"}).status_code == 201
+        first = http.post("/v1/sessions/old/messages", json=body)
+        assert first.status_code == 201
+        store.close_session("old")
+        head = store.log.head
+        store.truncate_log(head + 1, sink=DirectorySink(tmp_path / "archive"))
+        for sent in (body, {"message": {"role": "user", "content": "other"}}):
+            again = http.post("/v1/sessions/old/messages", json=sent)
+            assert again.status_code == 410, again.text
+            problem = again.json()
+            assert problem["type"] == "urn:sessionlog:problem:idempotency-result-truncated"
+            assert problem["stream"] == "old" and problem["anchor"] == head
+            assert problem["first_position"] == first.json()["first_event_id"]
+            assert "no longer available" in problem["detail"]
+    assert store.log.head == head  # nothing applied again
