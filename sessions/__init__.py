@@ -19,6 +19,7 @@ from eventlog import (
     UnknownSessionError,
     WrongKeyError,
 )
+from sessions._batches import PackedMessages
 from sessions._context_policy import ContextPolicy
 from sessions._ids import current_id, uuid7
 from sessions._keys import KeyProvider, LocalKeyProvider
@@ -50,6 +51,7 @@ __all__ = [
     "LimitExceededError",
     "LocalKeyProvider",
     "MissingKeyError",
+    "PackedMessages",
     "RetentionPolicy",
     "SessionExistsError",
     "SessionLogError",

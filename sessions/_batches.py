@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog import SessionLogError, limits
+from eventlog import InvalidArgumentError, LimitExceededError, SessionLogError, limits
 from eventlog import events as ev
 from sessions._messages import plain_message, to_message
 
@@ -19,13 +19,77 @@ _SIZE_ENCODER = msgspec.msgpack.Encoder()
 # A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
 # and the field names come on top.
 _BATCH_BYTES_MAX = limits.event_bytes_max // 2
+_MESSAGE_DECODER = msgspec.msgpack.Decoder(ev.Message)
 
 
-def message_events(messages: Sequence[Any], key: str | None) -> tuple[list[ev.Event], int, bool]:
-    """The events recording `messages` (the first one carrying the idempotency `key`), how many
-    messages they hold, and whether every message was of the plain, pre-checked shape."""
+class PackedMessages:
+    """Messages handed to `inject_many` already encoded: each a msgpack map in the shape of the
+    event catalog's `Message`, one after another in `data`, message `i` ending at `ends[i]`.
+    The engine decodes them with its own typed decoder, so every field it keeps is exactly its
+    declared type and shared with nobody: their records need not be read back once encoded,
+    and a message's size is its length. A reader that keeps its messages packed (the agent-log
+    importer) hands them over without building them as structs first."""
+
+    __slots__ = ("data", "ends")
+
+    def __init__(self, data: bytes, ends: Sequence[int]) -> None:
+        self.data = data
+        self.ends = ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+
+def _unpacked(packed: PackedMessages) -> tuple[list[ev.Message], list[int]]:
+    """The messages of `packed` and their sizes; a refusal names the message by its `index`."""
     parsed: list[ev.Message] = []
     sizes: list[int] = []
+    data = packed.data
+    if not isinstance(data, bytes):
+        raise InvalidArgumentError(f"inject_many: packed data must be bytes, got {type(data)}")
+    view, decode, start = memoryview(data), _MESSAGE_DECODER.decode, 0
+    for index, end in enumerate(packed.ends):
+        where = f"inject_many: messages[{index}]"
+        if type(end) is not int or not start < end <= len(data):
+            raise InvalidArgumentError(f"{where}: packed end {end!r} out of order", index=index)
+        try:
+            message = decode(view[start:end])
+        except (ValueError, RecursionError) as exc:  # malformed, or a field of a wrong type
+            raise InvalidArgumentError(
+                f"{where}: not a packed message: {exc}", index=index
+            ) from exc
+        if not message.role.strip() or message.sealed is not None:
+            raise InvalidArgumentError(
+                f"{where}: a message needs a non-empty `role` and no `sealed`", index=index
+            )
+        if message.files is not None and len(message.files) > limits.files_per_message_max:
+            too_many = LimitExceededError(
+                f"{where}: files attached to one message",
+                "files_per_message_max",
+                limits.files_per_message_max,
+                len(message.files),
+            )
+            too_many.index = index
+            raise too_many
+        parsed.append(message)
+        sizes.append(end - start)
+        start = end
+    if start != len(data):
+        raise InvalidArgumentError("inject_many: packed data goes on past its last message")
+    return parsed, sizes
+
+
+def message_events(
+    messages: Sequence[Any] | PackedMessages, key: str | None
+) -> tuple[list[ev.Event], int, bool]:
+    """The events recording `messages` (the first one carrying the idempotency `key`), how many
+    messages they hold, and whether every message was of the plain, pre-checked shape (or
+    decoded here from `PackedMessages`)."""
+    if isinstance(messages, PackedMessages):
+        parsed, sizes = _unpacked(messages)
+        return _keyed(_batches(parsed, sizes), key), len(parsed), True
+    parsed = []
+    sizes = []
     checked = True
     for index, message in enumerate(messages):
         plain = plain_message(message)
@@ -38,12 +102,16 @@ def message_events(messages: Sequence[Any], key: str | None) -> tuple[list[ev.Ev
             parsed.append(plain)
             text = plain.content if isinstance(plain.content, str) else None
             sizes.append(_text_bytes(text) + len(plain.role))
-    events = _batches(parsed, sizes)
+    return _keyed(_batches(parsed, sizes), key), len(parsed), checked
+
+
+def _keyed(events: list[ev.Event], key: str | None) -> list[ev.Event]:
+    """`events`, the first one carrying the idempotency `key`."""
     if key is not None and events:
         first = events[0]
         assert isinstance(first, ev.MessagesInjected)
         events[0] = ev.MessagesInjected(messages=first.messages, idempotency_key=key)
-    return events, len(parsed), checked
+    return events
 
 
 def blame_message(error: SessionLogError, events: list[ev.Event], first_event: int) -> None:

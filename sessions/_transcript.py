@@ -22,7 +22,7 @@ from eventlog import (
 )
 from eventlog import events as ev
 from sessions import _compact
-from sessions._batches import blame_message, message_events
+from sessions._batches import PackedMessages, blame_message, message_events
 from sessions._checks import check_count, check_text
 from sessions._group import grouped
 from sessions._host import Command, SessionHost
@@ -74,7 +74,7 @@ class TranscriptVerbs(SessionHost):
     def inject_many(
         self,
         session_id: str,
-        messages: Sequence[Mapping[str, Any] | ev.Message],
+        messages: Sequence[Mapping[str, Any] | ev.Message] | PackedMessages,
         *,
         expected_length: int | None = None,
         idempotency_key: str | None = None,
@@ -85,13 +85,16 @@ class TranscriptVerbs(SessionHost):
         messages each (one record and one hash per batch, not per message); each message is
         still its own transcript entry, as after `inject`. A `Message` struct of the event catalog
         (typed already, as a reader decoding its own packed messages makes them) is taken as it
-        is, and still read back once its record is encoded. Returns how many were appended; an
+        is, and still read back once its record is encoded; `PackedMessages` are decoded here by
+        the engine's own typed decoder, and not read back again. Returns how many were appended; an
         empty sequence appends nothing (the session must still exist). `expected_length` and
         `idempotency_key` as for `inject`; a repeated key appends nothing and returns 0.
         """
         expected = _optional_count(expected_length, "expected_length", "inject_many")
         key = _check_key(idempotency_key, "inject_many")
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        if isinstance(messages, PackedMessages):
+            pass
+        elif isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise InvalidArgumentError(
                 f"inject_many: messages must be a list of message dicts, "
                 f"got {type(messages).__name__}"

@@ -154,3 +154,18 @@ def test_damage_gives_a_matching_import_or_a_typed_error(tmp_path: Path, fmt: st
             check_import(store, fmt, path, result)
 
         run()
+
+
+def test_a_message_the_engine_refuses_is_reported_at_its_record(tmp_path: Path) -> None:
+    """A record whose message holds a field of a type the engine does not store (content that is
+    a number) is reported at that record, and nothing is written."""
+    path = tmp_path / "chat.json"
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": 5}]
+    path.write_text(json.dumps({"messages": messages}))
+    with SessionStore.open(tmp_path / "store") as store:
+        head = store.log.head
+        with pytest.raises(AgentLogError, match="cannot be stored") as caught:
+            replay.import_agent_log(store, path)
+        assert caught.value.line == 2
+        assert "content" in caught.value.problem
+        assert store.log.head == head

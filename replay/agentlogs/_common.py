@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,9 +19,9 @@ import msgspec
 from blake3 import blake3
 
 from eventlog import check_plain, limits
-from eventlog import events as ev
 from replay import _limits
 from replay._transcript import decoded_bytes_estimate, json_type_name
+from replay.agentlogs._kept import Kept
 from sessions import InvalidArgumentError
 
 Message = dict[str, Any]
@@ -41,8 +40,6 @@ _DEPTH_SAFE = limits.value_depth_max - 8  # a message wraps its record's values 
 _CUT_CHARS_MIN = 64  # shorter text stays in its record: cutting it saves less than its note
 _OBJECT_BYTES_PER_BYTE_MAX = 65  # a `{` costs `decoded_bytes_estimate` 64 bytes and itself
 _encode = msgspec.json.Encoder().encode
-_pack = msgspec.msgpack.Encoder().encode
-_unpack_message = msgspec.msgpack.Decoder(ev.Message).decode
 
 
 class AgentLogError(InvalidArgumentError):
@@ -297,47 +294,6 @@ def restored_records(message: Message) -> list[str]:
     return records
 
 
-class _Kept:
-    """Finished messages, each packed (msgpack, in the engine's `Message` shape) into one buffer
-    and read back by one typed decoder as `Message` structs, which the engine takes as they are:
-    a message is checked field by field in C once, not walked again as a tree of dicts. `patch`
-    adds metadata keys to a message already kept (a dangling call is known only at the end)."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.ends = array("Q")
-        self.patches: dict[int, dict[str, Any]] = {}
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    def append(self, message: Message) -> None:
-        self.buffer += _pack(message)
-        self.ends.append(len(self.buffer))
-
-    def batches(self, path: str, count_max: int, bytes_max: int) -> Iterator[list[ev.Message]]:
-        batch: list[ev.Message] = []
-        size = 0
-        view = memoryview(self.buffer)
-        for index, end in enumerate(self.ends):
-            start = self.ends[index - 1] if index else 0
-            try:
-                message = _unpack_message(view[start:end])
-            except ValueError as exc:  # a field of a type the engine does not store
-                lines = msgspec.msgpack.decode(view[start:end])["metadata"]["source"]["lines"]
-                problem = f"a message made from this record cannot be stored: {exc}"
-                raise AgentLogError(path, lines[0] if lines else None, problem) from exc
-            if index in self.patches:
-                message.metadata.update(self.patches[index])
-            batch.append(message)
-            size += end - start
-            if len(batch) >= count_max or size >= bytes_max:
-                yield batch
-                batch, size = [], 0
-        if batch:
-            yield batch
-
-
 def text_of(blocks: object, kinds: tuple[str, ...] = ("text",)) -> str | None:
     """The text of a content value: a string as it is, or the `text` of the blocks of `kinds`
     joined by blank lines; None when there is none."""
@@ -431,7 +387,7 @@ class Built:
         self.text = source.record_text
         self.raw = source.record_bytes
         self.deep = False  # the held message came from a record nested deeply enough to check
-        self.kept = _Kept()
+        self.kept = Kept()
         self.held: Message | None = None
         self.pending: list[dict[str, Any]] = []
         self.counts: Counter[str] = Counter()

@@ -352,10 +352,7 @@ def _commit(
                 else:  # a branch of a tree-shaped log: it shares the prefix it left
                     store.fork_at(ids[built.fork_of[0]], built.fork_of[1], sid)
                     store.update_metadata(sid, options["metadata"])
-                for batch in built.kept.batches(
-                    path, limits.messages_per_event_max, _limits.seed_batch_bytes
-                ):
-                    store.inject_many(sid, batch)
+                _inject(store, path, sid, built)
             except AgentLogError:
                 raise
             except InvalidArgumentError as exc:
@@ -363,6 +360,20 @@ def _commit(
                     path, None, f"the session engine refused session `{sid}`: {exc}"
                 ) from exc
     return True
+
+
+def _inject(store: SessionStore, path: str, sid: str, built: Built) -> None:
+    """Inject the kept messages of `built`; a message the engine refuses is reported at the
+    line it was read from."""
+    kept = built.kept
+    for first, batch in kept.batches(limits.messages_per_event_max, _limits.seed_batch_bytes):
+        try:
+            store.inject_many(sid, batch)
+        except InvalidArgumentError as exc:
+            if exc.index is None:
+                raise
+            problem = f"a message made from this record cannot be stored: {exc}"
+            raise AgentLogError(path, kept.line_of(first + exc.index), problem) from exc
 
 
 def agent_log_summary(store: SessionStore, session_id: str) -> dict[str, Any] | None:

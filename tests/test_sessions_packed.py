@@ -1,0 +1,117 @@
+"""`inject_many` of `PackedMessages`: the engine decodes them itself, with the same result as the
+same messages given as dicts, and refuses a malformed one by its index, writing nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from eventlog import limits
+from sessions import InvalidArgumentError, LimitExceededError, PackedMessages, SessionStore
+from tests.conftest import refused
+
+_pack = msgspec.msgpack.Encoder().encode
+
+
+def packed(messages: list[dict[str, Any]]) -> PackedMessages:
+    data, ends = bytearray(), []
+    for message in messages:
+        data += _pack(message)
+        ends.append(len(data))
+    return PackedMessages(bytes(data), ends)
+
+
+RICH: list[dict[str, Any]] = [
+    {"role": "user", "content": "hello"},
+    {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "calling"}],
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls"}}],
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+        "model": "m-1",
+        "metadata": {"source": {"lines": [2], "records": ["{}"]}},
+    },
+    {"role": "tool", "content": "a b", "tool_call_id": "c1", "synthetic": True},
+    {"role": "user", "content": "x", "extra": {"x_custom": {"n": 1}}},
+]
+
+
+def test_packed_messages_read_back_as_the_same_messages_given_as_dicts(
+    store: SessionStore,
+) -> None:
+    store.open_session("packed")
+    store.open_session("dicts")
+    assert store.inject_many("packed", packed(RICH)) == len(RICH)
+    as_dicts = [{**m, **m.get("extra", {})} for m in RICH]
+    for message in as_dicts:
+        message.pop("extra", None)
+    assert store.inject_many("dicts", as_dicts) == len(RICH)
+    transcript = store.snapshot("packed")["transcript"]  # type: ignore[index]
+    assert transcript == store.snapshot("dicts")["transcript"]  # type: ignore[index]
+    assert transcript[3]["x_custom"] == {"n": 1}
+    assert store.log.verify().ok
+
+
+def test_a_packed_batch_keeps_its_idempotency_key(store: SessionStore) -> None:
+    store.open_session("a")
+    assert store.inject_many("a", packed(RICH[:2]), idempotency_key="k") == 2
+    assert store.inject_many("a", packed(RICH[:2]), idempotency_key="k") == 0
+    assert store.length("a") == 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "text"),
+    [
+        ({"role": 5}, InvalidArgumentError, "messages[1]: not a packed message"),
+        ({"role": "user", "content": 7}, InvalidArgumentError, "messages[1]: not a packed"),
+        ({"role": "user", "usage": {"input_tokens": "x"}}, InvalidArgumentError, "messages[1]"),
+        ({"role": "  "}, InvalidArgumentError, "messages[1]: a message needs a non-empty `role`"),
+        ({"role": "user", "sealed": b"x"}, InvalidArgumentError, "messages[1]: a message needs"),
+        (
+            {"role": "user", "files": [{"path": f"/f{i}"} for i in range(11)]},
+            LimitExceededError,
+            "messages[1]: files attached to one message",
+        ),
+    ],
+)
+def test_a_bad_packed_message_is_refused_by_index_and_nothing_is_written(
+    store: SessionStore, bad: dict[str, Any], error: type[Exception], text: str
+) -> None:
+    store.open_session("a")
+    caught = refused(
+        store, error, text, lambda: store.inject_many("a", packed([RICH[0], bad, RICH[2]]))
+    )
+    assert getattr(caught, "index", None) == 1
+    assert store.length("a") == 0
+
+
+def test_packed_data_that_does_not_frame_its_messages_is_refused(store: SessionStore) -> None:
+    store.open_session("a")
+    good = packed(RICH[:2])
+    first, end = good.ends
+    cases = [
+        (PackedMessages(good.data, [first, first]), "messages[1]: packed end"),
+        (PackedMessages(good.data, [first]), "goes on past its last message"),
+        (PackedMessages(good.data[:-1], [first, end]), "messages[1]: packed end"),
+        (PackedMessages(b"\xc1" + good.data, [1]), "messages[0]: not a packed message"),
+        (PackedMessages(bytearray(good.data), [first, end]), "must be bytes"),  # type: ignore[arg-type]
+    ]
+    for wrong, text in cases:
+        refused(store, InvalidArgumentError, text, lambda w=wrong: store.inject_many("a", w))  # type: ignore[misc]
+    assert store.length("a") == 0
+
+
+def test_a_packed_event_past_its_size_bound_is_refused(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of a packed batch is still measured: one too big is refused, blamed on its
+    one message."""
+    store.open_session("a")
+    monkeypatch.setattr(limits, "event_bytes_max", 4096)
+    big = {"role": "user", "content": "w " * 4000}
+    caught = refused(
+        store, LimitExceededError, "event_bytes_max", lambda: store.inject_many("a", packed([big]))
+    )
+    assert getattr(caught, "index", None) == 0
