@@ -7,6 +7,7 @@ from eventlog import events, limits
 from eventlog._chain import RecordChecker
 from eventlog._checks import ANY, NO_STREAM, ExpectedVersion
 from eventlog._codec import (
+    DECODE_ERRORS,
     GENESIS_HASH,
     Envelope,
     StructCodec,
@@ -77,6 +78,7 @@ __all__ = [
     "StorageError",
     "StoreBusyError",
     "StoreFullError",
+    "DECODE_ERRORS",
     "StructCodec",
     "Subscription",
     "Transaction",

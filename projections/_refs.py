@@ -87,6 +87,11 @@ def messages_at(
         ]
     else:
         events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
+        if opener is not None:  # opened as they are taken: one pass, no list in between
+            return [
+                opener(message_of(events[position], index), position, index)
+                for position, index in refs
+            ]
         found = [message_of(events[position], index) for position, index in refs]
     if opener is None:
         return found

@@ -26,7 +26,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 import projections as pj
-from eventlog import IntegrityError, InvalidArgumentError, LogView, StructCodec, Transaction
+from eventlog import (
+    DECODE_ERRORS,
+    IntegrityError,
+    InvalidArgumentError,
+    LogView,
+    StructCodec,
+    Transaction,
+)
 from eventlog import events as ev
 from eventlog.errors import ForgottenError
 from sessions._keyring import Keyring
@@ -40,6 +47,8 @@ SEALED_TEXT = "\x00sealed:"
 it, and no text a caller gives starts with a NUL."""
 
 _MESSAGES_CODEC = StructCodec(ev.Message, "sealed message")
+_MESSAGE_DECODER = msgspec.msgpack.Decoder(ev.Message)
+"""The same decoding without the codec's wrapping call, for the opener's common case."""
 _VALUES_CODEC = StructCodec(object, "sealed value")
 
 _MESSAGES: dict[type[ev.Event], tuple[str, ...]] = {
@@ -152,24 +161,26 @@ class Sealer:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
         keys = _Keys(self.keyring, state.key_slot, verb)
         found, unpack = keys.found, _HEADER.unpack_from
-        size, body_at, decode = _HEADER.size, _HEADER.size + NONCE_BYTES, _MESSAGES_CODEC.decode
+        size, body_at, decode = _HEADER.size, _HEADER.size + NONCE_BYTES, _MESSAGE_DECODER.decode
 
         def open_message(message: ev.Message, position: int, index: int) -> ev.Message:
             # The common case inline (a snapshot opens thousands); anything unusual (a short or
-            # moved ciphertext, a key not yet looked up or destroyed) takes `open_message_at`.
+            # moved ciphertext, a key not yet looked up or destroyed, bytes that do not decode)
+            # takes `open_message_at`, which names what is wrong.
             blob = message.sealed
             if blob is None:
                 return message
             if len(blob) > body_at:
                 form, slot, at, at_index = unpack(blob)
                 key = found.get(slot)
-                if key is not None and (form, at, at_index) == (_FORMAT, position, index):
+                if key is not None and at == position and at_index == index and form == _FORMAT:
                     try:
-                        plain = key.decrypt(blob[size:body_at], blob[body_at:], blob[:size] + _M)
-                    except InvalidTag:
-                        pass  # the slow path names what is wrong
+                        found_message: ev.Message = decode(
+                            key.decrypt(blob[size:body_at], blob[body_at:], blob[:size] + _M)
+                        )
+                    except (InvalidTag, *DECODE_ERRORS):
+                        pass
                     else:
-                        found_message: ev.Message = decode(plain)
                         return found_message
             return open_message_at(keys, message, position, index)
 
