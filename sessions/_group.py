@@ -13,10 +13,10 @@ caller gets its result only after the commit holding its events is durable, so n
 acknowledged can be lost to a crash; the shared commit pays the disk's sync once for the whole
 batch (on PostgreSQL, one round trip of `COMMIT` for the batch instead of one per command).
 
-A thread caller waits on a bare lock and may be handed the lead. A coroutine (`submit`) never
-blocks its event loop: it awaits a future, and when the lead falls to it, a thread of the queue's
-own leads that batch. Commands run on the leading thread, inside the caller's own `contextvars`
-context.
+A thread caller waits on a bare lock and may be handed the lead; the callers of a batch are woken
+one by the other, in a chain. A coroutine (`submit`) never blocks its event loop: it awaits a
+future, and when the lead falls to it, a thread of the queue's own leads that batch. Commands run
+on the leading thread, inside the caller's own `contextvars` context.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class _Slot:
         "error",
         "future",
         "lead",
+        "next",
         "result",
         "settled",
         "solo",
@@ -87,6 +88,8 @@ class _Slot:
         if future is None:
             self.woken.acquire()
         self.lead = False
+        self.next: _Slot | None = None
+        """The next thread caller of its batch to wake, once this one is awake (see `_finish`)."""
         self.done = False
         self.settled = False
         """Its outcome is known: committed, or an error of its own."""
@@ -152,7 +155,9 @@ class GroupCommit:
         self, command: Callable[[], _T], *, stamp: dict[str, Any] | None = None, solo: bool = False
     ) -> Ticket[_T]:
         """Queue `command` without waiting: commands run in the order they were queued. The same
-        thread must then `wait` for the ticket (the lead may fall to it)."""
+        thread must then `wait` for the ticket (the lead may fall to it), and soon: the callers
+        after it in its commit are woken only once it is (`_park`), so tickets are waited for in
+        the order they were queued."""
         slot = _Slot(command, stamp, solo, None)
         self._join(slot)
         return Ticket(slot)
@@ -162,7 +167,7 @@ class GroupCommit:
         (leading that commit if the lead falls to this caller)."""
         slot = ticket.slot
         if not slot.lead:
-            slot.woken.acquire()
+            self._park(slot)
         if not slot.done:
             self._lead()
         return self._outcome(slot)  # type: ignore[no-any-return]
@@ -190,6 +195,22 @@ class GroupCommit:
             driver, self._driver = self._driver, None
         if driver is not None:
             self._kicks.put(False)
+
+    def _park(self, slot: _Slot) -> None:
+        """Wait until `slot` is woken, then wake the next caller of its batch: woken one after
+        another, each by the one before it, the callers take the interpreter's lock in turn
+        instead of all fighting for it at once (a wake-up that finds it held costs a second
+        thread switch)."""
+        try:
+            slot.woken.acquire()
+        except BaseException:  # interrupted while parked: the wake-up must still go on
+            with self._lock:
+                chained = slot.done
+            if chained and slot.next is not None:
+                slot.next.woken.release()
+            raise
+        if slot.next is not None:
+            slot.next.woken.release()
 
     def _join(self, slot: _Slot) -> bool:
         """Queue `slot`; whether the lead fell to it."""
@@ -256,13 +277,15 @@ class GroupCommit:
         return taken
 
     def _finish(self, batch: list[_Slot]) -> None:
-        """Wake the batch's callers and hand the lead on (or end it). The callers are woken after
-        the queue's lock is released: each one woken goes straight for that lock to queue its
-        next command, and would only block on it again."""
-        follower = None
+        """Wake the batch's callers and hand the lead on (or end it). The first thread caller is
+        woken after the queue's lock is released (each one woken goes straight for that lock to
+        queue its next command, and would only block on it again), and wakes the next (`_park`)."""
+        follower = first = None
         with self._lock:
-            for slot in batch:
+            for slot in reversed(batch):
                 slot.done = True
+                if slot.future is None and not slot.lead:  # the one that led is awake already
+                    slot.next, first = first, slot
             if self._queue:
                 follower = self._queue[0]
                 follower.lead = True
@@ -274,8 +297,8 @@ class GroupCommit:
         for slot in batch:
             if slot.future is not None:
                 _settle_soon(slot)
-            elif not slot.lead:  # the one that led is awake already
-                slot.woken.release()
+        if first is not None:
+            first.woken.release()
         if follower is not None and follower.future is None:
             follower.woken.release()
 
