@@ -7,6 +7,7 @@ message costs about its JSON size, not a tree of dicts; the engine takes them as
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,13 +53,21 @@ class Kept:
         return lines[0] if lines else None
 
     def batches(self, count_max: int, bytes_max: int) -> Iterator[tuple[int, PackedMessages]]:
-        """(index of its first message, the batch) of consecutive kept messages."""
-        first, parts, ends = 0, bytearray(), []
-        for index in range(len(self.ends)):
-            parts += self._packed(index)
-            ends.append(len(parts))
-            if len(ends) >= count_max or len(parts) >= bytes_max:
-                yield first, PackedMessages(bytes(parts), ends)
-                first, parts, ends = index + 1, bytearray(), []
-        if ends:
-            yield first, PackedMessages(bytes(parts), ends)
+        """(index of its first message, the batch) of consecutive kept messages: up to
+        `count_max` of them, ending with the first that brings the batch to `bytes_max`."""
+        ends, total = self.ends, len(self.ends)
+        first = 0
+        while first < total:
+            base = ends[first - 1] if first else 0
+            stop = min(total, first + count_max)
+            last = min(bisect_left(ends, base + bytes_max, first, stop) + 1, stop)
+            if self.patches.keys().isdisjoint(range(first, last)):  # the usual case: one slice
+                data = bytes(self.buffer[base : ends[last - 1]])
+                yield first, PackedMessages(data, [end - base for end in ends[first:last]])
+            else:
+                parts, at = bytearray(), []
+                for index in range(first, last):
+                    parts += self._packed(index)
+                    at.append(len(parts))
+                yield first, PackedMessages(bytes(parts), at)
+            first = last
