@@ -198,3 +198,42 @@ def test_bad_utf8_inside_a_document_item_is_reported_at_its_line(
         replay.import_agent_log(store, path, format="gemini-cli")
     assert caught.value.line == number + 1
     assert store.log.head == 0
+
+
+def test_a_gemini_tool_result_is_stored_once_and_its_record_still_reads_back(
+    tmp_path: Path,
+) -> None:
+    """A Gemini CLI call's result is kept by its tool message, taken out of the `gemini` record
+    that holds it inline (two calls of one record, one the same text as the message itself, one
+    too short to cut, one never answered); each record still reads back as the file has it."""
+    long, same = "result " * 40, "the same words " * 10
+
+    def call(call_id: str, output: str | None) -> dict[str, Any]:
+        made: dict[str, Any] = {"id": call_id, "name": "run", "args": {"cmd": call_id}}
+        if output is not None:
+            response = {"output": output}
+            made.update(result=[{"functionResponse": {"response": response}}], status="success")
+        return made
+
+    calls = [call("c1", long), call("c2", same), call("c3", "short"), call("c4", None)]
+    messages = [
+        {"id": "u", "type": "user", "content": "go " * 30},
+        {"id": "g", "type": "gemini", "content": same, "toolCalls": calls},
+    ]
+    document = {"sessionId": "s", "messages": messages}
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(document, indent=2))
+    with SessionStore.open(tmp_path / "store") as store:
+        (sid,) = replay.import_agent_log(store, path).session_ids
+        snapshot = store.snapshot(sid)
+        assert snapshot is not None
+        records = replay.agent_log_records(store, sid)
+    assert {n: json.loads(text) for n, text in records.items()} == {1: messages[0], 2: messages[1]}
+    assert records[2] in path.read_text()  # the very text of the item in the file
+    tools = [m for m in snapshot["transcript"] if m["role"] == "tool"]
+    assert [m["content"] for m in tools] == [long, same, "short"]
+    assert ["content_in" in m["metadata"]["source"] for m in tools] == [True, True, False]
+    (assistant,) = [m for m in snapshot["transcript"] if m["role"] == "assistant"]
+    (kept,) = assistant["metadata"]["source"]["records"]
+    assert json.dumps(long) not in kept and json.dumps(same) not in kept
+    assert '"short"' in kept

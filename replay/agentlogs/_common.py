@@ -278,6 +278,14 @@ def _nested(encoded: bytes) -> bytes:
     return _encode(encoded.decode())[1:-1]
 
 
+def insert_kept_texts(found: dict[int, str], kept: list[tuple[int, int, str]]) -> None:
+    """Put back into the records of `found` (by line) the texts `cut_from_held` took out of
+    them, each (line, offset, text) as the message that keeps it says, the last cut first."""
+    for line, at, text in reversed(kept):
+        raw = found[line].encode()
+        found[line] = (raw[:at] + _encode(text) + raw[at:]).decode()
+
+
 def restored_records(message: Message) -> list[str]:
     """The original JSON text of each record a kept message came from (`source.records`, with
     its content put back where `finish_records` took it out)."""
@@ -453,6 +461,24 @@ class Built:
         if isinstance(model, str) and model and model not in self.models:
             self.models.append(model)
         return message
+
+    def cut_from_held(self, text: object) -> int | None:
+        """Take `text`, which a message made from the held message's record will keep, out of
+        that record where it stands as one JSON string (a Gemini CLI tool result inside its
+        call): the byte offset it goes back at (`source.content_in` of the message that keeps
+        it; `insert_kept_texts` puts it back), or None when it stays."""
+        held = self.held
+        if held is None or type(text) is not str or len(text) < _CUT_CHARS_MIN:
+            return None
+        records: list[bytes] = held["metadata"]["source"]["records"]
+        if not records:
+            return None
+        needle = _encode(text)
+        at = records[-1].find(needle)
+        if at < 0:
+            return None
+        records[-1] = records[-1][:at] + records[-1][at + len(needle) :]
+        return at
 
     def merge(self, line: int, record: Record) -> Message:
         """The held message, with `record` noted as one more of its sources."""

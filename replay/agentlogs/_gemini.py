@@ -110,16 +110,20 @@ def _gemini(built: Built, index: int, message: Record) -> None:
         made = function_call(call_id, name, call.get("args", {}))
         target.setdefault("tool_calls", []).append(made)
         built.call(made)
-    for number, call in enumerate(calls):
-        if "result" not in call and "resultDisplay" not in call:
-            continue  # never answered: left dangling, and flagged as such
+    answered = [c for c in enumerate(calls) if "result" in c[1] or "resultDisplay" in c[1]]
+    results = [_result_text(call) for _, call in answered]  # unanswered: left dangling, flagged
+    # Each result is kept once, in its tool message: cut out of the record while it is held.
+    cuts = [built.cut_from_held(result) for result in results]
+    for (number, call), result, cut in zip(answered, results, cuts, strict=True):
         made_id = target["tool_calls"][number]["id"]
         built.result(made_id)
-        tool: Message = {"role": "tool", "tool_call_id": made_id, "content": _result_text(call)}
+        tool: Message = {"role": "tool", "tool_call_id": made_id, "content": result}
         tool_name = call.get("name")
         if isinstance(tool_name, str):
             tool["name"] = tool_name
         added = built.add(tool, index, None)
+        if cut is not None:
+            added["metadata"]["source"]["content_in"] = cut
         added["metadata"]["status"] = call.get("status")
         if call.get("status") == "success" and isinstance(call.get("args"), dict):
             built.wrote(call["args"].get("file_path") if tool_name in _WRITING_TOOLS else None)

@@ -27,6 +27,7 @@ from replay.agentlogs._common import (
     Parsed,
     Progress,
     Source,
+    insert_kept_texts,
     json_document,
     restored_records,
 )
@@ -400,9 +401,13 @@ def agent_log_records(store: SessionStore, session_id: str) -> dict[int, str]:
     if not isinstance(about, dict) or about.get("kind") != KIND:
         return {}
     found = {item["line"]: item["record"] for item in about.get("attached_records", [])}
+    kept_texts: list[tuple[int, int, str]] = []
     for message in snapshot["transcript"]:
         source = message["metadata"]["source"]
         found.update(zip(source["lines"], restored_records(message), strict=False))
         for item in (*source.get("attached", ()), *source.get("attached_after", ())):
             found[item["line"]] = item["record"]
+        if "content_in" in source:
+            kept_texts.append((source["lines"][0], source["content_in"], message["content"]))
+    insert_kept_texts(found, kept_texts)
     return found
