@@ -84,9 +84,9 @@ class TranscriptVerbs(SessionHost):
         They are recorded as `messages_injected` events of up to `messages_per_event_max`
         messages each (one record and one hash per batch, not per message); each message is
         still its own transcript entry, as after `inject`. A `Message` struct of the event catalog
-        (typed already, as a reader decoding its own packed messages makes them) is taken as it
-        is, and still read back once its record is encoded; `PackedMessages` are decoded here by
-        the engine's own typed decoder, and not read back again. Returns how many were appended; an
+        is taken as it is, and still read back once its record is encoded. `PackedMessages`
+        (messages encoded already, as the agent-log importer keeps them) are decoded by the
+        engine's own typed decoder, and not read back again. Returns how many were appended; an
         empty sequence appends nothing (the session must still exist). `expected_length` and
         `idempotency_key` as for `inject`; a repeated key appends nothing and returns 0.
         """
