@@ -20,7 +20,7 @@ from eventlog import events as ev
 from sessions import SessionStore
 from sessions._tokens import token_handle
 from tests._token_workers import EXPIRES_AT, create_worker, moment, touch_worker
-from tests.conftest import PROFILE, run_processes
+from tests.conftest import PROFILE, assert_rebuild_changes_nothing, run_processes
 
 WORKERS = 4
 TOUCHES = {"dev": 150, "ci": 300, "deep": 3_000}.get(PROFILE, 150)
@@ -97,8 +97,4 @@ def test_four_processes_touching_the_same_sessions_lose_nothing(tmp_path: Path) 
             ]
             assert seen == sorted(seen)
             assert seen[-1].isoformat() == moment(latest[token])
-        with store.log.view() as view:
-            before = pj.dump(view)
-        store.rebuild()
-        with store.log.view() as view:
-            assert pj.dump(view) == before
+        assert_rebuild_changes_nothing(store)
