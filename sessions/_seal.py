@@ -1,9 +1,10 @@
 """Sealing: the content of an encrypted session's events, encrypted with the session's data key.
 
 What is sealed: every message (all of it but its role, usage and the synthetic and summary flags,
-as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments and error texts,
-and the values of metadata (the session's, a live client's, a scratchpad change's), scratchpads
-and permission requests (their keys stay readable, so the projections merge them without a key).
+as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments, error texts,
+input filters' reasons, and the values of metadata (the session's, a live client's, a scratchpad
+change's), scratchpads and permission requests (their keys stay readable, so the projections merge
+them without a key).
 What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
 clients: `verify`, the projections and paging need no key.
 
@@ -71,6 +72,7 @@ _TEXTS: dict[type[ev.Event], tuple[str, ...]] = {
     ev.PromptFailed: ("error",),
     ev.ToolCallFinished: ("error",),
     ev.ContextCompactionFailed: ("error",),
+    ev.InputRejected: ("reason",),  # a filter's reason (or error) may quote the prompt
 }
 _VALUES: dict[type[ev.Event], tuple[str, ...]] = {
     ev.SessionOpened: ("metadata",),

@@ -479,3 +479,35 @@ def test_a_fork_read_before_another_process_forgot_its_parent_shows_placeholders
         assert store.messages(child) == [gone]
         assert store.snapshot(child)["transcript"] == [gone]
         assert store.context(child) == [gone]
+
+
+def test_a_rejection_reason_quoting_the_prompt_is_sealed(tmp_path: Path) -> None:
+    """A filter's reason (or a failing filter's exception text) is made from the prompt, which
+    the `input_rejected` event keeps: it is sealed like the prompt."""
+    import asyncio
+
+    from sessions.runtime import InputRejectedError, Runtime, Verdict, reject
+
+    def quoting(prompt: str) -> Verdict:
+        return reject(f"refused: {prompt}") if "quote" in prompt else Verdict()
+
+    def parsing(prompt: str) -> Verdict:
+        int(prompt)  # a broken filter: its error message holds the prompt
+        return Verdict()
+
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+
+        async def body() -> str:
+            async with Runtime(store, input_filters=[quoting, parsing]) as runtime:
+                sid = str((await runtime.create("agent-1"))["session_id"])
+                for prompt in ("quote rejected-secret-7f3a", "failing-secret-7f3a"):
+                    with pytest.raises(InputRejectedError, match="secret-7f3a"):
+                        await runtime.prompt(sid, prompt)
+                return sid
+
+        sid = asyncio.run(body())
+        rejected = [e.data for e in store.log.read_stream(sid) if e.type == "input_rejected"]
+        assert len(rejected) == 2
+        assert all(r.reason.startswith("\x00sealed:") for r in rejected)
+        assert b"secret-7f3a" not in every_byte(path)
