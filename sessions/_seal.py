@@ -83,7 +83,11 @@ _VALUES: dict[type[ev.Event], tuple[str, ...]] = {
     ev.LiveSessionClient: ("metadata",),
     ev.ToolCallStarted: ("arguments",),
 }
-SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES))
+_VALUE_LISTS: dict[type[ev.Event], str] = {
+    ev.PromptStarted: "warnings",  # input filters' warnings: their reasons may quote the prompt
+}
+"""Lists of records whose values are sealed, but for their `filter` (a name)."""
+SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES, *_VALUE_LISTS))
 READABLE_METADATA = frozenset(("provider", "runtime_params"))
 """Metadata keys whose values stay readable: the runtime's binding of a session (which provider
 drives it, with which settings), which its projection reads without a key."""
@@ -152,6 +156,17 @@ class Sealer:
                 else _seal_value(aead, slot, position, f"{name}\x00{key}", value)
                 for key, value in values.items()
             }
+        records = _VALUE_LISTS.get(kind)
+        if records is not None:
+            changes[records] = [
+                {
+                    key: value
+                    if key == "filter"
+                    else _seal_value(aead, slot, position, f"{records}\x00{key}", value)
+                    for key, value in record.items()
+                }
+                for record in getattr(event, records)
+            ]
         return msgspec.structs.replace(event, **changes)
 
     # Reading

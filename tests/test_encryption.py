@@ -511,3 +511,29 @@ def test_a_rejection_reason_quoting_the_prompt_is_sealed(tmp_path: Path) -> None
         assert len(rejected) == 2
         assert all(r.reason.startswith("\x00sealed:") for r in rejected)
         assert b"secret-7f3a" not in every_byte(path)
+
+
+def test_a_warning_quoting_the_prompt_is_sealed(tmp_path: Path) -> None:
+    """A filter's warning is kept with the loop (`prompt_started`, the runtime's loop record):
+    made from the prompt, its reason is sealed like the prompt; the filter's name stays readable."""
+    import asyncio
+
+    from sessions.runtime import Runtime, Verdict, warn
+
+    def quoting(prompt: str) -> Verdict:
+        return warn(f"looks odd: {prompt}")
+
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+
+        async def body() -> str:
+            async with Runtime(store, input_filters=[quoting]) as runtime:
+                sid = str((await runtime.create("agent-1"))["session_id"])
+                await runtime.prompt(sid, "warned-secret-7f3a")
+                return sid
+
+        sid = asyncio.run(body())
+        started = [e.data for e in store.log.read_stream(sid) if e.type == "prompt_started"]
+        assert [w["filter"] for w in started[0].warnings] == ["quoting"]
+        assert started[0].warnings[0]["reason"].startswith("\x00sealed:")
+    assert b"warned-secret-7f3a" not in every_byte(path)
