@@ -19,7 +19,7 @@ from typing import Protocol
 import blake3
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from eventlog.errors import CorruptStoreError, MissingKeyError, WrongKeyError
+from eventlog.errors import CorruptStoreError, MissingKeyError, StorageError, WrongKeyError
 from sessions._keys import DATA_KEY_BYTES, KeyProvider
 
 SLOT_BYTES = 512
@@ -131,22 +131,13 @@ class FileSlots(Slots):
             return 0
 
     def write(self, slot: int, record: bytes) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            os.pwrite(fd, record.ljust(SLOT_BYTES, b"\x00"), slot * SLOT_BYTES)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(self.path, os.O_CREAT, record.ljust(SLOT_BYTES, b"\x00"), slot * SLOT_BYTES)
         if slot == 0:
             _sync_directory(self.path.parent)
 
     def replace(self, records: list[bytes]) -> None:
-        fd = os.open(self._new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, b"".join(r.ljust(SLOT_BYTES, b"\x00") for r in records))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        data = b"".join(r.ljust(SLOT_BYTES, b"\x00") for r in records)
+        _write_synced(self._new, os.O_CREAT | os.O_TRUNC, data, 0)
         os.replace(self._new, self.path)
         _sync_directory(self.path.parent)
 
@@ -164,6 +155,23 @@ class FileSlots(Slots):
                 os.fsync(file.fileno())
             self._new.unlink()
             _sync_directory(self.path.parent)
+
+
+def _write_synced(path: Path, flags: int, data: bytes, offset: int) -> None:
+    """Write all of `data` at `offset` and sync it; a write cut short (a full disk) goes on until
+    the system refuses, which is a `StorageError`: a keyring must never stand with part of it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | flags, 0o600)
+        try:
+            left = memoryview(data)
+            while left:
+                written = os.pwrite(fd, left, offset)
+                left, offset = left[written:], offset + written
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"keyring: writing `{path.name}`: {exc}") from exc
 
 
 def _sync_directory(directory: Path) -> None:

@@ -537,3 +537,43 @@ def test_a_warning_quoting_the_prompt_is_sealed(tmp_path: Path) -> None:
         assert [w["filter"] for w in started[0].warnings] == ["quoting"]
         assert started[0].warnings[0]["reason"].startswith("\x00sealed:")
     assert b"warned-secret-7f3a" not in every_byte(path)
+
+
+_ROTATE_ON_A_FULL_DISK = """
+import resource, signal, sys
+from sessions import LocalKeyProvider, SessionStore
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+with SessionStore.open(sys.argv[1], keys=LocalKeyProvider(bytes(range(32)))) as store:
+    # Files may not grow past 8 KiB from here: a write crossing it is cut short, then refused
+    # (EFBIG), as a full disk cuts a write short and then refuses it (ENOSPC).
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8192, resource.RLIM_INFINITY))
+    try:
+        store.rotate_keys(LocalKeyProvider(bytes(range(1, 33))))
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("rotated")
+"""
+
+
+def test_a_rotation_that_cannot_write_the_whole_keyring_keeps_the_old_one(tmp_path: Path) -> None:
+    """The re-wrapped keyring (here 41 slots of 512 bytes) does not fit: the rotation fails
+    with a storage error and every session still opens with the old key; a keyring cut short
+    and put in place would have lost the keys of the sessions in its missing slots."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY) as store:
+        sids = [store.open_session(title=f"t{n}") for n in range(40)]
+    assert (path / "keyring").stat().st_size > 8192
+    done = subprocess.run(
+        [sys.executable, "-c", _ROTATE_ON_A_FULL_DISK, str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.stdout.startswith("StorageError"), done.stdout + done.stderr
+    with SessionStore.open(path, keys=KEY) as store:
+        assert [store.snapshot(sid)["title"] for sid in sids] == [f"t{n}" for n in range(40)]
