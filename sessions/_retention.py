@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 ACTIONS = ("forget", "archive")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_MAX_DAYS = 1_000_000
+"""The longest age or grace, about 2700 years: beyond any retention, and a session's last activity
+plus both still a date a datetime holds."""
+_ZERO = timedelta(0)
 _PAGE_SESSIONS = 1000
 """Session states read per short read transaction while a sweep looks for due sessions."""
 _encoder = msgspec.json.Encoder()
@@ -123,8 +127,8 @@ class RetentionPolicy:
         """The policy of ages in days, archiving to the directory `archive` when given (else
         only forgetting): what the command line's and the service's options say."""
         return cls(
-            max_age=timedelta(days=max_age_days),
-            grace=timedelta(days=grace_days),
+            max_age=_days(max_age_days, "max_age_days"),
+            grace=_days(grace_days, "grace_days"),
             action="archive" if archive else "forget",
             sink=DirectorySink(archive) if archive else None,
         )
@@ -132,10 +136,11 @@ class RetentionPolicy:
     def __post_init__(self) -> None:
         for name in ("max_age", "grace"):
             value = getattr(self, name)
-            if not isinstance(value, timedelta) or value < timedelta(0):
+            if not isinstance(value, timedelta) or not _ZERO <= value <= timedelta(days=_MAX_DAYS):
                 raise InvalidArgumentError(
-                    f"RetentionPolicy: `{name}` must be a timedelta >= 0, got {value!r}",
-                    expected="timedelta >= 0",
+                    f"RetentionPolicy: `{name}` must be a timedelta from 0 to {_MAX_DAYS} days, "
+                    f"got {value!r}",
+                    expected=f"0 to {_MAX_DAYS} days",
                     got=value,
                 )
         if self.action not in ACTIONS:
@@ -152,6 +157,21 @@ class RetentionPolicy:
             raise InvalidArgumentError(
                 f"RetentionPolicy: `batch_sessions` must be an int from 1 to 10000, got {batch!r}"
             )
+
+
+def _days(days: float, name: str) -> timedelta:
+    if (
+        isinstance(days, bool)
+        or not isinstance(days, (int, float))
+        or not 0 <= days <= _MAX_DAYS  # NaN and infinities fail this too
+    ):
+        raise InvalidArgumentError(
+            f"RetentionPolicy: `{name}` must be a number of days from 0 to {_MAX_DAYS}, "
+            f"got {days!r}",
+            expected=f"0 to {_MAX_DAYS}",
+            got=days,
+        )
+    return timedelta(days=days)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,8 @@ def test_the_policy_refuses_what_it_cannot_mean(tmp_path: Path) -> None:
         {"max_age": 3},
         {"max_age": -DAY},
         {"max_age": DAY, "grace": -DAY},
+        {"max_age": timedelta.max},  # last activity + this is past any date
+        {"max_age": DAY, "grace": timedelta.max},
         {"max_age": DAY, "action": "shred"},
         {"max_age": DAY, "action": "archive"},
         {"max_age": DAY, "batch_sessions": 0},
@@ -75,6 +77,17 @@ def test_the_policy_refuses_what_it_cannot_mean(tmp_path: Path) -> None:
             RetentionPolicy(**bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="timezone-aware"):
         SessionStore.memory().sweep(RetentionPolicy(max_age=DAY), now=datetime(2030, 1, 1))
+
+
+def test_the_policy_in_days_refuses_numbers_that_are_no_age() -> None:
+    """What the command line's `--max-age-days` and `--grace-days` pass (floats: `nan` and `inf`
+    parse) is a typed error naming the option, not a ValueError or OverflowError of timedelta."""
+    for days in (float("nan"), float("inf"), 1e12, -1.0, "3", True):
+        with pytest.raises(InvalidArgumentError, match="max_age_days"):
+            RetentionPolicy.in_days(days)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="grace_days"):
+            RetentionPolicy.in_days(1, days)  # type: ignore[arg-type]
+    assert RetentionPolicy.in_days(1.5, 0).max_age == timedelta(days=1.5)
 
 
 def test_a_sweep_archives_due_sessions_once_and_reports_the_rest(
