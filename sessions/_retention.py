@@ -89,9 +89,13 @@ class DirectorySink:
                 os.fsync(directory)
             finally:
                 os.close(directory)
-        except OSError as exc:
+        except BaseException as exc:
+            # Whatever stopped it (the disk, or making a line: a key that does not open), the
+            # part written goes: no copy of an archive may stay behind unnamed.
             Path(temporary).unlink(missing_ok=True)
-            raise StorageError(f"archiving `{name}` to `{self.path}`: {exc}") from exc
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+                raise StorageError(f"archiving `{name}` to `{self.path}`: {exc}") from exc
+            raise
 
     def read(self, name: str) -> Iterator[bytes]:
         with self._file(name).open("rb") as lines:

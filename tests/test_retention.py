@@ -18,6 +18,7 @@ from eventlog import (
     ForgottenError,
     InvalidArgumentError,
     TruncatedError,
+    WrongKeyError,
 )
 from eventlog._chain import check_run
 from sessions import ArchiveSink, DirectorySink, LocalKeyProvider, RetentionPolicy, SessionStore
@@ -356,3 +357,18 @@ def test_a_session_written_before_its_forget_commits_is_kept(tmp_path: Path) -> 
         assert report.archived == second and report.forgotten == second
         assert report.kept == first
         assert store.snapshot(first[0])["transcript"][-1]["content"] == "back again"
+
+
+def test_an_archive_whose_lines_fail_leaves_no_partial_copy(tmp_path: Path) -> None:
+    """The lines come from the store as they are written (a session's opened transcript among
+    them); when making one fails (a key that does not open the next session), the part already
+    written is removed, not left beside the archives as a hidden copy."""
+    sink = DirectorySink(tmp_path / "archive")
+
+    def lines() -> Iterable[bytes]:
+        yield b'{"readable": "opened-text-7f3a"}'
+        raise WrongKeyError("the next session's key does not open")
+
+    with pytest.raises(WrongKeyError):
+        sink.put("batch", lines())
+    assert list((tmp_path / "archive").iterdir()) == []
