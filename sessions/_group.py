@@ -166,10 +166,11 @@ class GroupCommit:
         """The result of a queued command, or its error, once the commit holding it is durable
         (leading that commit if the lead falls to this caller)."""
         slot = ticket.slot
-        if not slot.lead:
-            self._park(slot)
+        interrupted = None if slot.lead else self._park(slot)
         if not slot.done:
             self._lead()
+        if interrupted is not None:
+            raise interrupted
         return self._outcome(slot)  # type: ignore[no-any-return]
 
     def submit(
@@ -196,21 +197,24 @@ class GroupCommit:
         if driver is not None:
             self._kicks.put(False)
 
-    def _park(self, slot: _Slot) -> None:
+    def _park(self, slot: _Slot) -> BaseException | None:
         """Wait until `slot` is woken, then wake the next caller of its batch: woken one after
         another, each by the one before it, the callers take the interpreter's lock in turn
         instead of all fighting for it at once (a wake-up that finds it held costs a second
-        thread switch)."""
-        try:
-            slot.woken.acquire()
-        except BaseException:  # interrupted while parked: the wake-up must still go on
-            with self._lock:
-                chained = slot.done
-            if chained and slot.next is not None:
-                slot.next.woken.release()
-            raise
+        thread switch). An interruption (a signal's exception, Ctrl-C) does not end the wait: the
+        command is queued and commits or fails regardless, the callers after it are woken by
+        this one, and the lead may fall to it; the first interruption is returned, to be raised
+        once the command's outcome is settled."""
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                slot.woken.acquire()
+                break
+            except BaseException as exc:  # noqa: BLE001 - raised by `wait` once settled
+                interrupted = interrupted or exc
         if slot.next is not None:
             slot.next.woken.release()
+        return interrupted
 
     def _join(self, slot: _Slot) -> bool:
         """Queue `slot`; whether the lead fell to it."""

@@ -66,7 +66,7 @@ class Batch:
             except Exception as exc:  # each outcome is checked by the test
                 self.outcomes[name] = ("error", exc)
 
-        thread = threading.Thread(target=call)
+        thread = threading.Thread(target=call, daemon=True)  # a hung one fails the test, not CI
         self.threads.append(thread)
         waiting = self.store._group.waiting
         thread.start()
@@ -315,3 +315,47 @@ def test_asyncio_tasks_share_commits_in_the_order_they_awaited(tmp_path: Path) -
         assert got == [f"task{k}:{index}" for index in range(10)]
     assert commits >= 1, "concurrent tasks never shared a commit"
     assert head == 1 + THREADS + THREADS * 10 + 40
+
+
+class _Interrupted(Exception):
+    """Raised in the main thread by a signal, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def test_a_caller_interrupted_while_it_waits_still_commits_and_hangs_nobody(
+    store: SessionStore,
+) -> None:
+    # The main thread queues a command behind a held commit and is interrupted by a signal while
+    # it waits: its command must still commit before the interruption reaches it, and the caller
+    # queued after it (woken by it, or led by it) must not wait forever.
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        batch = hold_first_commit(store)
+        main = threading.get_ident()
+
+        def later() -> None:
+            deadline = time.monotonic() + 30
+            while store._group.waiting < 1:  # the main thread has queued
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            batch.start("after", lambda: store.inject("b", message("after")))
+            signal.pthread_kill(main, signal.SIGUSR1)
+            time.sleep(0.05)
+            batch.release.set()
+
+        helper = threading.Thread(target=later, daemon=True)
+        helper.start()
+        with pytest.raises(_Interrupted):
+            store.inject("a", message("interrupted"))
+        helper.join(30)
+        outcomes = batch.finish()
+        assert not any(thread.is_alive() for thread in batch.threads), "a caller hangs"
+        assert outcomes["after"] == ("ok", None)
+        assert contents(store, "a") == ["first", "interrupted"]
+        assert contents(store, "b") == ["after"]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
