@@ -12,6 +12,7 @@ from projections._context_read import Ref, is_checkpoint, read_span, read_tail
 from projections._fold import (
     SYSTEM_STREAM_PREFIX,
     apply,
+    highest_key_slot,
     load_state,
     load_transcript,
     project,
@@ -88,6 +89,7 @@ __all__ = [
     "StateScratchpad",
     "Transcript",
     "active_count",
+    "highest_key_slot",
     "apply",
     "bearer_stream",
     "busy_ids",

@@ -69,6 +69,18 @@ def _count(tx: Transaction, key: bytes, delta: int) -> None:
     _kv.put(tx, key, max(value, 0).to_bytes(8, "big"))
 
 
+def _note_key_slot(tx: Transaction, slot: int) -> None:
+    """Keep the highest keyring slot the log names: a key made later takes a slot above it, even
+    in a keyring that is not this log's own (a log imported without its keyring)."""
+    if slot and slot > highest_key_slot(tx):
+        _kv.put(tx, keys.KEY_SLOT_KEY, slot.to_bytes(8, "big"))
+
+
+def highest_key_slot(view: LogView) -> int:
+    value = _kv.get(view, keys.KEY_SLOT_KEY)
+    return int.from_bytes(value, "big") if value else 0
+
+
 def project(tx: Transaction, envelopes: list[Envelope]) -> None:
     """Apply `envelopes` (just appended, in order) to the projection state in `tx`."""
     if len(envelopes) == 1:
@@ -190,6 +202,7 @@ def _open(tx: Transaction, envelope: Envelope) -> None:
         workspace_policy=data.workspace_policy or {},
         key_slot=data.key_slot,
     )
+    _note_key_slot(tx, data.key_slot)
     _begin_incarnation(tx, state, _touch(EMPTY_TRANSCRIPT, envelope), first=previous is None)
 
 
@@ -232,6 +245,7 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
             forgotten_reason=None,
         )
     transcript = Transcript(ranges=ranges, length=length)
+    _note_key_slot(tx, data.key_slot)
     _begin_incarnation(tx, state, _touch(transcript, envelope), first=previous is None)
     if parent is not None:  # children are listed under an incarnation; no state, no listing
         _kv.put(tx, st.child_key(data.parent_id, envelope.position), envelope.stream.encode())

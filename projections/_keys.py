@@ -14,6 +14,7 @@ SEGMENT_COUNTER_KEY = b"#seg"
 ACTIVE_COUNT_KEY = b"n/active"
 RUNTIME_OPEN_COUNT_KEY = b"rt/n"
 RUNTIME_USAGE_KEY = b"rt/u"
+KEY_SLOT_KEY = b"k/slot"
 
 # Prefixes, each followed by what the table says.
 STATE_PREFIX = b"h/"
@@ -37,6 +38,7 @@ KEYS: dict[bytes, str] = {
     ACTIVE_COUNT_KEY: "the number of active sessions (8)",
     RUNTIME_OPEN_COUNT_KEY: "the number of open runtime sessions (8)",
     RUNTIME_USAGE_KEY: "token usage summed over every runtime loop of the store",
+    KEY_SLOT_KEY: "the highest keyring slot a session's opening names (8)",
 }
 """The single keys, and what each holds."""
 

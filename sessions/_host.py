@@ -132,7 +132,7 @@ class SessionHost:
         if before is not None and before.key_slot and not before.forgotten:
             keyring.provider_checked(verb)
             return before.key_slot
-        slot, _ = keyring.new_key(session_id, verb)
+        slot, _ = keyring.new_key(session_id, verb, above=pj.highest_key_slot(tx))
         return slot
 
     def _opener(self, view: LogView, state: pj.SessionState, verb: str) -> pj.Opener | None:

@@ -27,6 +27,8 @@ SLOT_BYTES = 512
 bytes), and one disk sector, so zeroing a slot is one sector write."""
 _MAGIC = b"SLKEYS01"
 _RECORD = b"K1"
+_ABSENT = b"K0"
+"""A slot skipped over because the log names it, while this keyring never held its key."""
 _CHECK_CONTEXT = b"sessionlog keyring check"
 _EMPTY = bytes(SLOT_BYTES)
 FILE_NAME = "keyring"
@@ -268,10 +270,14 @@ class Keyring:
         self._checked = True
         return provider
 
-    def new_key(self, owner: str, where: str) -> tuple[int, AESGCM]:
-        """A fresh data key for session `owner` in a new slot, on disk before this returns."""
+    def new_key(self, owner: str, where: str, above: int = 0) -> tuple[int, AESGCM]:
+        """A fresh data key for session `owner` in a new slot above `above` (the highest slot
+        the log names), on disk before this returns."""
         provider = self.provider_checked(where, fresh=True)
         slot = max(self.slots.count(), 1)
+        for skipped in range(slot, above + 1):  # named by a log whose keyring is elsewhere
+            self.slots.write(skipped, _ABSENT)
+        slot = max(slot, above + 1)
         key = AESGCM.generate_key(bit_length=8 * DATA_KEY_BYTES)
         digest = owner_digest(owner)
         wrapped = provider.wrap(key, _context(slot, digest))
@@ -289,7 +295,7 @@ class Keyring:
             if cached is not None:
                 return cached
         record = self.slots.read(slot)
-        if not record or slot == 0:
+        if not record or slot == 0 or record.startswith(_ABSENT):
             raise MissingKeyError(
                 f"{where}: the keyring holds no key {slot}: this log's keyring is not here",
                 where=where,
@@ -332,7 +338,7 @@ class Keyring:
                 key = old.unwrap(wrapped, _context(slot, digest))
                 record = _RECORD + _pack(digest, new.wrap(key, _context(slot, digest)))
                 moved += 1
-            else:
+            elif not record.startswith(_ABSENT):
                 record = _EMPTY
             records.append(record)
         self.slots.replace(records)

@@ -577,3 +577,23 @@ def test_a_rotation_that_cannot_write_the_whole_keyring_keeps_the_old_one(tmp_pa
     assert done.stdout.startswith("StorageError"), done.stdout + done.stderr
     with SessionStore.open(path, keys=KEY) as store:
         assert [store.snapshot(sid)["title"] for sid in sids] == [f"t{n}" for n in range(40)]
+
+
+def test_a_session_opened_beside_a_log_without_its_keyring_takes_a_slot_no_event_names(
+    tmp_path: Path,
+) -> None:
+    """The imported sessions name keyring slots this keyring never had: a session opened here
+    afterwards gets a slot above them all, so they still read as missing keys (the keyring can be
+    brought back), not as altered, and bringing it back takes no key of the new session."""
+    from replay import export_log, import_log
+
+    with SessionStore.open(tmp_path / "a", keys=KEY) as store:
+        sid, _ = plant(store, "moved")
+        export_log(store, tmp_path / "log.jsonl")
+    with SessionStore.open(tmp_path / "b", keys=KEY) as other:
+        import_log(other, tmp_path / "log.jsonl")
+        fresh = other.open_session(title="opened here")
+        assert state_of(other, fresh).key_slot > state_of(other, sid).key_slot
+        with pytest.raises(MissingKeyError):
+            other.messages(sid)
+        assert other.snapshot(fresh)["title"] == "opened here"
