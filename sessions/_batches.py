@@ -11,9 +11,15 @@ from typing import Any
 
 import msgspec
 
-from eventlog import InvalidArgumentError, LimitExceededError, SessionLogError, limits
+from eventlog import (
+    InvalidArgumentError,
+    LimitExceededError,
+    SessionLogError,
+    check_plain,
+    limits,
+)
 from eventlog import events as ev
-from sessions._messages import plain_message, to_message
+from sessions._messages import check_item, plain_message, to_message
 
 _SIZE_ENCODER = msgspec.msgpack.Encoder()
 # A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
@@ -62,6 +68,7 @@ def _unpacked(packed: PackedMessages) -> tuple[list[ev.Message], list[int]]:
             raise InvalidArgumentError(
                 f"{where}: a message needs a non-empty `role` and no `sealed`", index=index
             )
+        _check_open_fields(message, where, index)
         if message.files is not None and len(message.files) > limits.files_per_message_max:
             too_many = LimitExceededError(
                 f"{where}: files attached to one message",
@@ -77,6 +84,31 @@ def _unpacked(packed: PackedMessages) -> tuple[list[ev.Message], list[int]]:
     if start != len(data):
         raise InvalidArgumentError("inject_many: packed data goes on past its last message")
     return parsed, sizes
+
+
+def _check_open_fields(message: ev.Message, where: str, index: int) -> None:
+    """Hold the fields of any type of a decoded message to what the dict path lets in
+    (`to_message`): plain data, and for `item` what reads back equal. The decoder takes any
+    msgpack there (an extension type, nesting past `value_depth_max`, NaN), which would be
+    written and then fail to read back. Only fields present are walked: text costs nothing."""
+    fields = {
+        name: value
+        for name, value in (
+            ("content", None if isinstance(message.content, str) else message.content),
+            ("tool_calls", message.tool_calls),
+            ("metadata", message.metadata or None),
+            ("extra", message.extra or None),
+        )
+        if value is not None
+    }
+    try:
+        if message.item is not None:
+            check_item(message.item, where=f"{where}: `item`")
+        if fields:
+            check_plain(fields, what=f"{where}: message")
+    except SessionLogError as exc:
+        exc.index = index
+        raise
 
 
 def message_events(

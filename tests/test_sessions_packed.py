@@ -23,6 +23,13 @@ def packed(messages: list[dict[str, Any]]) -> PackedMessages:
     return PackedMessages(bytes(data), ends)
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 RICH: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},
     {
@@ -74,6 +81,15 @@ def test_a_packed_batch_keeps_its_idempotency_key(store: SessionStore) -> None:
             LimitExceededError,
             "messages[1]: files attached to one message",
         ),
+        # The fields of any type are held to the rules of the dict path: an extension type,
+        # nesting past `value_depth_max` or a float JSON cannot hold would be written and then
+        # fail to read back, or break the log's own limits.
+        ({"role": "user", "item": msgspec.msgpack.Ext(5, b"x")}, InvalidArgumentError, "[1]"),
+        ({"role": "user", "item": _nested(limits.value_depth_max + 5)}, LimitExceededError, "[1]"),
+        ({"role": "user", "content": [_nested(70)]}, LimitExceededError, "messages[1]"),
+        ({"role": "user", "tool_calls": [_nested(70)]}, LimitExceededError, "messages[1]"),
+        ({"role": "user", "metadata": {"x": float("nan")}}, InvalidArgumentError, "messages[1]"),
+        ({"role": "user", "extra": {"x": float("inf")}}, InvalidArgumentError, "messages[1]"),
     ],
 )
 def test_a_bad_packed_message_is_refused_by_index_and_nothing_is_written(
