@@ -295,6 +295,7 @@ class Transaction(LogView):
                 )
                 dropped.append((key, envelope.version))
             prev, checked = page[-1].hash, page[-1].position
+        self.writes += 1
         try:
             txn.truncate(before, prev, dropped)
         except BaseException:

@@ -359,3 +359,21 @@ def test_a_caller_interrupted_while_it_waits_still_commits_and_hangs_nobody(
         assert contents(store, "b") == ["after"]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_command_that_raises_after_truncating_is_undone_alone(store: SessionStore) -> None:
+    # A truncation is a write too: a command of a batch that cut the log and then raised must
+    # not leave its cut in the shared commit its neighbours commit.
+    def cut_then_fail() -> None:
+        with store.log.transaction() as tx:
+            tx.truncate(before=2)
+        raise RuntimeError("after the cut")
+
+    batch = hold_first_commit(store)
+    batch.start("cut", lambda: store._group.run(cut_then_fail))
+    batch.start("b1", lambda: store.inject("b", message("b1")))
+    outcomes = batch.finish()
+    assert outcomes["b1"] == ("ok", None)
+    assert isinstance(outcomes["cut"][1], RuntimeError)
+    assert store.log.anchor[0] == 0, "the refused command's truncation was committed"
+    assert contents(store, "b") == ["b1"]
