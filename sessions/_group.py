@@ -25,9 +25,11 @@ import asyncio
 import contextvars
 import functools
 import logging
+import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
@@ -109,6 +111,19 @@ class GroupCommit:
 
     def __init__(self, log: EventLog) -> None:
         self._log = log
+        self._start()
+        self.commits = 0
+        """Commits this queue has run that held more than one command (for tests and benches)."""
+        self.shared = 0
+        """Commands those shared commits carried."""
+        self.busy_s = 0.0
+        """Time spent running batches and committing them (the sync included), for benches."""
+        _queues.add(self)
+
+    def _start(self) -> None:
+        """The queue's state, empty; also what a child made by fork() starts from, since the
+        threads that held its locks or led its batch are not in the child (its writes then meet
+        the log's own refusal of a store used across fork(), instead of waiting forever)."""
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
@@ -124,12 +139,6 @@ class GroupCommit:
         self._kicks: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._leader: int | None = None
         """The thread running a batch now, if any."""
-        self.commits = 0
-        """Commits this queue has run that held more than one command (for tests and benches)."""
-        self.shared = 0
-        """Commands those shared commits carried."""
-        self.busy_s = 0.0
-        """Time spent running batches and committing them (the sync included), for benches."""
 
     @property
     def waiting(self) -> int:
@@ -405,6 +414,19 @@ class GroupCommit:
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's own thread
             slot.error = exc
         slot.settled = True
+
+
+_queues: weakref.WeakSet[GroupCommit] = weakref.WeakSet()
+
+
+def _restart_after_fork() -> None:
+    for group in list(_queues):
+        closed = group._closed
+        group._start()
+        group._closed = closed
+
+
+os.register_at_fork(after_in_child=_restart_after_fork)
 
 
 class _Tangled(Exception):

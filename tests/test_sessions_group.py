@@ -377,3 +377,34 @@ def test_a_command_that_raises_after_truncating_is_undone_alone(store: SessionSt
     assert isinstance(outcomes["cut"][1], RuntimeError)
     assert store.log.anchor[0] == 0, "the refused command's truncation was committed"
     assert contents(store, "b") == ["b1"]
+
+
+def test_a_forked_child_gets_the_fork_error_not_a_hang(store: SessionStore) -> None:
+    # fork() while a batch is being led copies a queue whose leader does not exist in the child:
+    # a write there must be refused as any use of the log after fork() is, not wait forever.
+    import os
+
+    from eventlog import StorageError
+
+    batch = hold_first_commit(store)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only when the write is refused with the fork error
+            try:
+                store.inject("b", message("from the child"))
+            except StorageError as exc:
+                os._exit(0 if "forked" in str(exc) else 2)
+            except BaseException:
+                os._exit(3)
+            os._exit(4)
+        deadline = time.monotonic() + 20
+        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if status[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's write hung")
+        assert os.waitstatus_to_exitcode(status[1]) == 0
+    finally:
+        batch.finish()
+    assert contents(store, "a") == ["first"]
