@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
-from eventlog import EventLog, LogClosedError
+from eventlog import EventLog, LogClosedError, OutcomeUnknownError
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -349,6 +349,8 @@ class GroupCommit:
             # A command raised after it had written: only a savepoint undoes it alone. The batch
             # runs again from the start, each command in a savepoint of its own.
             self._again(batch, savepoints=True)
+        except OutcomeUnknownError:
+            raise  # the batch may have committed: run again, it could be written twice
         except Exception:  # noqa: BLE001 - retried command by command: only the bad ones fail
             self._again(batch, savepoints=None)
 
@@ -362,6 +364,8 @@ class GroupCommit:
             try:
                 self._together(batch, len(batch), savepoints=True)
                 return
+            except OutcomeUnknownError:
+                raise  # as in `_commit`: it may have committed
             except Exception:  # noqa: BLE001 - the commit itself failed: one by one then
                 for slot in batch:
                     slot.result = slot.error = None

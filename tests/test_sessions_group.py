@@ -408,3 +408,40 @@ def test_a_forked_child_gets_the_fork_error_not_a_hang(store: SessionStore) -> N
     finally:
         batch.finish()
     assert contents(store, "a") == ["first"]
+
+
+def test_a_batch_whose_commit_outcome_is_unknown_is_not_run_again() -> None:
+    # On PostgreSQL the connection can drop while COMMIT is on its way: the batch may have been
+    # committed, and running its commands again would write them twice. Each caller must hear
+    # that the outcome is unknown, as a caller committing alone does. The server here ends the
+    # first batch's connection from inside its COMMIT (a deferred trigger), once.
+    from eventlog import OutcomeUnknownError
+    from tests import _pg
+
+    url = _pg.fresh_schema_url()
+    schema = url.rsplit("schema=", 1)[1]
+    with SessionStore.open(url) as store:
+        for sid in ("a", "b"):
+            store.open_session(sid)
+        batch = hold_first_commit(store)
+        with _pg.connect(_pg.database_url(), autocommit=True) as conn:
+            conn.execute(
+                f"""CREATE SEQUENCE "{schema}".once;
+                CREATE FUNCTION "{schema}".drop_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF nextval('"{schema}".once') = 1 THEN
+                        PERFORM pg_terminate_backend(pg_backend_pid());
+                    END IF;
+                    RETURN NULL;
+                END $$;
+                CREATE CONSTRAINT TRIGGER drop_at_commit AFTER INSERT ON "{schema}".events
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+                    EXECUTE FUNCTION "{schema}".drop_at_commit();""".encode()
+            )
+        batch.start("a1", lambda: store.inject("a", message("a1")))
+        batch.start("b1", lambda: store.inject("b", message("b1")))
+        outcomes = batch.finish()
+        assert isinstance(outcomes["a1"][1], OutcomeUnknownError), outcomes["a1"]
+        assert isinstance(outcomes["b1"][1], OutcomeUnknownError), outcomes["b1"]
+        assert contents(store, "a") == ["first"]
+        assert contents(store, "b") == []
