@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eventlog import limits
 from sessions import InvalidArgumentError, LimitExceededError, PackedMessages, SessionStore
@@ -131,3 +133,38 @@ def test_a_packed_event_past_its_size_bound_is_refused(
         store, LimitExceededError, "event_bytes_max", lambda: store.inject_many("a", packed([big]))
     )
     assert getattr(caught, "index", None) == 0
+
+
+_SAMPLE = packed(RICH)
+
+
+@given(
+    cuts=st.lists(
+        st.tuples(st.integers(0, len(_SAMPLE.data) - 1), st.binary(min_size=0, max_size=9)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_packed_bytes_changed_anywhere_are_kept_exactly_or_refused_by_index(
+    cuts: list[tuple[int, bytes]],
+) -> None:
+    # Bytes replaced anywhere in a valid packed batch (declared lengths, type tags, extension
+    # types, keys): either every message is kept and reads back as decoded, or the batch is
+    # refused with a typed error naming a message, and nothing is written.
+    data = bytearray(_SAMPLE.data)
+    for at, new in cuts:
+        data[at : at + len(new)] = new
+    data = data[: len(_SAMPLE.data)]
+    ends = [min(end, len(data)) for end in _SAMPLE.ends]
+    with SessionStore.memory() as store:
+        store.open_session("a")
+        head = store.log.head
+        try:
+            store.inject_many("a", PackedMessages(bytes(data), ends))
+        except InvalidArgumentError as exc:
+            assert exc.index is None or 0 <= exc.index < len(ends)
+            assert store.log.head == head
+            return
+        assert store.length("a") == len(ends)
+        assert len(store.messages("a")) == len(ends)
+        assert store.verify(projections=True).ok
