@@ -24,6 +24,7 @@ from eventlog import (
     SessionExistsError,
     SessionLogError,
     StorageError,
+    TruncatedError,
     UnknownSessionError,
 )
 from replay import BundleConflictError, BundleError
@@ -49,6 +50,7 @@ class HTTPProblem(Exception):
 _TABLE: tuple[tuple[type[BaseException], int, str, str], ...] = (
     (UnknownSessionError, 404, "unknown-session", "resource_not_found"),
     (ForgottenError, 410, "forgotten", "resource_not_found"),
+    (TruncatedError, 410, "truncated", "resource_not_found"),
     (BundleConflictError, 409, "bundle-conflict", "conflict"),
     (SessionExistsError, 409, "session-exists", "conflict"),
     (ControllerConflictError, 409, "controller-conflict", "conflict"),
@@ -67,6 +69,7 @@ _TABLE: tuple[tuple[type[BaseException], int, str, str], ...] = (
 TITLES = {
     "unknown-session": "No such session",
     "forgotten": "The session was forgotten: its content is gone for good",
+    "truncated": "That part of the log was truncated: it lives only in an archive now",
     "key-unavailable": "The store's key is missing or is not the one it was written with",
     "bundle-conflict": "Another session holds that id",
     "session-exists": "The session already exists",

@@ -179,3 +179,22 @@ def test_a_retry_whose_answer_was_truncated_away_gets_a_typed_410(
             assert problem["first_position"] == first.json()["first_event_id"]
             assert "no longer available" in problem["detail"]
     assert store.log.head == head  # nothing applied again
+
+
+def test_a_read_of_truncated_history_gets_a_typed_410(
+    running: tuple[str, str, SessionStore], tmp_path: Path
+) -> None:
+    url, key, store = running
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}) as http:
+        assert http.post("/v1/sessions", json={"id": "old"}).status_code == 201
+        body = {"message": {"role": "user", "content": "gone"}}
+        assert http.post("/v1/sessions/old/messages", json=body).status_code == 201
+        store.close_session("old")
+        head = store.log.head
+        store.truncate_log(head + 1, sink=DirectorySink(tmp_path / "archive"))
+        past = http.get("/v1/sessions/old", params={"as_of": 1})
+    assert past.status_code == 410, past.text
+    problem = past.json()
+    assert problem["type"] == "urn:sessionlog:problem:truncated"
+    assert f"after position {head}" in problem["detail"]
+    assert store.log.head == head
