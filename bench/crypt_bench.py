@@ -18,7 +18,8 @@ store against the same engine on a plain store, in the same run (target: at leas
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bench import _scaffold
@@ -43,20 +44,56 @@ QUICK = Sizes(rounds=3, round_s=0.1, injects=(10, 200), messages=1_000, budget_s
 Context = _scaffold.Context[Sizes]
 
 
-def _stores(ctx: Context, name: str, **options: object) -> tuple[SessionStore, SessionStore]:
-    """(encrypted, plain) stores under `ctx.tmp / name`."""
+@contextmanager
+def _stores(
+    ctx: Context, name: str, **options: object
+) -> Iterator[tuple[SessionStore, SessionStore]]:
+    """(encrypted, plain) stores under `ctx.tmp / name`, closed and removed when the block ends."""
     base = ctx.tmp / name
     encrypted = SessionStore.open(base / "encrypted", keys=KEYS, **options)  # type: ignore[arg-type]
     plain = SessionStore.open(base / "plain", **options)  # type: ignore[arg-type]
-    return encrypted, plain
+    try:
+        yield encrypted, plain
+    finally:
+        encrypted.close()
+        plain.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _side_by_side(
+    ctx: Context,
+    stores: tuple[SessionStore, SessionStore],
+    measure: Callable[[SessionStore], Sample],
+    *,
+    name: str,
+    description: str,
+    unit: str,
+    target: Target | None,
+    notes: dict[str, object],
+) -> list[Result]:
+    """`measure` on the encrypted store against the same on the plain one, in alternating rounds."""
+    encrypted, plain = stores
+    result = compare(
+        name=name,
+        description=description,
+        unit=unit,
+        baseline=lambda: measure(plain),
+        subject=lambda: measure(encrypted),
+        baseline_description="the same on a plain store",
+        rounds=ctx.sizes.rounds,
+        target=target,
+        budget_s=ctx.sizes.budget_s,
+        progress=ctx.progress,
+    )
+    result.notes = notes
+    return [result]
 
 
 def inject_encrypted(ctx: Context) -> list[Result]:
     sizes = ctx.sizes
-    encrypted, plain = _stores(ctx, "inject")
     messages = make_messages(4_096, seed=7)
-    try:
-        sids = {id(store): store.open_session() for store in (encrypted, plain)}
+    with _stores(ctx, "inject") as stores:
+        sids = {id(store): store.open_session() for store in stores}
         step = 0
 
         def injecting(store: SessionStore, count: int) -> Sample:
@@ -69,32 +106,22 @@ def inject_encrypted(ctx: Context) -> list[Result]:
                     store.inject(sid, message)
             return watch.sample(count)
 
-        probe = injecting(plain, sizes.injects[0])
-        count = _fit(probe.rate, sizes.round_s, sizes.injects)
-        result = compare(
+        count = _fit(injecting(stores[1], sizes.injects[0]).rate, sizes.round_s, sizes.injects)
+        return _side_by_side(
+            ctx,
+            stores,
+            lambda store: injecting(store, count),
             name="inject_encrypted",
             description="inject, one durable commit per call, encrypted store",
             unit="injects/s",
-            baseline=lambda: injecting(plain, count),
-            subject=lambda: injecting(encrypted, count),
-            baseline_description="the same on a plain store",
-            rounds=sizes.rounds,
             target=Target("ratio", 0.8),
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
+            notes={"injects_per_round": count},
         )
-        result.notes = {"injects_per_round": count}
-        return [result]
-    finally:
-        encrypted.close()
-        plain.close()
-        shutil.rmtree(ctx.tmp / "inject", ignore_errors=True)
 
 
 def open_session_encrypted(ctx: Context) -> list[Result]:
     sizes = ctx.sizes
-    encrypted, plain = _stores(ctx, "open")
-    try:
+    with _stores(ctx, "open") as stores:
 
         def opening(store: SessionStore, count: int) -> Sample:
             with Stopwatch() as watch:
@@ -102,25 +129,17 @@ def open_session_encrypted(ctx: Context) -> list[Result]:
                     store.open_session()
             return watch.sample(count)
 
-        count = _fit(opening(plain, sizes.injects[0]).rate, sizes.round_s, sizes.injects)
-        result = compare(
+        count = _fit(opening(stores[1], sizes.injects[0]).rate, sizes.round_s, sizes.injects)
+        return _side_by_side(
+            ctx,
+            stores,
+            lambda store: opening(store, count),
             name="open_session_encrypted",
             description="open_session, one durable commit per call, encrypted store",
             unit="sessions/s",
-            baseline=lambda: opening(plain, count),
-            subject=lambda: opening(encrypted, count),
-            baseline_description="the same on a plain store",
-            rounds=sizes.rounds,
             target=None,
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
+            notes={"sessions_per_round": count},
         )
-        result.notes = {"sessions_per_round": count}
-        return [result]
-    finally:
-        encrypted.close()
-        plain.close()
-        shutil.rmtree(ctx.tmp / "open", ignore_errors=True)
 
 
 def snapshot_encrypted(ctx: Context) -> list[Result]:
@@ -133,11 +152,10 @@ def snapshot_encrypted_warm(ctx: Context) -> list[Result]:
 
 def _snapshot(ctx: Context, name: str, *, hot: bool) -> list[Result]:
     sizes = ctx.sizes
-    encrypted, plain = _stores(ctx, name, hot_sessions=8 if hot else 0)
     messages = make_messages(sizes.messages, seed=11)
-    try:
+    with _stores(ctx, name, hot_sessions=8 if hot else 0) as stores:
         sids: dict[int, str] = {}
-        for store in (encrypted, plain):
+        for store in stores:
             sid = sids[id(store)] = store.open_session()
             store.inject_many(sid, messages)
 
@@ -149,27 +167,19 @@ def _snapshot(ctx: Context, name: str, *, hot: bool) -> list[Result]:
                     assert snap is not None and snap["length"] == len(messages)
             return watch.sample(5 * len(messages))
 
-        result = compare(
+        return _side_by_side(
+            ctx,
+            stores,
+            reading,
             name=name,
             description=(
                 f"snapshot() of {sizes.messages:,} messages, {'cached' if hot else 'cold'}, "
                 "encrypted store"
             ),
             unit="messages/s",
-            baseline=lambda: reading(plain),
-            subject=lambda: reading(encrypted),
-            baseline_description="the same on a plain store",
-            rounds=sizes.rounds,
             target=Target("ratio", 0.8),
-            budget_s=sizes.budget_s,
-            progress=ctx.progress,
+            notes={"messages": sizes.messages},
         )
-        result.notes = {"messages": sizes.messages}
-        return [result]
-    finally:
-        encrypted.close()
-        plain.close()
-        shutil.rmtree(ctx.tmp / name, ignore_errors=True)
 
 
 BENCHMARKS: dict[str, Callable[[Context], list[Result]]] = {
