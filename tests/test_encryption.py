@@ -294,28 +294,25 @@ def test_the_service_answers_forgotten_and_missing_keys_as_problems(
         kept = store.open_session("kept")
         store.inject(kept, {"role": "user", "content": "hello"})
         store.forget(gone, "asked")
-    monkeypatch.setenv("SESSIONLOG_KEK", text)
-    server = Server(path).start()
-    try:
-        with server.client() as client:
-            assert [m["content"] for m in client.messages("kept")] == ["hello"]
-        with httpx.Client(base_url=server.url) as http:
-            headers = {"authorization": f"Bearer {server.admin_key}"}
-            answer = http.get("/v1/sessions/gone/messages", headers=headers)
-            assert answer.status_code == 410
-            assert answer.json()["type"].endswith(":forgotten")
-    finally:
-        server.stop()
-    monkeypatch.setenv("SESSIONLOG_KEK", "cd" * 32)
-    server = Server(path).start()
-    try:
-        with httpx.Client(base_url=server.url) as http:
-            headers = {"authorization": f"Bearer {server.admin_key}"}
-            answer = http.get("/v1/sessions/kept/messages", headers=headers)
-            assert answer.status_code == 503
-            assert answer.json()["type"].endswith(":key-unavailable")
-    finally:
-        server.stop()
+
+    def messages_of(sid: str, kek: str) -> httpx.Response:
+        """GET the messages of `sid` from a server started with `kek` in $SESSIONLOG_KEK."""
+        monkeypatch.setenv("SESSIONLOG_KEK", kek)
+        server = Server(path).start()
+        try:
+            with httpx.Client(base_url=server.url) as http:
+                headers = {"authorization": f"Bearer {server.admin_key}"}
+                return http.get(f"/v1/sessions/{sid}/messages", headers=headers)
+        finally:
+            server.stop()
+
+    assert [m["content"] for m in messages_of("kept", text).json()["data"]] == ["hello"]
+    answer = messages_of("gone", text)
+    assert answer.status_code == 410
+    assert answer.json()["type"].endswith(":forgotten")
+    answer = messages_of("kept", "cd" * 32)
+    assert answer.status_code == 503
+    assert answer.json()["type"].endswith(":key-unavailable")
 
 
 def test_bundles_and_log_exports_of_a_forgotten_session_carry_no_plaintext(
