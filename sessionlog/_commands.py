@@ -481,7 +481,7 @@ def rebuild(args: argparse.Namespace) -> int:
 
 def forget(args: argparse.Namespace) -> int:
     with opened(args, write=True) as store:
-        store.forget(args.session, args.reason)
+        store.forget(args.session, args.reason, expected_version=args.expected_version)
     print(f"forgot `{args.session}`: its data key is destroyed, its content unreadable for good")
     return EXIT_OK
 

@@ -257,6 +257,13 @@ def _key_commands(command: Callable[..., _Command]) -> None:
     )
     o.add_argument("session", metavar="SESSION", help="the session to forget")
     o.add_argument("--reason", metavar="TEXT", help="recorded in the session_forgotten event")
+    o.add_argument(
+        "--expected-version",
+        type=int,
+        metavar="N",
+        help="forget only if the session's stream is still at version N (what you inspected); "
+        "else refuse with nothing destroyed",
+    )
 
     o = command(
         "rotate-keys",

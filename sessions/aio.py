@@ -26,8 +26,10 @@ Verb = Callable[Concatenate[SessionStore, P], T]
 Awaited = Callable[Concatenate["AsyncSessionStore", P], Coroutine[Any, Any, T]]
 
 
-def _reads(verb: Verb[P, T]) -> Awaited[P, T]:
-    """The awaited namesake of the store's read `verb`: it runs on the store's worker."""
+def _on_worker(verb: Verb[P, T]) -> Awaited[P, T]:
+    """The awaited namesake of the store's `verb`, run on the store's worker: the reads, and the
+    verbs that commit on their own, in steps, outside the group commit (forgetting, sweeping,
+    re-wrapping keys, truncating the log)."""
 
     async def awaited(self: AsyncSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self.run(verb, self.store, *args, **kwargs)
@@ -115,11 +117,11 @@ class AsyncSessionStore:
     async def open_session(self, session_id: str | None = None, **options: Any) -> str:
         return await self._write(self.store.open_session, session_id, **options)
 
-    exists = _reads(SessionStore.exists)
+    exists = _on_worker(SessionStore.exists)
     inject = _writes(SessionStore.inject)
     inject_many = _writes(SessionStore.inject_many)
-    messages = _reads(SessionStore.messages)
-    length = _reads(SessionStore.length)
+    messages = _on_worker(SessionStore.messages)
+    length = _on_worker(SessionStore.length)
     pop = _writes(SessionStore.pop)
     rewind = _writes(SessionStore.rewind)
     reset = _writes(SessionStore.reset)
@@ -127,6 +129,10 @@ class AsyncSessionStore:
     fork_at = _writes(SessionStore.fork_at)
     delete = _writes(SessionStore.delete)
     close_session = _writes(SessionStore.close_session)
-    snapshot = _reads(SessionStore.snapshot)
-    summary = _reads(SessionStore.summary)
-    list_sessions = _reads(SessionStore.list_sessions)
+    snapshot = _on_worker(SessionStore.snapshot)
+    summary = _on_worker(SessionStore.summary)
+    list_sessions = _on_worker(SessionStore.list_sessions)
+    forget = _on_worker(SessionStore.forget)
+    rotate_keys = _on_worker(SessionStore.rotate_keys)
+    sweep = _on_worker(SessionStore.sweep)
+    truncate_log = _on_worker(SessionStore.truncate_log)

@@ -4,6 +4,7 @@ while the log still verifies; a wrong or missing key refuses and changes nothing
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -415,6 +416,8 @@ def test_the_command_line_forgets_and_rotates(tmp_path: Path) -> None:
         gone, _ = plant(store, "cli")
         kept, _ = plant(store, "cli-kept")
     env = {"SESSIONLOG_KEK": text}
+    stale = run("forget", gone, "--expected-version", "1", store=path, env=env)
+    assert stale.returncode != 0 and "expected version 1 for stream" in stale.stderr
     done = run("forget", gone, "--reason", "erasure request", store=path, env=env)
     assert done.returncode == 0 and f"forgot `{gone}`" in done.stdout
     (tmp_path / "new.kek").write_text("cd" * 32)
@@ -427,6 +430,39 @@ def test_the_command_line_forgets_and_rotates(tmp_path: Path) -> None:
         assert store.snapshot(kept)["system_prompt"] == "cli-kept-prompt-7f3a"
         with pytest.raises(ForgottenError):
             store.snapshot(gone)
+
+
+def test_the_async_face_forgets_rotates_and_sweeps(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sessions import ConcurrencyError, RetentionPolicy
+    from sessions.aio import AsyncSessionStore
+
+    async def main() -> None:
+        path = tmp_path / "aio"
+        async with await AsyncSessionStore.open(path, keys=KEY) as store:
+            gone = await store.open_session(title="gone-7f3a")
+            await store.inject(gone, {"role": "user", "content": "gone-msg-7f3a"})
+            with pytest.raises(ConcurrencyError):
+                await store.forget(gone, "stale", expected_version=1)
+            assert (await store.messages(gone))[0]["content"] == "gone-msg-7f3a"
+            await store.forget(gone, "erasure", expected_version=2)
+            with pytest.raises(ForgottenError):
+                await store.messages(gone)
+            closed = await store.open_session(title="closed-7f3a")
+            await store.close_session(closed)
+            later = datetime.now(UTC) + timedelta(days=30)
+            report = await store.sweep(RetentionPolicy(max_age=timedelta(days=1)), later)
+            assert report.forgotten == [closed]
+            kept = await store.open_session(title="kept-7f3a")
+            assert await store.rotate_keys(OTHER) == 1  # the one key not destroyed
+        with SessionStore.open(path, keys=OTHER) as reopened:
+            assert reopened.verify().ok
+            assert reopened.snapshot(kept)["title"] == "kept-7f3a"
+            with pytest.raises(ForgottenError):
+                reopened.snapshot(closed)
+
+    asyncio.run(main())
 
 
 def test_a_rotation_by_another_process_stops_this_one_wrapping_under_the_old_key(
