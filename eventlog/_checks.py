@@ -15,8 +15,9 @@ import msgspec
 
 from eventlog import _codec, limits
 from eventlog._storage import stream_key
-from eventlog.errors import InvalidArgumentError, LimitExceededError
+from eventlog.errors import InvalidArgumentError
 from eventlog.events import Event
+from eventlog.limits import check_at_most
 
 
 class ExpectedVersion(enum.Enum):
@@ -64,10 +65,9 @@ def _checked_stream(stream: object) -> bytes:
         key = stream_key(stream)
     except UnicodeEncodeError as exc:
         raise InvalidArgumentError(f"stream name {stream!r} is not valid UTF-8: {exc}") from exc
-    if len(key) - 1 > limits.stream_name_bytes_max:
-        raise LimitExceededError(
-            "stream name", "stream_name_bytes_max", limits.stream_name_bytes_max, len(key) - 1
-        )
+    check_at_most(
+        len(key) - 1, limits.stream_name_bytes_max, "stream_name_bytes_max", "stream name"
+    )
     return key
 
 
@@ -93,10 +93,7 @@ def check_page(after: object, limit: object, what: str) -> tuple[int, int]:
         )
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(f"{what}: `limit` must be an int >= 1, got {limit!r}")
-    if limit > limits.read_page_events_max:
-        raise LimitExceededError(
-            f"{what} page", "read_page_events_max", limits.read_page_events_max, limit
-        )
+    check_at_most(limit, limits.read_page_events_max, "read_page_events_max", f"{what} page")
     return after, limit
 
 
@@ -118,8 +115,7 @@ def check_events(events: object) -> Sequence[Event]:
     if not events:
         raise InvalidArgumentError("append needs at least one event")
     most = limits.events_per_append_max
-    if len(events) > most:
-        raise LimitExceededError("events in one append", "events_per_append_max", most, len(events))
+    check_at_most(len(events), most, "events_per_append_max", "events in one append")
     for index, event in enumerate(events):
         if not isinstance(event, Event):
             raise InvalidArgumentError(
@@ -137,8 +133,7 @@ def check_meta(meta: object) -> dict[str, Any]:
         size = _codec.encode_meta(meta)
     except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgumentError(f"meta cannot be stored: {exc}") from exc
-    if size > limits.meta_bytes_max:
-        raise LimitExceededError("meta", "meta_bytes_max", limits.meta_bytes_max, size)
+    check_at_most(size, limits.meta_bytes_max, "meta_bytes_max", "meta")
     return meta
 
 
@@ -150,13 +145,12 @@ def check_idempotency_key(meta: dict[str, Any]) -> str | None:
         raise InvalidArgumentError(
             f'meta["idempotency_key"] must be a non-empty str, got {type(key).__name__} {key!r}'
         )
-    if len(key) > limits.idempotency_key_chars_max:
-        raise LimitExceededError(
-            'meta["idempotency_key"]',
-            "idempotency_key_chars_max",
-            limits.idempotency_key_chars_max,
-            len(key),
-        )
+    check_at_most(
+        len(key),
+        limits.idempotency_key_chars_max,
+        "idempotency_key_chars_max",
+        'meta["idempotency_key"]',
+    )
     return key
 
 

@@ -36,13 +36,13 @@ from eventlog._view import LogView
 from eventlog.errors import (
     ConfigurationError,
     InvalidArgumentError,
-    LimitExceededError,
     LogClosedError,
     StorageError,
     StoreBusyError,
     StoreFullError,
 )
 from eventlog.events import Event
+from eventlog.limits import check_at_most
 
 logger = logging.getLogger("sessionlog.eventlog")
 _T = TypeVar("_T")
@@ -547,10 +547,7 @@ class EventLog:
         if after is not None:
             check_page(after, 1, "subscribe")
         live = self._subscriptions.live
-        if len(live) >= limits.subscribers_max:
-            raise LimitExceededError(
-                "subscribers", "subscribers_max", limits.subscribers_max, len(live) + 1
-            )
+        check_at_most(len(live) + 1, limits.subscribers_max, "subscribers_max", "subscribers")
         subscription = Subscription(
             callback,
             stream,

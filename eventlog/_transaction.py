@@ -36,6 +36,7 @@ from eventlog.errors import (
     LimitExceededError,
 )
 from eventlog.events import Event
+from eventlog.limits import check_at_most
 
 Projector = Callable[["Transaction", list[Envelope]], None]
 
@@ -316,13 +317,12 @@ class Transaction(LogView):
 
     def _reserve(self, size: int) -> None:
         """Count `size` more bytes against `transaction_bytes_max`, or refuse them."""
-        if self._bytes + size > limits.transaction_bytes_max:
-            raise LimitExceededError(
-                "transaction bytes",
-                "transaction_bytes_max",
-                limits.transaction_bytes_max,
-                self._bytes + size,
-            )
+        check_at_most(
+            self._bytes + size,
+            limits.transaction_bytes_max,
+            "transaction_bytes_max",
+            "transaction bytes",
+        )
         self._bytes += size
 
     def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
@@ -331,10 +331,9 @@ class Transaction(LogView):
             raise InvalidArgumentError(
                 f"projection value must be bytes, got {type(value).__name__}"
             )
-        if len(value) > limits.kv_value_bytes_max:
-            raise LimitExceededError(
-                "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
-            )
+        check_at_most(
+            len(value), limits.kv_value_bytes_max, "kv_value_bytes_max", "projection value"
+        )
         self._reserve(len(key) + len(value))
         self.writes += 1
         try:

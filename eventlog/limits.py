@@ -1,10 +1,13 @@
 """Every bound sessionlog enforces, in one place, each with the reason it exists.
 
 Names end with their unit. Code elsewhere imports these constants instead of writing numbers; a
-limit that is reached raises `LimitExceededError` naming the limit, the value and where it came from.
+limit that is reached raises `LimitExceededError` naming the limit, the value and where it came from
+(`check_at_most`, at the end, is that check written once).
 """
 
 from typing import Final
+
+from eventlog.errors import LimitExceededError
 
 # The log
 
@@ -122,3 +125,18 @@ list_page_sessions_max: Final = 200
 hot_sessions_default: Final = 128
 """Sessions whose decoded transcripts the engine keeps in memory by default (least recently used
 go first; eviction only drops a cache, never data)."""
+
+
+# Checking a bound
+
+
+def check_at_most(
+    actual: int, limit: int, limit_name: str, what: str, *, index: int | None = None
+) -> None:
+    """Refuse `actual` when it is over `limit`, the bound called `limit_name`: a
+    `LimitExceededError` saying that `what` went past it, with `index` set to the failing item
+    when the value belongs to one item of a batch."""
+    if actual > limit:
+        error = LimitExceededError(what, limit_name, limit, actual)
+        error.index = index
+        raise error

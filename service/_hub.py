@@ -14,7 +14,8 @@ import json
 from collections import deque
 from typing import Any
 
-from eventlog import Envelope, LimitExceededError, Subscription, to_builtins
+from eventlog import Envelope, Subscription, to_builtins
+from eventlog.limits import check_at_most
 from service import _limits
 from sessions import SessionStore
 
@@ -131,13 +132,12 @@ class Hub:
             stream.wake.set()
 
     def open(self, session_id: str | None) -> Stream:
-        if self._count >= _limits.streams_per_process_max:
-            raise LimitExceededError(
-                "open event streams",
-                "streams_per_process_max",
-                _limits.streams_per_process_max,
-                self._count + 1,
-            )
+        check_at_most(
+            self._count + 1,
+            _limits.streams_per_process_max,
+            "streams_per_process_max",
+            "open event streams",
+        )
         stream = Stream(session_id)
         if session_id is None:
             self._whole.add(stream)

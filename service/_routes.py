@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventlog import InvalidArgumentError, LimitExceededError, UnknownSessionError
+from eventlog import InvalidArgumentError, UnknownSessionError
+from eventlog.limits import check_at_most
 from service import _limits
 from service import _schemas as sc
 from service._access import OWNER_KEY, Caller, check_visible, may_see, owned_metadata
@@ -178,13 +179,12 @@ async def get_session(request: Request) -> Response:
         summary = source.summary(sid)
         if summary is None:
             raise UnknownSessionError(sid, "snapshot")
-        if summary["length"] > _limits.snapshot_messages_max:
-            raise LimitExceededError(
-                f"snapshot of `{sid}`: transcript length (read it by pages from .../messages)",
-                "snapshot_messages_max",
-                _limits.snapshot_messages_max,
-                summary["length"],
-            )
+        check_at_most(
+            summary["length"],
+            _limits.snapshot_messages_max,
+            "snapshot_messages_max",
+            f"snapshot of `{sid}`: transcript length (read it by pages from .../messages)",
+        )
         snapshot = source.snapshot(sid) or {}
         answer = session_resource(snapshot)
         answer["transcript"] = snapshot.get("transcript", [])
@@ -280,8 +280,7 @@ def _length_at(store: SessionStore, session_id: str, position: int) -> int:
 
 
 def _past(store: SessionStore, position: int, what: str) -> SessionStore:
-    if position > _limits.as_of_position_max:
-        raise LimitExceededError(what, "as_of_position_max", _limits.as_of_position_max, position)
+    check_at_most(position, _limits.as_of_position_max, "as_of_position_max", what)
     return store.as_of(position)
 
 
@@ -323,12 +322,12 @@ async def inject(request: Request) -> Response:
     body, raw = await read_json(request, sc.InjectMessages)
     if (body.message is None) == (body.messages is None):
         raise InvalidArgumentError("inject: give exactly one of `message` or `messages`")
-    if body.messages is not None and len(body.messages) > _limits.messages_per_request_max:
-        raise LimitExceededError(
-            "inject: messages",
-            "messages_per_request_max",
-            _limits.messages_per_request_max,
+    if body.messages is not None:
+        check_at_most(
             len(body.messages),
+            _limits.messages_per_request_max,
+            "messages_per_request_max",
+            "inject: messages",
         )
 
     def act() -> Answer:

@@ -13,12 +13,12 @@ import msgspec
 
 from eventlog import (
     InvalidArgumentError,
-    LimitExceededError,
     SessionLogError,
     check_plain,
     limits,
 )
 from eventlog import events as ev
+from eventlog.limits import check_at_most
 from sessions._messages import check_item, plain_message, to_message
 
 _SIZE_ENCODER = msgspec.msgpack.Encoder()
@@ -69,15 +69,14 @@ def _unpacked(packed: PackedMessages) -> tuple[list[ev.Message], list[int]]:
                 f"{where}: a message needs a non-empty `role` and no `sealed`", index=index
             )
         _check_open_fields(message, where, index)
-        if message.files is not None and len(message.files) > limits.files_per_message_max:
-            too_many = LimitExceededError(
-                f"{where}: files attached to one message",
-                "files_per_message_max",
-                limits.files_per_message_max,
+        if message.files is not None:
+            check_at_most(
                 len(message.files),
+                limits.files_per_message_max,
+                "files_per_message_max",
+                f"{where}: files attached to one message",
+                index=index,
             )
-            too_many.index = index
-            raise too_many
         parsed.append(message)
         sizes.append(end - start)
         start = end

@@ -12,7 +12,8 @@ import time
 import uuid
 from contextvars import ContextVar
 
-from eventlog import InvalidArgumentError, LimitExceededError, limits
+from eventlog import InvalidArgumentError, limits
+from eventlog.limits import check_at_most
 
 SYSTEM_PREFIX = "$"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -52,10 +53,7 @@ def check_session_id(session_id: object, *, where: str) -> str:
         size = len(session_id.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidArgumentError(f"{where}: session id is not valid UTF-8: {exc}") from exc
-    if size > limits.session_id_bytes_max:
-        raise LimitExceededError(
-            f"{where}: session id", "session_id_bytes_max", limits.session_id_bytes_max, size
-        )
+    check_at_most(size, limits.session_id_bytes_max, "session_id_bytes_max", f"{where}: session id")
     return session_id
 
 

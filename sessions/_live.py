@@ -14,12 +14,12 @@ import projections as pj
 from eventlog import (
     ControllerConflictError,
     InvalidArgumentError,
-    LimitExceededError,
     check_encodable,
     limits,
     to_builtins,
 )
 from eventlog import events as ev
+from eventlog.limits import check_at_most
 from sessions._checks import check_dict, check_policy, check_text, client_dict
 from sessions._host import Command, SessionHost
 from sessions._messages import to_message
@@ -74,10 +74,9 @@ class LiveVerbs(SessionHost):
         options = _options(opts, frozenset(("source", "reason", "metadata")), verb)
         data = check_dict(scratchpad, "scratchpad", verb, optional=False)
         size = check_encodable(data, what=f"{verb}: `scratchpad`")
-        if size > limits.scratchpad_bytes_max:
-            raise LimitExceededError(
-                f"{verb}: scratchpad", "scratchpad_bytes_max", limits.scratchpad_bytes_max, size
-            )
+        check_at_most(
+            size, limits.scratchpad_bytes_max, "scratchpad_bytes_max", f"{verb}: scratchpad"
+        )
         fields = _provenance(options, verb)
 
         def decide(cmd: Command) -> int:
@@ -279,15 +278,12 @@ class LiveVerbs(SessionHost):
         return {"ok": True, "client_id": client, "request": body}
 
     def _check_client_room(self, state: pj.SessionState, client: str, verb: str) -> None:
-        if (
-            _find(state, client) is None
-            and len(state.clients) >= limits.live_clients_per_session_max
-        ):
-            raise LimitExceededError(
-                f"{verb}: live clients of `{state.session_id}`",
-                "live_clients_per_session_max",
-                limits.live_clients_per_session_max,
+        if _find(state, client) is None:
+            check_at_most(
                 len(state.clients) + 1,
+                limits.live_clients_per_session_max,
+                "live_clients_per_session_max",
+                f"{verb}: live clients of `{state.session_id}`",
             )
 
     @staticmethod

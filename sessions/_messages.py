@@ -26,6 +26,7 @@ from eventlog import (
     to_builtins,
 )
 from eventlog import events as ev
+from eventlog.limits import check_at_most
 
 _KNOWN = frozenset(
     (
@@ -109,13 +110,12 @@ def to_message(message: object, *, where: str) -> ev.Message:
     extra = {key: value for key, value in message.items() if key not in _KNOWN}
     files = known.get("files")
     if isinstance(files, list):
-        if len(files) > limits.files_per_message_max:
-            raise LimitExceededError(
-                f"{where}: files attached to one message",
-                "files_per_message_max",
-                limits.files_per_message_max,
-                len(files),
-            )
+        check_at_most(
+            len(files),
+            limits.files_per_message_max,
+            "files_per_message_max",
+            f"{where}: files attached to one message",
+        )
         known["files"] = [
             {"path": item} if isinstance(item, str) else _split(item, _FILE_FIELDS)
             for item in files

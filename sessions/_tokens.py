@@ -27,7 +27,6 @@ import projections as pj
 from eventlog import (
     ConcurrencyError,
     InvalidArgumentError,
-    LimitExceededError,
     LogView,
     SessionExistsError,
     Transaction,
@@ -35,6 +34,7 @@ from eventlog import (
     limits,
 )
 from eventlog import events as ev
+from eventlog.limits import check_at_most
 from sessions._checks import iso
 from sessions._host import SessionHost, append, transact
 
@@ -188,13 +188,12 @@ def check_attributes(attributes: object, verb: str) -> dict[str, Any]:
     # A JSON round trip gives the stored value its own lists and dicts, none shared with the caller.
     text = json.dumps(attributes, separators=(",", ":"), ensure_ascii=False)
     size = len(text.encode())
-    if size > limits.bearer_attributes_bytes_max:
-        raise LimitExceededError(
-            f"{verb}: `attributes` as JSON",
-            "bearer_attributes_bytes_max",
-            limits.bearer_attributes_bytes_max,
-            size,
-        )
+    check_at_most(
+        size,
+        limits.bearer_attributes_bytes_max,
+        "bearer_attributes_bytes_max",
+        f"{verb}: `attributes` as JSON",
+    )
     copied: dict[str, Any] = json.loads(text)
     return copied
 
@@ -204,13 +203,9 @@ def _check_principal(principal: object, verb: str) -> str:
         raise InvalidArgumentError(
             f"{verb}: `principal` must be a non-empty str, got {principal!r:.64}"
         )
-    if len(principal) > limits.principal_chars_max:
-        raise LimitExceededError(
-            f"{verb}: `principal`",
-            "principal_chars_max",
-            limits.principal_chars_max,
-            len(principal),
-        )
+    check_at_most(
+        len(principal), limits.principal_chars_max, "principal_chars_max", f"{verb}: `principal`"
+    )
     return principal
 
 

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import projections as pj
-from eventlog import InvalidArgumentError, LimitExceededError, LogView, to_builtins
+from eventlog import InvalidArgumentError, LogView, to_builtins
 from eventlog import events as ev
 from eventlog.errors import ConfigurationError
+from eventlog.limits import check_at_most
 from sessions._checks import check_dict
 from sessions._ids import uuid7
 from sessions._messages import to_message
@@ -32,10 +33,9 @@ def check_id(value: object, name: str, where: str) -> str:
         return uuid7()
     if not isinstance(value, str) or not value or "\x00" in value:
         raise InvalidArgumentError(f"{where}: `{name}` must be a non-empty str, got {value!r}")
-    if len(value) > _limits.request_id_chars_max:
-        raise LimitExceededError(
-            f"{where}: `{name}`", "request_id_chars_max", _limits.request_id_chars_max, len(value)
-        )
+    check_at_most(
+        len(value), _limits.request_id_chars_max, "request_id_chars_max", f"{where}: `{name}`"
+    )
     return value
 
 
@@ -53,10 +53,7 @@ def check_loop(
 def check_prompt(prompt: object, where: str) -> str:
     if not isinstance(prompt, str) or not prompt:
         raise InvalidArgumentError(f"{where}: `prompt` must be a non-empty str, got {prompt!r:.80}")
-    if len(prompt) > _limits.prompt_chars_max:
-        raise LimitExceededError(
-            f"{where}: prompt", "prompt_chars_max", _limits.prompt_chars_max, len(prompt)
-        )
+    check_at_most(len(prompt), _limits.prompt_chars_max, "prompt_chars_max", f"{where}: prompt")
     return prompt
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from eventlog import LimitExceededError
 from eventlog.errors import ConfigurationError
+from eventlog.limits import check_at_most
 from sessions.runtime import _limits
 
 PASS = "pass"
@@ -55,10 +55,9 @@ def filter_name(check: InputFilter) -> str:
 
 def check_filters(filters: Iterable[InputFilter]) -> tuple[InputFilter, ...]:
     found = tuple(filters)
-    if len(found) > _limits.input_filters_max:
-        raise LimitExceededError(
-            "Runtime: input_filters", "input_filters_max", _limits.input_filters_max, len(found)
-        )
+    check_at_most(
+        len(found), _limits.input_filters_max, "input_filters_max", "Runtime: input_filters"
+    )
     for check in found:
         if not callable(check):
             raise ConfigurationError(

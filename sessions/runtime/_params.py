@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog import InvalidArgumentError, LimitExceededError, check_encodable
+from eventlog import InvalidArgumentError, check_encodable
+from eventlog.limits import check_at_most
 from sessions.runtime import _limits
 
 FIELDS = (
@@ -84,8 +85,7 @@ def camel_params(params: Mapping[str, Any]) -> dict[str, Any]:
 def _text(item: object, where: str, limit: int, limit_name: str) -> str:
     if not isinstance(item, str) or not item:
         raise InvalidArgumentError(f"{where} must be a non-empty str, got {item!r:.80}")
-    if len(item) > limit:
-        raise LimitExceededError(where, limit_name, limit, len(item))
+    check_at_most(len(item), limit, limit_name, where)
     return item
 
 
@@ -122,8 +122,7 @@ def _top_p(item: object, where: str) -> float:
 def _stop_sequences(item: object, where: str) -> list[str]:
     if isinstance(item, (str, bytes)) or not isinstance(item, (list, tuple)):
         raise InvalidArgumentError(f"{where} must be a list of str, got {type(item).__name__}")
-    if len(item) > _limits.stop_sequences_max:
-        raise LimitExceededError(where, "stop_sequences_max", _limits.stop_sequences_max, len(item))
+    check_at_most(len(item), _limits.stop_sequences_max, "stop_sequences_max", where)
     return [
         _text(s, f"{where}[{i}]", _limits.stop_sequence_chars_max, "stop_sequence_chars_max")
         for i, s in enumerate(item)
@@ -137,10 +136,7 @@ def _provider_specific(item: object, where: str) -> dict[str, Any]:
         )
     data = dict(item)
     size = check_encodable(data, what=where)
-    if size > _limits.provider_specific_bytes_max:
-        raise LimitExceededError(
-            where, "provider_specific_bytes_max", _limits.provider_specific_bytes_max, size
-        )
+    check_at_most(size, _limits.provider_specific_bytes_max, "provider_specific_bytes_max", where)
     return data
 
 

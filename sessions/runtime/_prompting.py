@@ -22,9 +22,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eventlog import InvalidArgumentError, LimitExceededError, check_encodable, limits
+from eventlog import InvalidArgumentError, check_encodable, limits
 from eventlog import events as ev
 from eventlog.errors import ConfigurationError
+from eventlog.limits import check_at_most
 from projections import _runtime as rt
 from sessions._group import outcome
 from sessions._ids import uuid7
@@ -94,8 +95,7 @@ def check_tools(
                 f"{where}: tool {tool.name!r} has no `fn`, so `on_tool_call` must answer it"
             )
         found[tool.name] = tool
-    if len(found) > _limits.tools_max:
-        raise LimitExceededError(f"{where}: tools", "tools_max", _limits.tools_max, len(found))
+    check_at_most(len(found), _limits.tools_max, "tools_max", f"{where}: tools")
     if on_tool_call is not None and not callable(on_tool_call):
         raise ConfigurationError(f"{where}: `on_tool_call` must be callable")
     return found
@@ -125,10 +125,7 @@ def _tool(item: object, where: str) -> Tool:
 def check_max_steps(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgumentError(f"{where}: `max_steps` must be an int >= 1, got {value!r}")
-    if value > _limits.max_steps_max:
-        raise LimitExceededError(
-            f"{where}: max_steps", "max_steps_max", _limits.max_steps_max, value
-        )
+    check_at_most(value, _limits.max_steps_max, "max_steps_max", f"{where}: max_steps")
     return value
 
 
@@ -169,10 +166,9 @@ def check_files(files: object, where: str) -> list[dict[str, Any]] | None:
         ref.setdefault("name", path.name)
         ref.setdefault("size_bytes", path.stat().st_size)
         refs.append(ref)
-    if len(refs) > limits.files_per_message_max:
-        raise LimitExceededError(
-            f"{where}: files", "files_per_message_max", limits.files_per_message_max, len(refs)
-        )
+    check_at_most(
+        len(refs), limits.files_per_message_max, "files_per_message_max", f"{where}: files"
+    )
     return refs
 
 
