@@ -27,6 +27,7 @@ from replay.agentlogs._common import (
     json_lines,
     text_of,
     text_or,
+    token_counts,
 )
 
 NAME = "claude-code"
@@ -307,12 +308,9 @@ _USAGE = (
 )
 
 
-def _usage(usage: Record) -> dict[str, Any]:
-    counts = {}
-    for key, name in _USAGE:
-        value = usage.get(key)
-        counts[name] = value if type(value) is int and value >= 0 else 0
-    return counts
+def _usage(usage: Record) -> dict[str, int]:
+    """Every count of `_USAGE`: one the record lacks, or holds as something else, is 0."""
+    return {name: 0 for _, name in _USAGE} | token_counts(usage, _USAGE)
 
 
 def _spawned_agent(record: Record, block: Record) -> str | None:

@@ -373,6 +373,14 @@ def text_or(value: object, default: str) -> str:
     return value if isinstance(value, str) and value else default
 
 
+def token_counts(usage: Record, names: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    """A log's token counts under the transcript's usage names: for each `(key, name)` of
+    `names`, the value at `key` when it is a count (an int, not negative); others are left out."""
+    return {
+        name: usage[key] for key, name in names if type(usage.get(key)) is int and usage[key] >= 0
+    }
+
+
 def function_call(call_id: str, name: str, arguments: object) -> dict[str, Any]:
     """A tool call in the engine's (OpenAI chat) shape; `arguments` kept as a JSON string."""
     if not isinstance(arguments, str):

@@ -22,6 +22,7 @@ from replay.agentlogs._common import (
     items,
     text_of,
     text_or,
+    token_counts,
 )
 
 NAME = "gemini-cli"
@@ -32,6 +33,13 @@ _FIELDS = frozenset(
 """The fields of a Gemini CLI message; others are counted as unknown."""
 _WRITING_TOOLS = frozenset(("write_file", "replace", "edit"))
 _SNIFF_ITEMS = 20  # messages looked at to recognise the format
+_TOKENS = (
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("cached", "cache_read_tokens"),
+    ("thoughts", "reasoning_tokens"),
+)
+"""A message's `tokens` counts, each with its name in the transcript's usage."""
 
 
 def looks_like_document(document: object) -> bool:
@@ -91,16 +99,7 @@ def _gemini(built: Built, index: int, message: Record) -> None:
             built.models.append(message["model"])
     tokens = message.get("tokens")
     if isinstance(tokens, dict):
-        target["usage"] = {
-            name: tokens[key]
-            for key, name in (
-                ("input", "input_tokens"),
-                ("output", "output_tokens"),
-                ("cached", "cache_read_tokens"),
-                ("thoughts", "reasoning_tokens"),
-            )
-            if type(tokens.get(key)) is int and tokens[key] >= 0
-        }
+        target["usage"] = token_counts(tokens, _TOKENS)
     if isinstance(message.get("thoughts"), list):
         target["metadata"]["reasoning"] = message["thoughts"]
     calls = [c for c in message.get("toolCalls") or [] if isinstance(c, dict)]

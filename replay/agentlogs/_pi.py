@@ -25,6 +25,7 @@ from replay.agentlogs._common import (
     json_lines,
     text_of,
     text_or,
+    token_counts,
 )
 from replay.agentlogs._pi_tree import MAIN, Branches, Entry, branches
 
@@ -75,6 +76,13 @@ _FIELDS = frozenset(
     )
 )
 """The fields of pi's session entries (all entry types); others are counted as unknown."""
+_USAGE = (
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("cacheRead", "cache_read_tokens"),
+    ("cacheWrite", "cache_write_tokens"),
+)
+"""An assistant message's `usage` counts, each with its name in the transcript's usage."""
 
 
 def looks_like(record: Record) -> bool:
@@ -234,16 +242,7 @@ def _assistant(built: Built, line: int, record: Record, message: Record) -> None
             target["metadata"][key] = message[key]
     usage = message.get("usage")
     if isinstance(usage, dict):
-        target["usage"] = {
-            name: usage[key]
-            for key, name in (
-                ("input", "input_tokens"),
-                ("output", "output_tokens"),
-                ("cacheRead", "cache_read_tokens"),
-                ("cacheWrite", "cache_write_tokens"),
-            )
-            if type(usage.get(key)) is int and usage[key] >= 0
-        }
+        target["usage"] = token_counts(usage, _USAGE)
     texts: list[str] = []
     for block in message.get("content") or []:
         kind = block.get("type") if isinstance(block, dict) else None
