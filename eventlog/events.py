@@ -70,7 +70,9 @@ class Message(_Record, frozen=True):
     item: Any = None
     sealed: bytes | None = None
     """In an encrypted session: every field but `role`, `usage`, `synthetic` and `summary`, as
-    one ciphertext the engine opens on reading (`sessions/_seal.py`); the others are empty."""
+    one ciphertext the engine opens on reading (`sessions/_seal.py`); the others are empty. In a
+    list of a batch event, the first message's holds the ciphertext of the whole list and the
+    others' are empty bytes (older stores hold one ciphertext per message there too)."""
 
 
 class Event(

@@ -64,41 +64,36 @@ def put_refs(
     return slot
 
 
-Opener = Callable[[ev.Message, int, int], ev.Message]
-"""Called on each message read with its reference (position, index): the engine opens sealed
-messages there (`sessions/_seal.py`); the projections never see a key."""
+Opener = Callable[[ev.Event, int], Sequence[ev.Message]]
+"""Called once on each event read for its messages, with its log position: the messages the event
+carries, opened, numbered as `message_of` numbers them. The engine opens sealed messages there
+(`sessions/_seal.py`), a batch event's whole list at once; the projections never see a key."""
 
 
 def messages_at(
     view: LogView, refs: Sequence[tuple[int, int]], opener: Opener | None = None
 ) -> list[ev.Message]:
-    """The messages `refs` (position, index) point at, in order: each event read and hash-checked
-    once, however many of its messages are wanted (a batch holds up to a thousand)."""
+    """The messages `refs` (position, index) point at, in order: each event read, hash-checked
+    and opened once, however many of its messages are wanted (a batch holds up to a thousand)."""
     positions: list[int] = []
     for position, _ in refs:
         if not positions or positions[-1] != position:
             positions.append(position)
+    if opener is not None:
+        opened = {
+            envelope.position: opener(envelope.data, envelope.position)
+            for envelope in view.events_at(positions)
+        }
+        return [opened[position][index] for position, index in refs]
     if len(positions) == len(refs):  # one message per event: the common case
         data = [envelope.data for envelope in view.events_at(positions)]
         injected = ev.MessageInjected
-        found = [  # an injected message, the most common event, without a call
+        return [  # an injected message, the most common event, without a call
             item.message if type(item) is injected else message_of(item, index)
             for item, (_, index) in zip(data, refs, strict=True)
         ]
-    else:
-        events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
-        if opener is not None:  # opened as they are taken: one pass, no list in between
-            return [
-                opener(message_of(events[position], index), position, index)
-                for position, index in refs
-            ]
-        found = [message_of(events[position], index) for position, index in refs]
-    if opener is None:
-        return found
-    return [
-        opener(message, position, index)
-        for message, (position, index) in zip(found, refs, strict=True)
-    ]
+    events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
+    return [message_of(events[position], index) for position, index in refs]
 
 
 def message_of(data: ev.Event, index: int) -> ev.Message:

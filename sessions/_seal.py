@@ -8,10 +8,19 @@ them without a key).
 What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
 clients: `verify`, the projections and paging need no key.
 
-Each ciphertext is AES-256-GCM under the data key of the session that wrote it, with a header
-saying which key (its keyring slot), the log position and the index of the message in its event;
-the header and the field's name are the associated data, so a ciphertext moved to another event,
-field or session fails to open. A fork's shared prefix stays sealed under its parent's key.
+Each ciphertext is AES-256-GCM under the data key of the session that wrote it, behind a header
+that starts with its format:
+- format 1, one message or value: which key (its keyring slot), the log position and the index of
+  the message in its event (0 for a value);
+- format 2, the whole list of a batch event (`messages_injected`, `session_compacted`), encoded
+  and sealed as one ciphertext in the first message's `sealed`: which key, the log position and
+  how many messages the list holds. Every message keeps its readable part (role, usage and the
+  flags) and an empty `sealed`. Opening a list costs one call for the batch instead of one per
+  message; reading a few messages of a big batch opens all of it.
+The header and the field's name are the associated data, so a ciphertext moved to another event,
+field or session, cut short or altered fails to open (`IntegrityError` naming the position). New
+writes seal batches in format 2; format 1 batches, as older stores hold them, read as before. A
+fork's shared prefix stays sealed under its parent's key.
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ from sessions._keys import NONCE_BYTES
 _HEADER = struct.Struct(">BIQH")
 """Format (1), keyring slot, log position, index of the message in its event."""
 _FORMAT = 1
+_BATCH_HEADER = struct.Struct(">BIQI")
+"""Format (2), keyring slot, log position, number of messages in the list."""
+_BATCH_FORMAT = 2
+_TAG_BYTES = 16
 SEALED_TEXT = "\x00sealed:"
 """How a sealed text or value starts (then base64 of header, nonce and ciphertext): JSON carries
 it, and no text a caller gives starts with a NUL."""
@@ -50,6 +63,7 @@ it, and no text a caller gives starts with a NUL."""
 _MESSAGES_CODEC = StructCodec(ev.Message, "sealed message")
 _MESSAGE_DECODER = msgspec.msgpack.Decoder(ev.Message)
 """The same decoding without the codec's wrapping call, for the opener's common case."""
+_BATCH_DECODER = msgspec.msgpack.Decoder(list[ev.Message])
 _VALUES_CODEC = StructCodec(object, "sealed value")
 
 _MESSAGES: dict[type[ev.Event], tuple[str, ...]] = {
@@ -139,11 +153,8 @@ class Sealer:
         for index, name in enumerate(_MESSAGES.get(kind, ())):
             changes[name] = seal_message(aead, slot, position, index, getattr(event, name))
         listed = _MESSAGE_LISTS.get(kind)
-        if listed is not None:
-            changes[listed] = [
-                seal_message(aead, slot, position, index, message)
-                for index, message in enumerate(getattr(event, listed))
-            ]
+        if listed is not None and getattr(event, listed):
+            changes[listed] = seal_batch(aead, slot, position, listed, getattr(event, listed))
         for name in _TEXTS.get(kind, ()):
             text = getattr(event, name)
             if text is not None:
@@ -171,37 +182,33 @@ class Sealer:
 
     # Reading
 
-    def opener(self, view: LogView, state: pj.SessionState, verb: str) -> pj.Opener | None:
-        """What opens the messages of `state`'s transcript; None for a session never encrypted
-        (its inherited messages may still be: a fork of an encrypted parent)."""
+    def opener(self, view: LogView, state: pj.SessionState, verb: str) -> pj.Opener:
+        """What opens the messages of `state`'s transcript, an event at a time (a fork of an
+        encrypted parent opens what it inherited even when it is plain itself)."""
         if state.forgotten:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
         keys = _Keys(self.keyring, state.key_slot, verb)
-        found, unpack = keys.found, _HEADER.unpack_from
-        size, body_at, decode = _HEADER.size, _HEADER.size + NONCE_BYTES, _MESSAGE_DECODER.decode
+        open_message = _message_opener(keys)
+        lists, singles = _MESSAGE_LISTS, _MESSAGES
 
-        def open_message(message: ev.Message, position: int, index: int) -> ev.Message:
-            # The common case inline (a snapshot opens thousands); anything unusual (a short or
-            # moved ciphertext, a key not yet looked up or destroyed, bytes that do not decode)
-            # takes `open_message_at`, which names what is wrong.
-            blob = message.sealed
-            if blob is None:
-                return message
-            if len(blob) > body_at:
-                form, slot, at, at_index = unpack(blob)
-                key = found.get(slot)
-                if key is not None and at == position and at_index == index and form == _FORMAT:
-                    try:
-                        found_message: ev.Message = decode(
-                            key.decrypt(blob[size:body_at], blob[body_at:], blob[:size] + _M)
-                        )
-                    except (InvalidTag, *DECODE_ERRORS):
-                        pass
-                    else:
-                        return found_message
-            return open_message_at(keys, message, position, index)
+        def open_event(data: ev.Event, position: int) -> Sequence[ev.Message]:
+            if type(data) is ev.MessageInjected:  # the most common event
+                return (open_message(data.message, position, 0),)
+            field = lists.get(type(data))
+            if field is None:
+                return [
+                    open_message(getattr(data, name), position, index)
+                    for index, name in enumerate(singles[type(data)])
+                ]
+            messages: list[ev.Message] = getattr(data, field)
+            first = messages[0].sealed if messages else None
+            if first and first[0] == _BATCH_FORMAT:
+                return open_batch(keys, messages, position, field)
+            return [
+                open_message(message, position, index) for index, message in enumerate(messages)
+            ]
 
-        return open_message
+        return open_event
 
     def open_state(self, state: pj.SessionState, verb: str) -> pj.SessionState:
         """`state` with its sealed texts and values opened (those under a destroyed key of an
@@ -257,6 +264,33 @@ def seal_message(
     )
 
 
+def seal_batch(
+    aead: AESGCM, slot: int, position: int, field: str, messages: list[ev.Message]
+) -> list[ev.Message]:
+    """`messages`, the list `field` of the event at `position`, sealed whole (format 2): the first
+    message's `sealed` holds the ciphertext, every message keeps its readable part."""
+    if any(message.sealed is not None for message in messages):
+        raise InvalidArgumentError(
+            "a message given to an encrypted session carries `sealed` already; it is the "
+            "engine's field"
+        )
+    header = _BATCH_HEADER.pack(_BATCH_FORMAT, slot, position, len(messages))
+    nonce = os.urandom(NONCE_BYTES)
+    body = aead.encrypt(nonce, _VALUES_CODEC.encode(messages), _aad(header, field))
+    shells = [
+        ev.Message(
+            role=message.role,
+            usage=message.usage,
+            synthetic=message.synthetic,
+            summary=message.summary,
+            sealed=b"",
+        )
+        for message in messages
+    ]
+    shells[0] = msgspec.structs.replace(shells[0], sealed=header + nonce + body)
+    return shells
+
+
 def _seal_value(aead: AESGCM, slot: int, position: int, label: str, value: Any) -> str:
     header = _HEADER.pack(_FORMAT, slot, position, 0)
     nonce = os.urandom(NONCE_BYTES)
@@ -281,13 +315,26 @@ class _Keys:
         self.found[slot] = key
         return key
 
-    def open(self, blob: bytes, label: str, check: Callable[[int, int], None] | None) -> Any:
+    def open(
+        self,
+        blob: bytes,
+        label: str,
+        check: Callable[[int, int], None] | None,
+        at: int | None = None,
+    ) -> Any:
+        """The plaintext of `blob` (format 1), sealed as `label`; `at`: the log position it was
+        read at, when known, for the errors to name."""
+        read_at = "" if at is None else f" read at position {at}"
         if len(blob) < _HEADER.size + NONCE_BYTES:
-            raise IntegrityError(f"{self.verb}: a sealed value of {len(blob)} bytes is cut short")
+            raise IntegrityError(
+                f"{self.verb}: a sealed value of {len(blob)} bytes{read_at} is cut short", at
+            )
         header = blob[: _HEADER.size]
         form, slot, position, index = _HEADER.unpack(header)
         if form != _FORMAT:
-            raise IntegrityError(f"{self.verb}: sealed format {form} is not known here")
+            raise IntegrityError(
+                f"{self.verb}: a sealed value{read_at} is in format {form}, not {_FORMAT}", at
+            )
         if check is not None:
             check(position, index)
         key = self.get(slot)
@@ -330,6 +377,35 @@ def _unbase(text: str) -> bytes:
         raise IntegrityError("a sealed value is not base64") from exc
 
 
+def _message_opener(keys: _Keys) -> Callable[[ev.Message, int, int], ev.Message]:
+    """What opens one message sealed on its own (format 1) with `keys`, given where it was read."""
+    found, unpack = keys.found, _HEADER.unpack_from
+    size, body_at, decode = _HEADER.size, _HEADER.size + NONCE_BYTES, _MESSAGE_DECODER.decode
+
+    def open_message(message: ev.Message, position: int, index: int) -> ev.Message:
+        # The common case inline; anything unusual (a short or moved ciphertext, a key not yet
+        # looked up or destroyed, bytes that do not decode) takes `open_message_at`, which names
+        # what is wrong.
+        blob = message.sealed
+        if blob is None:
+            return message
+        if len(blob) > body_at:
+            form, slot, at, at_index = unpack(blob)
+            key = found.get(slot)
+            if key is not None and at == position and at_index == index and form == _FORMAT:
+                try:
+                    found_message: ev.Message = decode(
+                        key.decrypt(blob[size:body_at], blob[body_at:], blob[:size] + _M)
+                    )
+                except (InvalidTag, *DECODE_ERRORS):
+                    pass
+                else:
+                    return found_message
+        return open_message_at(keys, message, position, index)
+
+    return open_message
+
+
 def open_message_at(keys: _Keys, message: ev.Message, position: int, index: int) -> ev.Message:
     """The message sealed in `message`, read at log position `position`, index `index`; a
     placeholder saying so when its key (an ancestor's) was destroyed."""
@@ -343,15 +419,56 @@ def open_message_at(keys: _Keys, message: ev.Message, position: int, index: int)
             )
 
     assert message.sealed is not None
-    plain = keys.open(message.sealed, "message", check)
+    plain = keys.open(message.sealed, "message", check, position)
     if plain is _FORGOTTEN:
-        return ev.Message(
-            role=message.role,
-            synthetic=message.synthetic,
-            summary=message.summary,
-            metadata={"forgotten": True},
-        )
+        return _forgotten(message)
     return _MESSAGES_CODEC.decode(plain)
+
+
+def open_batch(
+    keys: _Keys, shells: list[ev.Message], position: int, field: str
+) -> list[ev.Message]:
+    """The list `field` of the event at log position `position`, sealed whole (format 2) in the
+    first of its `shells`; placeholders saying so when its key (an ancestor's) was destroyed."""
+    blob = shells[0].sealed
+    assert blob is not None
+    size = _BATCH_HEADER.size
+    where = f"{keys.verb}: the sealed list of {len(shells)} messages at position {position}"
+    if len(blob) < size + NONCE_BYTES + _TAG_BYTES:
+        raise IntegrityError(f"{where} is cut short ({len(blob)} bytes)", position)
+    header = blob[:size]
+    _, slot, at, count = _BATCH_HEADER.unpack(header)
+    if (at, count) != (position, len(shells)):
+        raise IntegrityError(
+            f"{where} was written at position {at} with {count} messages: it was moved", position
+        )
+    key = keys.get(slot)
+    if key is None:
+        return [_forgotten(shell) for shell in shells]
+    try:
+        plain = key.decrypt(
+            blob[size : size + NONCE_BYTES], blob[size + NONCE_BYTES :], header + field.encode()
+        )
+        opened = _BATCH_DECODER.decode(plain)
+    except InvalidTag as exc:
+        raise IntegrityError(
+            f"{where} does not open with its key as `{field}`: it was altered or moved", position
+        ) from exc
+    except DECODE_ERRORS as exc:
+        raise IntegrityError(f"{where} opens but does not decode: {exc}", position) from exc
+    if len(opened) != count:
+        raise IntegrityError(f"{where} holds {len(opened)} messages", position)
+    return opened
+
+
+def _forgotten(message: ev.Message) -> ev.Message:
+    """What a message sealed under a destroyed key reads as: its readable part, marked."""
+    return ev.Message(
+        role=message.role,
+        synthetic=message.synthetic,
+        summary=message.summary,
+        metadata={"forgotten": True},
+    )
 
 
 def seal_all(

@@ -235,18 +235,20 @@ def test_a_sealed_message_moved_to_another_event_does_not_open(tmp_path: Path) -
 
     with SessionStore.open(tmp_path / "s", keys=KEY) as store:
         sid = store.open_session()
-        store.inject_many(sid, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
-        first = store.log.read_stream(sid, after=1, limit=1)[0].data
-        assert isinstance(first, ev.MessagesInjected)
+        store.inject(sid, {"role": "user", "content": "a"})
+        store.inject_many(sid, [{"role": "user", "content": "b"}, {"role": "user", "content": "c"}])
+        lone, listed = (e.data for e in store.log.read_stream(sid, after=1, limit=2))
+        assert isinstance(lone, ev.MessageInjected) and isinstance(listed, ev.MessagesInjected)
         sealer = store._sealer
         assert sealer is not None
         with store.log.view() as view:
             opener = sealer.opener(view, state_of(store, sid), "test")
-        assert opener(first.messages[1], 2, 1).content == "b"
+        assert opener(lone, 2)[0].content == "a"
+        assert [m.content for m in opener(listed, 3)] == ["b", "c"]
         with pytest.raises(IntegrityError):
-            opener(first.messages[1], 2, 0)  # the same ciphertext at another index
-        with pytest.raises(IntegrityError):
-            opener(first.messages[0], 5, 0)  # or at another position
+            opener(lone, 5)  # the same ciphertext at another position
+        with pytest.raises(IntegrityError):  # or put in a list
+            opener(ev.MessagesInjected(messages=[lone.message, listed.messages[1]]), 3)
 
 
 def test_forget_refuses_what_it_cannot_do(tmp_path: Path) -> None:
