@@ -30,7 +30,6 @@ from google.adk.errors import StaleSessionError  # noqa: E402
 from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
 from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
 from google.adk.events import Event  # noqa: E402
-from google.adk.platform import time as platform_time  # noqa: E402
 from google.adk.platform import uuid as platform_uuid  # noqa: E402
 from google.adk.sessions import (  # noqa: E402
     BaseSessionService,
@@ -92,7 +91,6 @@ class SessionlogSessionService(BaseSessionService):
     def _create(self, app_name: str, user_id: str, sid: str, state: dict[str, Any]) -> Session:
         store = self.store.store
         key = session_key(app_name, user_id, sid)
-        now = platform_time.get_time()
         deltas = _session_util.extract_state_delta(state)
         with store.transaction():
             if store.exists(key):
@@ -100,7 +98,8 @@ class SessionlogSessionService(BaseSessionService):
             store.open_session(key, title=sid, metadata={"app": app_name, "user": user_id})
             _merge_into(store, _app_key(app_name), deltas["app"])
             _merge_into(store, _user_key(app_name, user_id), deltas["user"])
-            store.set_scratchpad(key, {"state": _storable(deltas["session"]), "update_time": now})
+            if deltas["session"]:
+                store.set_scratchpad(key, {"state": _storable(deltas["session"])})
             return self._load(store, app_name, user_id, sid, None)  # type: ignore[return-value]
 
     async def get_session(
@@ -141,7 +140,7 @@ class SessionlogSessionService(BaseSessionService):
             user_id=user_id,
             state=_merged(store, app_name, user_id, pad.get("state", {})),
             events=events,
-            last_update_time=pad.get("update_time", 0.0),
+            last_update_time=_update_time(store, key, pad),
         )
         session._storage_update_marker = str(summary["version"])
         return session
@@ -163,6 +162,7 @@ class SessionlogSessionService(BaseSessionService):
             with store.log.view() as view:
                 app_state = _scratch_state(store, _app_key(app_name))
                 shared: dict[str, dict[str, Any]] = {}  # per user: its app: and user: keys
+                transcripts = dict(pj.iter_transcripts(view, prefix=prefix))
                 for entry in pj.iter_scratchpads(view, prefix=prefix):
                     if entry.status != pj.ACTIVE:
                         continue
@@ -175,7 +175,8 @@ class SessionlogSessionService(BaseSessionService):
                     pad = entry.scratchpad or {}
                     state = pad.get("state", {})  # decoded for this call alone: handed out as it is
                     state.update(common)
-                    rows.append((pad.get("update_time", 0.0), user, unquote(sid), state))
+                    updated = _updated(transcripts.get(entry.session_id), pad)
+                    rows.append((updated, user, unquote(sid), state))
             rows.sort(key=_first_three)
             found = [
                 _listed(
@@ -272,13 +273,16 @@ class SessionlogSessionService(BaseSessionService):
             if _stored_already(store, key, summary["length"], event.id, idempotency_key):
                 return str(summary["version"])
             pad = summary["scratchpad"] or {}
-            _check_fresh(session, summary, pad)
+            _check_fresh(session, summary, _update_time(store, key, pad))
+            # The event's timestamp, the session's update time from now on, is kept by the
+            # projection from the stored item (`Transcript.item_timestamp`): no record of its own.
             store.inject(key, {"item": item}, idempotency_key=idempotency_key)
             deltas = _session_util.extract_state_delta(dict(event.actions.state_delta or {}))
             _merge_into(store, _app_key(session.app_name), deltas["app"])
             _merge_into(store, _user_key(session.app_name, session.user_id), deltas["user"])
-            state = {**pad.get("state", {}), **_storable(deltas["session"])}
-            store.set_scratchpad(key, {"state": state, "update_time": event.timestamp})
+            if deltas["session"]:
+                state = {**pad.get("state", {}), **_storable(deltas["session"])}
+                store.set_scratchpad(key, {"state": state})
             return str(store.summary(key)["version"])  # type: ignore[index]
 
 
@@ -323,19 +327,37 @@ def _stored_already(
     return isinstance(newest, Mapping) and newest.get("id") == event_id
 
 
-def _check_fresh(session: Session, summary: Mapping[str, Any], pad: Mapping[str, Any]) -> None:
-    """Refuse a writer whose copy of the session is older than what is stored."""
+def _check_fresh(session: Session, summary: Mapping[str, Any], updated: float) -> None:
+    """Refuse a writer whose copy of the session is older than what is stored (`updated`)."""
     marker = session._storage_update_marker
     stale = (
         marker != str(summary["version"])
         if marker is not None
-        else pad.get("update_time", 0.0) > session.last_update_time
+        else updated > session.last_update_time
     )
     if stale:
         raise StaleSessionError(
             f"append_event: session {session.id} changed since this copy was read "
             "(another writer appended); read it again with get_session"
         )
+
+
+def _update_time(store: SessionStore, key: str, pad: Mapping[str, Any]) -> float:
+    with store.log.view() as view:  # inside a transaction, the transaction's view
+        return _updated(pj.load_transcript(view, key), pad)
+
+
+def _updated(transcript: pj.Transcript | None, pad: Mapping[str, Any]) -> float:
+    """A session's update time as ADK keeps it: the timestamp of its newest event, which the
+    projection keeps from the stored events; for a session written before it did, the time the
+    older code kept in the scratchpad; for one with no event yet, when it last changed."""
+    if transcript is not None and transcript.item_timestamp is not None:
+        return transcript.item_timestamp
+    legacy = pad.get("update_time")
+    if isinstance(legacy, (int, float)) and not isinstance(legacy, bool):
+        return float(legacy)
+    at = None if transcript is None else transcript.last_activity_at
+    return 0.0 if at is None else at.timestamp()
 
 
 def _entries(

@@ -142,6 +142,9 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
     refs = _message_refs(envelope)
     if refs:
         transcript = _refs.append_refs(tx, transcript, refs)
+        stamp = _item_timestamp((envelope,), transcript.item_timestamp)
+        if stamp != transcript.item_timestamp:
+            transcript = msgspec.structs.replace(transcript, item_timestamp=stamp)
     shaper = _TRANSCRIPT_CHANGES.get(type(data))
     if shaper is not None:
         transcript = shaper(tx, transcript, envelope)
@@ -244,7 +247,9 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
             forgotten=False,
             forgotten_reason=None,
         )
-    transcript = Transcript(ranges=ranges, length=length)
+    # The newest item's timestamp goes with the whole transcript; a cut one may have lost it.
+    stamp = parent_transcript.item_timestamp if length == parent_transcript.length else None
+    transcript = Transcript(ranges=ranges, length=length, item_timestamp=stamp)
     _note_key_slot(tx, data.key_slot)
     _begin_incarnation(tx, state, _touch(transcript, envelope), first=previous is None)
     if parent is not None:  # children are listed under an incarnation; no state, no listing
@@ -310,10 +315,35 @@ def _append_messages(
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
     last = envelopes[-1]
     ranges = _refs.extend(tx, transcript.ranges, packed)
-    # Positional, in the field order of `Transcript`: ranges, length, version, last activity.
-    updated = Transcript(ranges, transcript.length + len(envelopes), last.version, last.recorded_at)
+    stamp = _item_timestamp(envelopes, transcript.item_timestamp)
+    # Positional, in the field order of `Transcript`: ranges, length, version, last activity,
+    # item timestamp.
+    updated = Transcript(
+        ranges, transcript.length + len(envelopes), last.version, last.recorded_at, stamp
+    )
     # Rewritten by every event of the session: written once per transaction, at commit.
     _kv.defer(tx, key, updated, TRANSCRIPT_CODEC.encode)
+
+
+def _item_timestamp(envelopes: Sequence[Envelope], before: float | None) -> float | None:
+    """The `timestamp` of the newest item among these one-message events' messages that has
+    one, else `before`: a framework's own update time for the session, kept here so it needs
+    no record of its own in the log."""
+    for envelope in reversed(envelopes):
+        data = envelope.data
+        if type(data) is ev.MessageInjected:
+            messages: Sequence[ev.Message] = (data.message,)
+        elif type(data) is ev.MessagesInjected:
+            messages = data.messages
+        else:  # the runtime's prompts and warnings carry no framework item
+            continue
+        for message in reversed(messages):
+            item = message.item
+            if type(item) is dict:
+                stamp = item.get("timestamp")
+                if type(stamp) is float or type(stamp) is int:
+                    return float(stamp)
+    return before
 
 
 def _reset(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:

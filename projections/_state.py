@@ -140,6 +140,10 @@ class Transcript(msgspec.Struct, frozen=True, array_like=True, gc=False):
     length: int = 0
     version: int = 0
     last_activity_at: datetime | None = None
+    item_timestamp: float | None = None
+    """The `timestamp` number carried by the item of the newest message that had one (an item
+    mapping with a number under that key, as a framework's event has): its clock, not the
+    log's. None until such a message is appended; older code wrote no such field."""
 
 
 class StateScratchpad(msgspec.Struct, frozen=True, kw_only=True, gc=False):

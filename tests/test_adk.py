@@ -21,6 +21,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 from pydantic import Field
 
+import projections as pj
 from integrations.adk import SessionlogSessionService, session_key
 from sessions import SessionStore
 
@@ -334,5 +335,74 @@ def test_fork_session_shares_the_prefix_and_diverges(tmp_path: Path) -> None:
         assert store.ancestry(session_key(APP, USER, "branch"))["parent_id"] == session_key(  # type: ignore[index]
             APP, USER, "main"
         )
+
+    asyncio.run(main())
+
+
+def test_an_event_is_one_record_and_its_timestamp_is_the_update_time(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        store: SessionStore = service.store.store
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        head = store.log.head
+        await service.append_event(session, _event("one", at=1_500.0))
+        assert store.log.head == head + 1  # the event alone: no scratchpad record beside it
+        assert session.last_update_time == 1_500.0
+        await service.append_event(session, _event("two", at=1_600.0, state_delta={"k": 1}))
+        assert store.log.head == head + 3  # a state change is stored with it
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and got.last_update_time == 1_600.0 and got.state["k"] == 1
+        [listed] = (await service.list_sessions(app_name=APP, user_id=USER)).sessions
+        assert listed.last_update_time == 1_600.0
+        stale = got.model_copy()  # a copy without the storage marker: judged by the time
+        stale._storage_update_marker = None
+        stale.last_update_time = 1_599.0
+        with pytest.raises(StaleSessionError):
+            await service.append_event(stale, _event("late"))
+
+    asyncio.run(main())
+
+
+def test_an_update_time_kept_in_the_scratchpad_by_older_code_is_read(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        store: SessionStore = service.store.store
+        await service.create_session(app_name=APP, user_id=USER, session_id="old")
+        key = session_key(APP, USER, "old")
+        with store.transaction():  # what older code stored: every event beside its scratchpad
+            item = _event("before", at=1_000.0).model_dump(mode="python", exclude_none=True)
+            del item["timestamp"]  # an item whose timestamp the projection cannot see
+            store.inject(key, {"item": item})
+            store.set_scratchpad(key, {"state": {"k": "v"}, "update_time": 1_000.0})
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="old")
+        assert got is not None and got.last_update_time == 1_000.0 and got.state == {"k": "v"}
+        await service.append_event(got, _event("after", at=2_000.0))
+        again = await service.get_session(app_name=APP, user_id=USER, session_id="old")
+        assert again is not None and again.last_update_time == 2_000.0
+        assert again.state == {"k": "v"}
+
+    asyncio.run(main())
+
+
+def test_update_times_survive_a_rebuild_of_the_projection(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        for i in range(3):
+            session = await service.create_session(app_name=APP, user_id=USER, session_id=f"s{i}")
+            await service.append_event(session, _event("x", at=3_000.0 - i))
+        await service.fork_session(app_name=APP, user_id=USER, session_id="s0", new_session_id="f")
+        before = (await service.list_sessions(app_name=APP)).sessions
+        pj.rebuild(service.store.store.log)
+        after = (await service.list_sessions(app_name=APP)).sessions
+        assert [(s.id, s.last_update_time) for s in after] == [
+            (s.id, s.last_update_time) for s in before
+        ]
+        # the fork's update time is its parent's newest event's (ties go by id)
+        assert [(s.id, s.last_update_time) for s in after] == [
+            ("s2", 2_998.0),
+            ("s1", 2_999.0),
+            ("f", 3_000.0),
+            ("s0", 3_000.0),
+        ]
 
     asyncio.run(main())
