@@ -31,6 +31,7 @@ import msgspec
 from eventlog import OutcomeUnknownError
 from integrations._common import async_store, require
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore, UnknownSessionError
+from sessions._messages import item_copy
 from sessions.aio import AsyncSessionStore
 
 if TYPE_CHECKING:
@@ -92,13 +93,13 @@ class SessionlogSession:
         sid = self._sid(wrapper)
         try:
             if self.compaction is None:
-                entries = await self.store.messages(sid, last=limit)
-            else:  # the context view: from the latest summarization checkpoint on
-                entries = await self.store.run(self.store.store.context, sid)
-                if limit is not None:
-                    entries = entries[max(len(entries) - limit, 0) :] if limit > 0 else []
+                return await self.store.run(_items, self.store.store, sid, limit)
+            # the context view: from the latest summarization checkpoint on
+            entries = await self.store.run(self.store.store.context, sid)
         except UnknownSessionError:
             return []
+        if limit is not None:
+            entries = entries[max(len(entries) - limit, 0) :] if limit > 0 else []
         return [_item_of(entry) for entry in entries]
 
     async def add_items(
@@ -187,6 +188,21 @@ class SessionlogSession:
         forked.compaction = self.compaction
         forked._opened.add(child)
         return forked
+
+
+def _items(store: SessionStore, sid: str, last: int | None) -> list[Any]:
+    """The SDK items of the session's last `last` entries (all without it), taken from the
+    stored messages as `_item_of` takes them from message dicts, without building those dicts."""
+    found, fresh = store.message_structs(sid, last=last)
+    copy = _as_is if fresh else item_copy  # cached structs are shared: hand out copies
+    return [
+        copy(m.item) if m.item is not None else {"role": m.role, "content": copy(m.content or "")}
+        for m in found
+    ]
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _item_of(entry: dict[str, Any]) -> Any:

@@ -55,13 +55,28 @@ class QueryVerbs(SessionHost):
         """The transcript as fresh message dicts; raises for an unknown id. `after` and `limit`
         give a page: up to `limit` messages following the first `after`, read without the rest.
         `last` gives the last `last` messages (of that page), read without the ones before."""
+        found, fresh = self.message_structs(session_id, after=after, limit=limit, last=last)
+        return to_dicts(found, fresh=fresh)
+
+    def message_structs(
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        last: int | None = None,
+    ) -> tuple[list[ev.Message], bool]:
+        """What `messages` reads, as the log's `Message` structs, and whether they are fresh
+        (decoded for this call alone: a page always is; the whole transcript may come from the
+        cache, and its structs' items must then be copied before anyone may change them). For
+        callers that want a field or two of each message without building every dict."""
         skip = check_count(after, "after", "messages")
         count = None if limit is None else check_count(limit, "limit", "messages")
         tail = None if last is None else check_count(last, "last", "messages")
         with self.log.view() as view:
             state = self._state(view, session_id, "messages", closed=True)
             if skip == 0 and count is None and tail is None:
-                return to_dicts(self._messages(view, state, "messages"))
+                return self._messages(view, state, "messages"), False
             transcript = pj.load_transcript(view, state.session_id) or pj.Transcript()
             if tail is not None:
                 end = transcript.length if count is None else min(transcript.length, skip + count)
@@ -69,8 +84,7 @@ class QueryVerbs(SessionHost):
                 skip, count = first, max(end - first, 0)
             window = pj.ranges_window(transcript.ranges, skip, count)
             opener = self._opener(view, state, "messages")
-            messages = pj.read_messages(view, transcript, ranges=window, opener=opener)
-            return to_dicts(messages, fresh=True)
+            return pj.read_messages(view, transcript, ranges=window, opener=opener), True
 
     def _messages(self, view: LogView, state: pj.SessionState, verb: str) -> list[ev.Message]:
         session_id = state.session_id

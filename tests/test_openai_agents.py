@@ -100,6 +100,30 @@ def test_limit_pop_clear_and_settings(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_items_read_back_are_the_callers_to_change_and_chat_messages_read_as_items(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        store = session.store.store
+        call = {"type": "function_call", "call_id": "c-1", "name": "f", "arguments": "{}"}
+        await session.add_items([call, {"role": "user", "content": [{"type": "input_text"}]}])
+        store.inject("s", {"role": "assistant", "content": "written by other code"})
+        chat = {"role": "assistant", "content": "written by other code"}
+        for limit in (None, 3, 2):  # the whole history (cached), and the last few
+            got = await session.get_items(limit)
+            assert got[-1] == chat
+            got[-1]["content"] = "changed"
+            if limit != 2:
+                assert got[0] == call and got[1]["content"] == [{"type": "input_text"}]
+                got[0]["name"] = "changed"
+                got[1]["content"][0]["type"] = "changed"
+        again = await session.get_items()
+        assert again == [call, {"role": "user", "content": [{"type": "input_text"}]}, chat]
+
+    asyncio.run(main())
+
+
 def test_add_items_is_atomic_and_a_retried_key_is_applied_once(tmp_path: Path) -> None:
     async def main() -> None:
         session = SessionlogSession("s", store=tmp_path / "store")
