@@ -19,7 +19,7 @@ from eventlog import (
 )
 from eventlog import events as ev
 from eventlog.limits import check_at_most
-from sessions._messages import check_item, plain_message, to_message
+from sessions._messages import check_item, item_message, plain_message, to_message
 
 _SIZE_ENCODER = msgspec.msgpack.Encoder()
 # A batch stops well short of `event_bytes_max`: the sizes below are estimates, and the envelope
@@ -126,9 +126,9 @@ def message_events(
         plain = plain_message(message)
         if plain is None:
             checked = False
-            rich = _indexed_message(message, index)
+            rich, size = _indexed_message(message, index)
             parsed.append(rich)
-            sizes.append(len(_SIZE_ENCODER.encode(rich)))
+            sizes.append(size)
         else:
             parsed.append(plain)
             text = plain.content if isinstance(plain.content, str) else None
@@ -165,12 +165,17 @@ def _text_bytes(text: str | None) -> int:
     return len(text) if text.isascii() else 4 * len(text)
 
 
-def _indexed_message(message: object, index: int) -> ev.Message:
-    """`to_message` for `messages[index]` of a batch; a refusal carries that `index`, and as
-    `where` the prefix its message starts with."""
+def _indexed_message(message: object, index: int) -> tuple[ev.Message, int]:
+    """`to_message` for `messages[index]` of a batch, and its encoded size (an item entry's
+    bounded from its item's, which its check measured already); a refusal carries that
+    `index`, and as `where` the prefix its message starts with."""
     where = f"inject_many: messages[{index}]"
     try:
-        return to_message(message, where=where)
+        item = item_message(message, where=where)
+        if item is not None:
+            return item
+        rich = to_message(message, where=where)
+        return rich, len(_SIZE_ENCODER.encode(rich))
     except SessionLogError as exc:
         exc.index, exc.where = index, where
         raise

@@ -79,11 +79,33 @@ def plain_message(message: object) -> ev.Message | None:
     return None
 
 
+_ROLE_AND_ITEM = frozenset(("role", "item"))
+
+
+def item_message(message: object, *, where: str) -> tuple[ev.Message, int] | None:
+    """The `Message` of an item entry (a dict of an `item` and at most a `role`), its item
+    checked once (`check_item`) and the message built directly, with an upper bound of its
+    encoded size; None for any other shape (`to_message` then takes it the long way, and
+    refuses what is wrong with it there)."""
+    if type(message) is not dict or not message.keys() <= _ROLE_AND_ITEM:
+        return None
+    item, role = message.get("item"), message.get("role")
+    if role is None:
+        role = ITEM_ROLE
+    if item is None or type(role) is not str or not role.strip():
+        return None
+    size = check_item(item, where=f"{where}: `item`")
+    return ev.Message(role=role, item=item), size + 4 * len(role) + 16
+
+
 def to_message(message: object, *, where: str) -> ev.Message:
     """Validate a caller's message dict and turn it into a `Message`."""
     plain = plain_message(message)
     if plain is not None:
         return plain
+    item = item_message(message, where=where)
+    if item is not None:
+        return item[0]
     if isinstance(message, ev.Message):
         return message
     if not isinstance(message, Mapping):
@@ -129,22 +151,31 @@ def to_message(message: object, *, where: str) -> ev.Message:
 
 
 _SCALARS = (str, int, float, bool, bytes, bytearray, type(None))
+_LEAVES = frozenset((str, int, bool, bytes, bytearray, type(None)))
+"""Types whose values are kept exactly as they are: a value of exactly one of them needs no look
+(a float does: it may not be finite)."""
+
+_Path = tuple["_Path | None", object] | None
+"""Where a value sits inside an item: (where its container sits, its key or index), None at the
+top; turned into text only for an error message."""
 
 
-def check_item(value: object, *, where: str) -> None:
+def check_item(value: object, *, where: str) -> int:
     """Refuse an item that would not read back equal in value: only None, bools, numbers,
     strings, bytes, lists, dicts with string keys and timezone-aware datetimes are kept
-    exactly (a tuple would come back a list, a naive datetime a string)."""
-    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    exactly (a tuple would come back a list, a naive datetime a string). Returns its encoded
+    size."""
+    stack: list[tuple[object, _Path, int]] = [(value, None, 0)]
+    leaves = _LEAVES
     while stack:
         current, path, depth = stack.pop()
         if isinstance(current, float) and not math.isfinite(current):
-            raise InvalidArgumentError(f"{where}{path}: {current} is not a JSON number")
+            raise InvalidArgumentError(f"{where}{_text(path)}: {current} is not a JSON number")
         if isinstance(current, _SCALARS):
             continue
         if depth >= limits.value_depth_max:
             raise LimitExceededError(
-                f"{where}{path}: nesting depth",
+                f"{where}{_text(path)}: nesting depth",
                 "value_depth_max",
                 limits.value_depth_max,
                 depth + 1,
@@ -152,24 +183,37 @@ def check_item(value: object, *, where: str) -> None:
         if isinstance(current, datetime):
             if current.tzinfo is None:
                 raise InvalidArgumentError(
-                    f"{where}{path}: a datetime needs a timezone to be kept exactly"
+                    f"{where}{_text(path)}: a datetime needs a timezone to be kept exactly"
                 )
         elif type(current) is list:
-            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(current))
+            stack.extend(
+                (v, (path, i), depth + 1) for i, v in enumerate(current) if type(v) not in leaves
+            )
         elif type(current) is dict:
             for key, item in current.items():
                 if not isinstance(key, str):
                     raise InvalidArgumentError(
-                        f"{where}{path}: keys must be strings, got {type(key).__name__} {key!r}"
+                        f"{where}{_text(path)}: keys must be strings, "
+                        f"got {type(key).__name__} {key!r}"
                     )
-                stack.append((item, f"{path}[{key!r}]", depth + 1))
+                if type(item) not in leaves:
+                    stack.append((item, (path, key), depth + 1))
         else:
             raise InvalidArgumentError(
-                f"{where}{path}: a {type(current).__name__} would not come back as it went in "
-                "(use None, bool, int, float, str, bytes, list, dict with str keys, or an "
+                f"{where}{_text(path)}: a {type(current).__name__} would not come back as it went "
+                "in (use None, bool, int, float, str, bytes, list, dict with str keys, or an "
                 "aware datetime)"
             )
-    check_encodable(value, what=where, plain=False)
+    return check_encodable(value, what=where, plain=False)
+
+
+def _text(path: _Path) -> str:
+    """`path` as the subscripts that reach the value, e.g. ``['content'][0]``."""
+    parts: list[str] = []
+    while path is not None:
+        path, key = path
+        parts.append(f"[{key!r}]")
+    return "".join(reversed(parts))
 
 
 _ITEM_ENCODER = msgspec.msgpack.Encoder()
