@@ -36,7 +36,6 @@ from eventlog.errors import (
     LimitExceededError,
 )
 from eventlog.events import Event
-from eventlog.limits import check_at_most
 
 Projector = Callable[["Transaction", list[Envelope]], None]
 
@@ -317,12 +316,13 @@ class Transaction(LogView):
 
     def _reserve(self, size: int) -> None:
         """Count `size` more bytes against `transaction_bytes_max`, or refuse them."""
-        check_at_most(
-            self._bytes + size,
-            limits.transaction_bytes_max,
-            "transaction_bytes_max",
-            "transaction bytes",
-        )
+        if self._bytes + size > limits.transaction_bytes_max:  # inline: it runs on every write
+            raise LimitExceededError(
+                "transaction bytes",
+                "transaction_bytes_max",
+                limits.transaction_bytes_max,
+                self._bytes + size,
+            )
         self._bytes += size
 
     def kv_put(self, key: bytes, value: bytes | bytearray | memoryview) -> None:
@@ -331,9 +331,10 @@ class Transaction(LogView):
             raise InvalidArgumentError(
                 f"projection value must be bytes, got {type(value).__name__}"
             )
-        check_at_most(
-            len(value), limits.kv_value_bytes_max, "kv_value_bytes_max", "projection value"
-        )
+        if len(value) > limits.kv_value_bytes_max:  # inline, as in `_reserve`
+            raise LimitExceededError(
+                "projection value", "kv_value_bytes_max", limits.kv_value_bytes_max, len(value)
+            )
         self._reserve(len(key) + len(value))
         self.writes += 1
         try:
