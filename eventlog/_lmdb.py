@@ -89,6 +89,7 @@ class LmdbStorage:
         except lmdb.Error as exc:
             raise open_failure(exc, self.path, readonly) from exc
         try:
+            self.page_bytes: int = self.env.stat()["psize"]  # fixed when the file was made
             self._check_size(data_file)
             self.env.reader_check()
             self._open_dbs(readonly)
@@ -103,7 +104,7 @@ class LmdbStorage:
         # Mapping pages past the end of a truncated file would crash the process (SIGBUS) on the
         # first read; refuse such a file before anything touches those pages.
         info = self.env.info()
-        needed = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+        needed = (info["last_pgno"] + 1) * self.page_bytes
         actual = data_file.stat().st_size
         if actual < needed:
             raise CorruptStoreError(
@@ -217,7 +218,7 @@ class LmdbStorage:
     def _ensure_room(self) -> None:
         """Grow the map before a write transaction so at least `headroom_bytes` are free."""
         info = self.env.info()
-        used = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+        used = (info["last_pgno"] + 1) * self.page_bytes
         free = info["map_size"] - used
         if free >= self.headroom_bytes and not self.grow_before_next_write:
             return

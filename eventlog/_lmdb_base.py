@@ -246,6 +246,9 @@ class LmdbTxnBase(StorageTxn):
             out.append((key_bytes[len(prefix) :], bytes(value)))
         return out
 
+    def commit_sequence(self) -> int | None:
+        return int(self._txn.id())  # a write transaction's id is the last committed one's + 1
+
     def child(self) -> StorageTxn:
         try:
             txn = self._store.env.begin(write=True, parent=self._txn, buffers=True)

@@ -30,7 +30,7 @@ from eventlog._memory import MemoryStorage
 from eventlog._scratch import ScratchTxn
 from eventlog._storage import Storage
 from eventlog._subscribe import Subscription, Subscriptions, tail
-from eventlog._transaction import ENDED, Projector, ScratchTransaction, Transaction
+from eventlog._transaction import ENDED, Carried, Projector, ScratchTransaction, Transaction
 from eventlog._verify import VerifyReport
 from eventlog._view import LogView
 from eventlog.errors import (
@@ -61,16 +61,16 @@ class EventLog:
         self._writer = threading.RLock()
         self._local = threading.local()
         self._subscriptions = Subscriptions(self._read_committed)
-        self._closed = False
-        self._forked = False
+        self._closed = self._forked = False
         self._projector: Projector | None = None
+        self._carried: Carried | None = None  # from the last commit (`Transaction.resume`)
         open_logs.add(self)
 
     def set_projector(self, projector: Projector | None) -> None:
         """Run `projector(tx, envelopes)` inside the transaction of every append, right after the
         events are written, so projection state commits (or aborts) together with them."""
         with self._writer:
-            self._projector = projector
+            self._projector, self._carried = projector, None
 
     @classmethod
     def open(
@@ -183,7 +183,10 @@ class EventLog:
     def current_transaction(self) -> Transaction | None:
         """The calling thread's innermost open transaction on this log, or None: lets a command
         that would join it (`transaction(join=True)`) skip the block's own bookkeeping."""
-        return self._current()
+        stack: list[Transaction] | None = getattr(self._local, "stack", None)
+        return stack[-1] if stack else None
+
+    _current = current_transaction
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -192,10 +195,6 @@ class EventLog:
             raise StorageError(
                 f"the log {self.description} was open when this process forked: {FORK_ADVICE}"
             )
-
-    def _current(self) -> Transaction | None:
-        stack: list[Transaction] | None = getattr(self._local, "stack", None)
-        return stack[-1] if stack else None
 
     # Transactions
 
@@ -220,8 +219,10 @@ class EventLog:
             return
         with self._writer:
             tx = Transaction(self._storage.begin_write(), None, self._projector)
+            sequence, self._carried = tx.resume(self._carried), None
             with self._running(tx):
                 yield tx
+            self._carried = tx.carried(sequence)  # committed: the next may start from it
             self._deliver(tx)
 
     @contextmanager
@@ -282,14 +283,13 @@ class EventLog:
         current = self._current()
         if current is not None:
             return write(current)
-        for attempt in range(2):
-            try:
-                with self.transaction() as tx:
-                    return write(tx)
-            except StoreFullError:
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            with self.transaction() as tx:
+                return write(tx)
+        except StoreFullError:
+            pass  # LMDB has grown its map: once more, and a second failure is the caller's
+        with self.transaction() as tx:
+            return write(tx)
 
     @staticmethod
     def record_checker() -> RecordChecker:

@@ -134,6 +134,13 @@ class StorageTxn(ABC):
 
     # Accelerations, with their defaults.
 
+    def commit_sequence(self) -> int | None:
+        """Where this write transaction's commit falls in the store's sequence of commits: the
+        next write transaction's is exactly one more when no other commit (from any process)
+        came between them. None where a backend cannot tell; the log then starts every
+        transaction afresh (see `Transaction.resume`)."""
+        return None
+
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         """Records after `after` without their keys: the read path checks positions itself."""
         return [record for _, record in self.records_after(after, limit)]

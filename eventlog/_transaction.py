@@ -3,14 +3,15 @@
 A `Transaction` decides positions and versions, enforces the limits and runs the projector over
 what it appended, inside one storage transaction; it never lets a partially validated append reach
 storage, and a failed write marks it so it cannot commit. The log (`eventlog/_log.py`) begins,
-commits and aborts it.
+commits and aborts it, and starts the next one from what a committed one knew (`resume`) when
+the store says no other commit came between.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from eventlog import _chain, _codec, limits
 from eventlog._chain import RecordChecker
@@ -28,7 +29,7 @@ from eventlog._checks import (
 )
 from eventlog._codec import Envelope
 from eventlog._storage import StorageTxn, stream_key
-from eventlog._view import LogView
+from eventlog._view import LogView, ProjectorState
 from eventlog.errors import (
     ConcurrencyError,
     IntegrityError,
@@ -38,6 +39,19 @@ from eventlog.errors import (
 from eventlog.events import Event
 
 Projector = Callable[["Transaction", list[Envelope]], None]
+
+CARRIED_STREAMS_MAX = 4096
+"""Stream versions a commit hands to the next transaction at most (see `Transaction.resume`)."""
+
+
+class Carried(NamedTuple):
+    """What a committed transaction knew, for the next one of the same log (`resume`)."""
+
+    sequence: int  # the commit's place in the store's sequence (`StorageTxn.commit_sequence`)
+    versions: dict[bytes, int]
+    head: int  # -1: not read
+    hash: bytes
+    projector_state: ProjectorState | None
 
 
 class _EndedTxn:
@@ -342,6 +356,8 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True
             raise
+        if self.projector_state is not None:
+            self.projector_state.forget(key)
 
     def kv_put_many(self, items: Sequence[tuple[bytes, bytes | bytearray | memoryview]]) -> None:
         """`kv_put` of each (key, value) pair, handed to storage in one call."""
@@ -367,15 +383,21 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True
             raise
+        if self.projector_state is not None:
+            for key, _ in items:
+                self.projector_state.forget(key)
 
     def kv_delete(self, key: bytes) -> bool:
         check_key(key)
         self.writes += 1
+        if self.projector_state is not None:
+            self.projector_state.forget(key)
         return self._txn.kv_delete(key)
 
     def kv_clear(self) -> None:
         """Delete every projection key in one storage call (for `rebuild`)."""
         self.writes += 1
+        self.projector_state = None
         try:
             self._txn.kv_clear()
         except BaseException:
@@ -392,6 +414,31 @@ class Transaction(LogView):
         key = check_stream(stream)
         version = self._versions.get(key)
         return self._txn.stream_version(key) if version is None else version
+
+    def resume(self, carried: Carried | None) -> int | None:
+        """Start this outermost transaction from what the last commit of this process knew
+        (stream versions, the head and its hash, the projector's state) when that commit is the
+        store's last: nobody else can have changed a byte since, so nothing need be read again.
+        Otherwise start afresh. Returns this transaction's `StorageTxn.commit_sequence`."""
+        sequence = self._txn.commit_sequence()
+        if carried is not None and sequence is not None and sequence == carried.sequence + 1:
+            self._versions, self._head, self._head_hash = carried[1:4]
+            self.projector_state = carried.projector_state
+        return sequence
+
+    def carried(self, sequence: int | None) -> Carried | None:
+        """What the next transaction may `resume` from once this one, begun at `sequence`, has
+        committed; None when the backend cannot tell or it is more than is worth keeping."""
+        if sequence is None or len(self._versions) > CARRIED_STREAMS_MAX:
+            return None
+        state = self.projector_state
+        return Carried(
+            sequence,
+            self._versions,
+            self._head,
+            self._head_hash,
+            None if state is None else state.after_commit(),
+        )
 
     def _merge_into_parent(self) -> None:
         parent = self._parent

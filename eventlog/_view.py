@@ -23,11 +23,18 @@ class ProjectorState(Protocol):
     """What a projector keeps for the life of one transaction (its cache, its deferred writes).
     The log only carries it: a nested transaction gets `nested()`, which replaces the parent's
     when the nested one commits, and the outermost calls `before_commit(tx)` just before its
-    commit, where a failure aborts the transaction."""
+    commit, where a failure aborts the transaction. After the commit, `after_commit()` says what
+    the next write transaction may start from if no other commit comes between (None: nothing).
+    Every key the transaction writes or deletes is first handed to `forget(key)`, so what it
+    keeps never outlives what the store holds."""
 
     def nested(self) -> ProjectorState: ...
 
     def before_commit(self, tx: Transaction) -> None: ...
+
+    def after_commit(self) -> ProjectorState | None: ...
+
+    def forget(self, key: bytes) -> None: ...
 
 
 class LogView:

@@ -5,7 +5,10 @@ transaction the projector keeps a `Pending` (the log carries it as `Transaction.
 and never looks inside): decoded values read or written in this transaction (`cache`), and the
 values of keys rewritten by every event (a transcript, its last chunk of references, the projected
 position), which `defer` keeps decoded and writes once, just before the commit. Reads of a
-deferred key see it; a scan writes every deferred value first, so it sees them too.
+deferred key see it; a scan writes every deferred value first, so it sees them too. Once the
+transaction has committed, the log hands the same `Pending` to this process's next write
+transaction when no other commit came between (`Transaction.resume`): the values of the
+sessions a process keeps writing to are decoded once, not once per commit.
 """
 
 from __future__ import annotations
@@ -44,6 +47,21 @@ class Pending:
         for key, (value, encode) in deferred.items():
             tx.kv_put(key, encode(value))
             cache[key] = value
+
+    def forget(self, key: bytes) -> None:
+        """Drop the decoded value and any deferred write of `key`: the transaction wrote it."""
+        self.cache.pop(key, None)
+        self.deferred.pop(key, None)
+
+    def after_commit(self) -> Pending | None:
+        """Itself, as committed, for the next write transaction (its reads then start from what
+        this one read and wrote), unless it has grown past `CARRIED_KEYS_MAX`."""
+        return self if len(self.cache) <= CARRIED_KEYS_MAX and not self.deferred else None
+
+
+CARRIED_KEYS_MAX = 4096
+"""Decoded values a `Pending` carries from one commit to the next at most: the keys of the
+sessions a process is writing to; past it the next transaction starts with an empty cache."""
 
 
 def pending(view: LogView) -> Pending | None:
@@ -106,20 +124,12 @@ def scan(
 
 
 def put(tx: Transaction, key: bytes, value: Buffer) -> None:
-    tx.kv_put(key, value)
-    state: Pending | None = tx.projector_state  # type: ignore[assignment]
-    if state is not None:
-        state.cache.pop(key, None)
-        state.deferred.pop(key, None)
+    tx.kv_put(key, value)  # which has the `Pending` forget what it held of `key`
 
 
 def put_many(tx: Transaction, items: Sequence[tuple[bytes, Buffer]]) -> None:
     """`put` of each (key, value) pair, handed to storage in one call."""
     tx.kv_put_many(items)
-    state = pending(tx)
-    if state is not None:
-        for key, _ in items:
-            _forget(state, key)
 
 
 def delete(tx: Transaction, key: bytes) -> bool:
