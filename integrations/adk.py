@@ -280,9 +280,13 @@ class SessionlogSessionService(BaseSessionService):
             deltas = _session_util.extract_state_delta(dict(event.actions.state_delta or {}))
             _merge_into(store, _app_key(session.app_name), deltas["app"])
             _merge_into(store, _user_key(session.app_name, session.user_id), deltas["user"])
-            if deltas["session"]:
+            # An encrypted session's items are sealed from the projection: there the scratchpad
+            # keeps the update time, as it did for every session before.
+            kept = _update_time(store, key, {}) == event.timestamp
+            if deltas["session"] or not kept:
                 state = {**pad.get("state", {}), **_storable(deltas["session"])}
-                store.set_scratchpad(key, {"state": state})
+                stamp = {} if kept else {"update_time": event.timestamp}
+                store.set_scratchpad(key, {"state": state, **stamp})
             return str(store.summary(key)["version"])  # type: ignore[index]
 
 

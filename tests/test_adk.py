@@ -23,7 +23,7 @@ from pydantic import Field
 
 import projections as pj
 from integrations.adk import SessionlogSessionService, session_key
-from sessions import SessionStore
+from sessions import LocalKeyProvider, SessionStore
 
 APP, USER = "weather-app", "u-1"
 
@@ -404,5 +404,19 @@ def test_update_times_survive_a_rebuild_of_the_projection(tmp_path: Path) -> Non
             ("f", 3_000.0),
             ("s0", 3_000.0),
         ]
+
+    asyncio.run(main())
+
+
+def test_an_encrypted_session_keeps_its_update_time_in_the_scratchpad(tmp_path: Path) -> None:
+    async def main() -> None:
+        keys = LocalKeyProvider(bytes(range(32)))
+        service = SessionlogSessionService(SessionStore.open(tmp_path / "store", keys=keys))
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for at in (2_000.0, 1_000.0):  # the projection cannot read a sealed item's timestamp
+            await service.append_event(session, _event("x", at=at))
+            got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert got is not None and got.last_update_time == at
+        await service.store.aclose()
 
     asyncio.run(main())
