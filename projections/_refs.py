@@ -10,6 +10,8 @@ messages of the events they point at, each event read and checked once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -64,10 +66,11 @@ def put_refs(
     return slot
 
 
-Opener = Callable[[ev.Event, int], Sequence[ev.Message]]
-"""Called once on each event read for its messages, with its log position: the messages the event
-carries, opened, numbered as `message_of` numbers them. The engine opens sealed messages there
-(`sessions/_seal.py`), a batch event's whole list at once; the projections never see a key."""
+Opener = Callable[[ev.Event, int, list[int]], Sequence[ev.Message]]
+"""Called once per run of references to one event, with the event, its log position and the
+indexes wanted (numbered as `message_of` numbers them): those messages, opened, in that order.
+The engine opens sealed messages there (`sessions/_seal.py`), a batch event's list with one call;
+the projections never see a key."""
 
 
 def messages_at(
@@ -80,11 +83,11 @@ def messages_at(
         if not positions or positions[-1] != position:
             positions.append(position)
     if opener is not None:
-        opened = {
-            envelope.position: opener(envelope.data, envelope.position)
-            for envelope in view.events_at(positions)
-        }
-        return [opened[position][index] for position, index in refs]
+        events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
+        found: list[ev.Message] = []
+        for position, run in groupby(refs, itemgetter(0)):
+            found += opener(events[position], position, [index for _, index in run])
+        return found
     if len(positions) == len(refs):  # one message per event: the common case
         data = [envelope.data for envelope in view.events_at(positions)]
         injected = ev.MessageInjected

@@ -64,6 +64,10 @@ _MESSAGES_CODEC = StructCodec(ev.Message, "sealed message")
 _MESSAGE_DECODER = msgspec.msgpack.Decoder(ev.Message)
 """The same decoding without the codec's wrapping call, for the opener's common case."""
 _BATCH_DECODER = msgspec.msgpack.Decoder(list[ev.Message])
+_RAWS_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
+"""A sealed list split into its messages' bytes, for decoding only the few a read wants."""
+_FEW = 4
+"""Fewer than one in `_FEW` of a list's messages wanted: only those are decoded."""
 _VALUES_CODEC = StructCodec(object, "sealed value")
 
 _MESSAGES: dict[type[ev.Event], tuple[str, ...]] = {
@@ -191,22 +195,18 @@ class Sealer:
         open_message = _message_opener(keys)
         lists, singles = _MESSAGE_LISTS, _MESSAGES
 
-        def open_event(data: ev.Event, position: int) -> Sequence[ev.Message]:
+        def open_event(data: ev.Event, position: int, indexes: list[int]) -> list[ev.Message]:
             if type(data) is ev.MessageInjected:  # the most common event
-                return (open_message(data.message, position, 0),)
+                return [open_message(data.message, position, 0) for _ in indexes]
             field = lists.get(type(data))
             if field is None:
-                return [
-                    open_message(getattr(data, name), position, index)
-                    for index, name in enumerate(singles[type(data)])
-                ]
+                names = singles[type(data)]
+                return [open_message(getattr(data, names[i]), position, i) for i in indexes]
             messages: list[ev.Message] = getattr(data, field)
             first = messages[0].sealed if messages else None
             if first and first[0] == _BATCH_FORMAT:
-                return open_batch(keys, messages, position, field)
-            return [
-                open_message(message, position, index) for index, message in enumerate(messages)
-            ]
+                return open_batch(keys, messages, position, field, indexes)
+            return [open_message(messages[i], position, i) for i in indexes]
 
         return open_event
 
@@ -426,10 +426,12 @@ def open_message_at(keys: _Keys, message: ev.Message, position: int, index: int)
 
 
 def open_batch(
-    keys: _Keys, shells: list[ev.Message], position: int, field: str
+    keys: _Keys, shells: list[ev.Message], position: int, field: str, indexes: list[int]
 ) -> list[ev.Message]:
-    """The list `field` of the event at log position `position`, sealed whole (format 2) in the
-    first of its `shells`; placeholders saying so when its key (an ancestor's) was destroyed."""
+    """Messages `indexes` of the list `field` of the event at log position `position`, sealed
+    whole (format 2) in the first of its `shells`; placeholders saying so when its key (an
+    ancestor's) was destroyed. The list is decrypted whole; when a few of its messages are
+    wanted (a page, a tail), only those are decoded."""
     blob = shells[0].sealed
     assert blob is not None
     size = _BATCH_HEADER.size
@@ -444,21 +446,40 @@ def open_batch(
         )
     key = keys.get(slot)
     if key is None:
-        return [_forgotten(shell) for shell in shells]
+        return [_forgotten(shells[i]) for i in indexes]
     try:
-        plain = key.decrypt(
-            blob[size : size + NONCE_BYTES], blob[size + NONCE_BYTES :], header + field.encode()
+        plain = key.decrypt(  # the body as a view: a copy of a big list costs more than opening it
+            blob[size : size + NONCE_BYTES],
+            memoryview(blob)[size + NONCE_BYTES :],
+            header + field.encode(),
         )
-        opened = _BATCH_DECODER.decode(plain)
     except InvalidTag as exc:
         raise IntegrityError(
             f"{where} does not open with its key as `{field}`: it was altered or moved", position
         ) from exc
+    return _decoded(plain, count, indexes, where, position)
+
+
+def _decoded(
+    plain: bytes, count: int, indexes: list[int], where: str, position: int
+) -> list[ev.Message]:
+    """Messages `indexes` of a sealed list of `count` messages, decrypted: when fewer than one in
+    `_FEW` are wanted (a page, a tail), only those are decoded."""
+    try:
+        if len(indexes) * _FEW < count:
+            raws = _RAWS_DECODER.decode(plain)
+            if len(raws) == count:
+                decode = _MESSAGE_DECODER.decode
+                return [decode(raws[i]) for i in indexes]
+            found = len(raws)
+        else:
+            opened = _BATCH_DECODER.decode(plain)
+            if len(opened) == count:
+                return [opened[i] for i in indexes]
+            found = len(opened)
     except DECODE_ERRORS as exc:
         raise IntegrityError(f"{where} opens but does not decode: {exc}", position) from exc
-    if len(opened) != count:
-        raise IntegrityError(f"{where} holds {len(opened)} messages", position)
-    return opened
+    raise IntegrityError(f"{where} holds {found} messages, not {count}", position)
 
 
 def _forgotten(message: ev.Message) -> ev.Message:

@@ -243,12 +243,12 @@ def test_a_sealed_message_moved_to_another_event_does_not_open(tmp_path: Path) -
         assert sealer is not None
         with store.log.view() as view:
             opener = sealer.opener(view, state_of(store, sid), "test")
-        assert opener(lone, 2)[0].content == "a"
-        assert [m.content for m in opener(listed, 3)] == ["b", "c"]
+        assert opener(lone, 2, [0])[0].content == "a"
+        assert [m.content for m in opener(listed, 3, [0, 1])] == ["b", "c"]
         with pytest.raises(IntegrityError):
-            opener(lone, 5)  # the same ciphertext at another position
+            opener(lone, 5, [0])  # the same ciphertext at another position
         with pytest.raises(IntegrityError):  # or put in a list
-            opener(ev.MessagesInjected(messages=[lone.message, listed.messages[1]]), 3)
+            opener(ev.MessagesInjected(messages=[lone.message, listed.messages[1]]), 3, [0, 1])
 
 
 def test_forget_refuses_what_it_cannot_do(tmp_path: Path) -> None:

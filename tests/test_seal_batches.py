@@ -116,13 +116,16 @@ def test_a_compaction_replacement_is_sealed_whole(tmp_path: Path) -> None:
 def test_a_moved_cut_or_altered_batch_is_refused_naming_its_position(tmp_path: Path) -> None:
     with SessionStore.open(tmp_path / "s", keys=KEY) as store:
         sid, other = store.open_session("s"), store.open_session("t")
-        store.inject_many(sid, batch(4, "a"))
-        store.inject_many(sid, batch(4, "b"))
-        store.inject_many(other, batch(4, "c"))
+        store.inject_many(sid, batch(12, "a"))
+        store.inject_many(sid, batch(12, "b"))
+        store.inject_many(other, batch(12, "c"))
         [(at, event), (later, _)] = stored(store, sid, ev.MessagesInjected)
         [(_, elsewhere)] = stored(store, other, ev.MessagesInjected)
         open_event = opener_of(store, sid)
-        assert open_event(event, at)[0].content == "a-0-secret"
+        whole = open_event(event, at, list(range(12)))
+        assert whole[0].content == "a-0-secret"
+        # A few wanted are decoded alone, and are the same.
+        assert open_event(event, at, [9, 11]) == [whole[9], whole[11]]
         shells = event.messages
         blob = shells[0].sealed
 
@@ -136,22 +139,23 @@ def test_a_moved_cut_or_altered_batch_is_refused_naming_its_position(tmp_path: P
             "another position": (event, later),
             "another field": (
                 ev.SessionCompacted(
-                    strategy="truncate", replace_start=0, replace_end=4, replacement=shells
+                    strategy="truncate", replace_start=0, replace_end=12, replacement=shells
                 ),
                 at,
             ),
             "another session": (with_blob(elsewhere.messages[0].sealed), at),
-            "another count": (ev.MessagesInjected(messages=shells[:3]), at),
+            "another count": (ev.MessagesInjected(messages=shells[:11]), at),
             "cut short": (with_blob(blob[:-5]), at),
             "cut to its header": (with_blob(blob[:20]), at),
             "altered": (with_blob(bytes(flipped)), at),
             "taken away": (with_blob(b""), at),
         }
         for why, (data, position) in refused.items():
-            with pytest.raises(IntegrityError) as caught:
-                open_event(data, position)
-            assert caught.value.position == position, why
-            assert f"position {position}" in str(caught.value), why
+            for wanted in (list(range(10)), [10]):  # most of the list, or one of its messages
+                with pytest.raises(IntegrityError) as caught:
+                    open_event(data, position, wanted)
+                assert caught.value.position == position, why
+                assert f"position {position}" in str(caught.value), why
 
 
 def old_format(
@@ -191,7 +195,7 @@ def test_batches_sealed_a_message_at_a_time_still_read(
         position, event = old[0]
         swapped = [event.messages[1], event.messages[0], *event.messages[2:]]
         with pytest.raises(IntegrityError) as caught:
-            opener_of(store, "s")(ev.MessagesInjected(messages=swapped), position)
+            opener_of(store, "s")(ev.MessagesInjected(messages=swapped), position, [0, 1, 2])
         assert caught.value.position == position
         # A destroyed parent key reads as placeholders, counted, in the old format too.
         store.forget("s")
