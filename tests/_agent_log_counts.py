@@ -175,12 +175,24 @@ def gemini(path: Path) -> dict[str, Any]:
     }
 
 
+def _has_text(content: object) -> bool:
+    """Whether an OpenAI message content holds text: a string, or a text block with a string."""
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and any(
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+        for block in content
+    )
+
+
 def openai(path: Path) -> dict[str, Any]:
     document = json.loads(path.read_bytes())
     messages = document["history"] if "history" in document else document["messages"]
     roles: Counter[str] = Counter(m["role"] for m in messages)
-    if messages and messages[0]["role"] == "system":
-        roles["system"] -= 1  # the first system message is the session's system prompt
+    if messages and messages[0]["role"] == "system" and _has_text(messages[0].get("content")):
+        roles["system"] -= 1  # the first system message with text is the system prompt
     calls = sum(len(m.get("tool_calls") or []) for m in messages if m["role"] == "assistant")
     return {
         "roles": {role: n for role, n in roles.items() if n},
