@@ -93,6 +93,8 @@ class Transaction(LogView):
         self._head: int = parent._head if parent else -1
         self._head_hash: bytes = parent._head_hash if parent else b""
         self._broken = False
+        self._stored: bool = parent._stored if parent else False
+        """Whether a write that surely changes the store has been made (see `carried`)."""
         self._stamp: dict[str, Any] | None = parent._stamp if parent else None
         self.writes: int = parent.writes if parent else 0
         """Writes begun in this transaction so far (appends, projection writes, commit hooks):
@@ -180,6 +182,7 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True  # part of the call may be in the transaction: it must not commit
             raise
+        self._stored = True
         first = self._head + 1
         self._head += len(records)
         self._head_hash = envelopes[-1].hash
@@ -272,6 +275,7 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True  # part of the run may be in the transaction: it must not commit
             raise
+        self._stored = True
         self._head, self._head_hash = checker.head, checker.head_hash
         for stream, version in checker.versions.items():
             self._versions[stream_key(stream)] = version
@@ -315,6 +319,7 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True  # part of the cut may be in the transaction: it must not commit
             raise
+        self._stored = True
         return before - 1, prev
 
     def _appended(self, envelopes: list[Envelope], size: int) -> None:
@@ -356,6 +361,7 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True
             raise
+        self._stored = True
         if self.projector_state is not None:
             self.projector_state.forget(key)
 
@@ -383,6 +389,7 @@ class Transaction(LogView):
         except BaseException:
             self._broken = True
             raise
+        self._stored = self._stored or bool(items)
         if self.projector_state is not None:
             for key, _ in items:
                 self.projector_state.forget(key)
@@ -392,7 +399,9 @@ class Transaction(LogView):
         self.writes += 1
         if self.projector_state is not None:
             self.projector_state.forget(key)
-        return self._txn.kv_delete(key)
+        deleted = self._txn.kv_delete(key)
+        self._stored = self._stored or deleted
+        return deleted
 
     def kv_clear(self) -> None:
         """Delete every projection key in one storage call (for `rebuild`)."""
@@ -428,12 +437,15 @@ class Transaction(LogView):
 
     def carried(self, sequence: int | None) -> Carried | None:
         """What the next transaction may `resume` from once this one, begun at `sequence`, has
-        committed; None when the backend cannot tell or it is more than is worth keeping."""
+        committed; None when the backend cannot tell or it is more than is worth keeping.
+        A commit with nothing to write takes no place of its own in LMDB's sequence: unless this
+        one surely wrote, what it knew is as of the commit before it (`sequence - 1`), so another
+        process's commit in between is never mistaken for this one."""
         if sequence is None or len(self._versions) > CARRIED_STREAMS_MAX:
             return None
         state = self.projector_state
         return Carried(
-            sequence,
+            sequence if self._stored else sequence - 1,
             self._versions,
             self._head,
             self._head_hash,
@@ -453,6 +465,7 @@ class Transaction(LogView):
         parent._bytes = self._bytes
         parent._head = self._head
         parent._head_hash = self._head_hash
+        parent._stored = self._stored
         parent._stamp = self._stamp
         parent.writes = self.writes
 

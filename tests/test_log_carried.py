@@ -117,3 +117,30 @@ def test_a_projection_key_written_around_the_projector_is_not_shadowed(
         store.inject("s", {"role": "user", "content": "a1"})
     store.rebuild()
     assert texts(store, "s") == ["a0"]
+
+
+def test_a_transaction_that_wrote_nothing_hands_nothing_on(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    # LMDB commits a transaction with nothing to write without taking a place in its sequence,
+    # so the next one's place could follow on from it even with another process's commit between.
+    store.inject("s", {"role": "user", "content": "a0"})
+    with store.transaction():
+        assert store.summary("s") is not None  # read, nothing written
+    write_from_another_process(tmp_path / "store", "s", "b0")
+    with pytest.raises(LengthConflictError):
+        store.inject("s", {"role": "user", "content": "stale"}, expected_length=1)
+    store.inject("s", {"role": "user", "content": "a1"}, expected_length=2)
+    assert texts(store, "s") == ["a0", "b0", "a1"]
+    assert store.log.stream_version("s") == 4
+
+
+def test_a_retried_command_that_wrote_nothing_hands_nothing_on(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    store.inject("s", {"role": "user", "content": "a0"}, idempotency_key="k")
+    store.inject("s", {"role": "user", "content": "a0"}, idempotency_key="k")  # already stored
+    write_from_another_process(tmp_path / "store", "s", "b0")
+    store.inject("s", {"role": "user", "content": "a1"})
+    assert texts(store, "s") == ["a0", "b0", "a1"]
+    assert store.log.stream_version("s") == 4
