@@ -18,7 +18,9 @@ that starts with its format:
   flags) and an empty `sealed`. Opening a list costs one call for the batch instead of one per
   message; reading a few messages of a big batch opens all of it.
 The header and the field's name are the associated data, so a ciphertext moved to another event,
-field or session, cut short or altered fails to open (`IntegrityError` naming the position). New
+field or session, cut short or altered fails to open (`IntegrityError` naming the position); so
+does a message the session wrote itself that is found unsealed, or naming another session's
+destroyed key (which would read as a forgotten placeholder). New
 writes seal batches in format 2; format 1 batches, as older stores hold them, read as before. A
 fork's shared prefix stays sealed under its parent's key.
 """
@@ -191,7 +193,7 @@ class Sealer:
         encrypted parent opens what it inherited even when it is plain itself)."""
         if state.forgotten:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
-        keys = _Keys(self.keyring, state.key_slot, verb)
+        keys = _Keys(self.keyring, state.key_slot, verb, _opened_at(view, state))
         open_message = _message_opener(keys)
         lists, singles = _MESSAGE_LISTS, _MESSAGES
 
@@ -300,13 +302,58 @@ def _seal_value(aead: AESGCM, slot: int, position: int, label: str, value: Any) 
 
 class _Keys:
     """The data keys one read needs: the session's own (which reading checked is not forgotten)
-    and its ancestors', whose slots are read again, since another process may have shredded them."""
+    and its ancestors', whose slots are read again, since another process may have shredded them.
 
-    __slots__ = ("found", "keyring", "own", "verb")
+    `opened_at`, when given, finds the log position where the session was opened: what it wrote
+    from there on is its own, sealed under its own key, so a message there that is not sealed, or
+    is sealed under another session's destroyed key, was put there by someone else. What it
+    inherited (a fork's prefix) may be plain (a parent from before the store had keys) or under
+    a parent's destroyed key."""
 
-    def __init__(self, keyring: Keyring, own: int, verb: str) -> None:
-        self.keyring, self.own, self.verb = keyring, own, verb
+    __slots__ = ("found", "keyring", "opened_at", "own", "since", "verb")
+
+    def __init__(
+        self,
+        keyring: Keyring,
+        own: int,
+        verb: str,
+        opened_at: Callable[[], int] | None = None,
+    ) -> None:
+        self.keyring, self.own, self.verb, self.opened_at = keyring, own, verb, opened_at
         self.found: dict[int, AESGCM | None] = {}
+        self.since: int | None = None
+
+    def owns(self, position: int) -> bool:
+        """Whether the event at `position` is the encrypted session's own, not inherited (looked
+        up once, on the first message that needs it: sealed ones read as usual never do)."""
+        if not self.own or self.opened_at is None:
+            return False
+        if self.since is None:
+            self.since = self.opened_at()
+        return position >= self.since
+
+    def unsealed(self, message: ev.Message, position: int) -> ev.Message:
+        """`message`, read at `position` with no ciphertext: as it is when the session inherited
+        it from a plain parent; refused when the session wrote it."""
+        if self.owns(position):
+            raise IntegrityError(
+                f"{self.verb}: the message at position {position} is not sealed, but the "
+                "encrypted session wrote it there: it was replaced",
+                position,
+            )
+        return message
+
+    def destroyed(self, slot: int, position: int) -> None:
+        """Refuse content read at `position` sealed under the destroyed key of `slot` when the
+        session wrote it there under its own, live key (a header relabelled to read as
+        forgotten)."""
+        if slot != self.own and self.owns(position):
+            raise IntegrityError(
+                f"{self.verb}: the content at position {position} names the destroyed key "
+                f"{slot}, but the session wrote it there under its own key {self.own}: it was "
+                "altered",
+                position,
+            )
 
     def get(self, slot: int) -> AESGCM | None:
         if slot in self.found:
@@ -339,6 +386,8 @@ class _Keys:
             check(position, index)
         key = self.get(slot)
         if key is None:
+            if at is not None:
+                self.destroyed(slot, at)
             return _FORGOTTEN
         nonce = blob[_HEADER.size : _HEADER.size + NONCE_BYTES]
         try:
@@ -370,6 +419,18 @@ class _Keys:
 _FORGOTTEN: Any = object()
 
 
+def _opened_at(view: LogView, state: pj.SessionState) -> Callable[[], int]:
+    """What finds the log position of the event that opened `state`'s incarnation (a fork's
+    inherited messages all come before it)."""
+
+    def find() -> int:
+        after = state.opened_version - 1
+        opened = view.read_stream(state.session_id, after=after, limit=1)
+        return opened[0].position if opened else view.head + 1
+
+    return find
+
+
 def _unbase(text: str) -> bytes:
     try:
         return base64.b64decode(text[len(SEALED_TEXT) :], validate=True)
@@ -388,7 +449,7 @@ def _message_opener(keys: _Keys) -> Callable[[ev.Message, int, int], ev.Message]
         # what is wrong.
         blob = message.sealed
         if blob is None:
-            return message
+            return keys.unsealed(message, position)
         if len(blob) > body_at:
             form, slot, at, at_index = unpack(blob)
             key = found.get(slot)
@@ -446,6 +507,7 @@ def open_batch(
         )
     key = keys.get(slot)
     if key is None:
+        keys.destroyed(slot, position)
         return [_forgotten(shells[i]) for i in indexes]
     try:
         plain = key.decrypt(  # the body as a view: a copy of a big list costs more than opening it

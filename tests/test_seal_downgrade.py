@@ -1,0 +1,120 @@
+"""What an encrypted session wrote itself must open under its own key: a message of its own stripped
+of its ciphertext (plain text put in its place), or relabelled to the destroyed key of another
+session, is refused naming its position, where it read as the forged text or as a forgotten
+placeholder. What a fork inherited keeps its rules: a plain parent's messages read plain, and a
+forgotten parent's as placeholders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import projections as pj
+from eventlog import IntegrityError
+from eventlog import events as ev
+from sessions import LocalKeyProvider, SessionStore
+
+KEY = LocalKeyProvider(bytes(range(32)))
+
+
+def stored(store: SessionStore, sid: str, kind: type[ev.Event]) -> tuple[int, Any]:
+    """(position, event) of the last `kind` event of `sid`, as stored."""
+    return [(e.position, e.data) for e in store.log.read_stream(sid) if type(e.data) is kind][-1]
+
+
+def state_in(view: Any, sid: str) -> pj.SessionState:
+    state = pj.load_state(view, sid)
+    assert state is not None
+    return state
+
+
+@contextmanager
+def opener_of(store: SessionStore, sid: str) -> Iterator[Any]:
+    """The session's opener, in a read of the store."""
+    sealer = store._sealer
+    assert sealer is not None
+    with store.log.view() as view:
+        yield sealer.opener(view, state_in(view, sid), "test")
+
+
+def slot_of(store: SessionStore, sid: str) -> int:
+    with store.log.view() as view:
+        return state_in(view, sid).key_slot
+
+
+def relabelled(blob: bytes, slot: int) -> bytes:
+    """`blob` with the keyring slot of its header (after the format byte) set to `slot`."""
+    return blob[:1] + slot.to_bytes(4, "big") + blob[5:]
+
+
+def refused(open_event: Any, data: ev.Event, position: int, wanted: list[int]) -> None:
+    with pytest.raises(IntegrityError) as caught:
+        open_event(data, position, wanted)
+    assert caught.value.position == position
+    assert f"position {position}" in str(caught.value)
+
+
+def written(store: SessionStore, sid: str) -> tuple[int, ev.MessageInjected, int, Any]:
+    store.inject(sid, {"role": "user", "content": "one-secret"})
+    store.inject_many(sid, [{"role": "user", "content": f"many-{i}-secret"} for i in range(5)])
+    at, lone = stored(store, sid, ev.MessageInjected)
+    listed_at, listed = stored(store, sid, ev.MessagesInjected)
+    return at, lone, listed_at, listed
+
+
+def test_an_own_message_stripped_of_its_seal_is_refused(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        sid = store.open_session("s")
+        at, lone, listed_at, listed = written(store, sid)
+        forged = ev.Message(role="user", content="forged")
+        with opener_of(store, sid) as open_event:
+            assert open_event(lone, at, [0])[0].content == "one-secret"
+            refused(open_event, ev.MessageInjected(message=forged), at, [0])
+            # A batch's ciphertext taken away and plain text put in the first shell (format 2),
+            # or in every message (as if the list had been written plain).
+            shells = listed.messages
+            for messages in ([forged, *shells[1:]], [forged] * len(shells)):
+                for wanted in ([0], [0, 1, 2, 3, 4]):
+                    refused(open_event, ev.MessagesInjected(messages=messages), listed_at, wanted)
+
+
+def test_an_own_message_relabelled_to_a_destroyed_key_is_refused(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        gone, sid = store.open_session("gone"), store.open_session("s")
+        store.inject_many(gone, [{"role": "user", "content": "x"}] * 3)
+        at, lone, listed_at, listed = written(store, sid)
+        store.forget(gone)
+        slot = slot_of(store, gone)
+        moved = msgspec.structs.replace(lone.message, sealed=relabelled(lone.message.sealed, slot))
+        first = listed.messages[0]
+        shells = [msgspec.structs.replace(first, sealed=relabelled(first.sealed, slot))]
+        with opener_of(store, sid) as open_event:
+            refused(open_event, ev.MessageInjected(message=moved), at, [0])
+            for wanted in ([0], [4], [0, 1, 2, 3, 4]):
+                data = ev.MessagesInjected(messages=[*shells, *listed.messages[1:]])
+                refused(open_event, data, listed_at, wanted)
+            # Untouched, they open.
+            assert open_event(listed, listed_at, [4])[0].content == "many-4-secret"
+
+
+def test_what_a_fork_inherited_reads_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path) as store:
+        store.open_session("plain")
+        store.inject_many("plain", [{"role": "user", "content": f"p{i}"} for i in range(3)])
+    with SessionStore.open(path, keys=KEY, hot_sessions=0) as store:
+        store.open_session("sealed")
+        store.inject_many("sealed", [{"role": "user", "content": f"s{i}"} for i in range(3)])
+        of_plain, of_sealed = store.fork("plain", "a"), store.fork("sealed", "b")
+        for child in (of_plain, of_sealed):
+            store.inject(child, {"role": "user", "content": "own"})
+        assert [m["content"] for m in store.messages(of_plain)] == ["p0", "p1", "p2", "own"]
+        store.forget("sealed")
+        shown = store.messages(of_sealed, last=4)
+        assert [m["metadata"] for m in shown[:3]] == [{"forgotten": True}] * 3
+        assert shown[3]["content"] == "own"
