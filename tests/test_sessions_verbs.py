@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -914,6 +915,29 @@ def test_opening_a_store_with_another_projection_layout_rebuilds_it(tmp_path: Pa
     with SessionStore.open(path) as store:
         assert dump(store) == expected
         assert contents(store, "b") == ["m0", "m1"]
+
+
+def test_a_store_whose_transcripts_predate_item_timestamp_is_rebuilt_on_open(
+    tmp_path: Path,
+) -> None:
+    # Transcripts written before they kept `item_timestamp` lack it; the fold of the same log
+    # now gives it, so such a store must be rebuilt, not verified as drifted.
+    path = tmp_path / "s"
+    with SessionStore.open(path) as store:
+        store.open_session("a")
+        store.inject("a", {"role": "user", "content": "x", "item": {"timestamp": 12.5}})
+        key = projections._state.transcript_key("a")
+        with store.log.view() as view:
+            now = projections.load_transcript(view, "a")
+        assert now is not None and now.item_timestamp == 12.5
+        older = msgspec.msgpack.encode([now.ranges, now.length, now.version, now.last_activity_at])
+        with store.log.transaction() as tx:  # what the version before would have left behind
+            tx.kv_put(key, older)
+            tx.kv_put(projections._keys.LAYOUT_KEY, b"\x04")
+    with SessionStore.open(path) as store:
+        with store.log.view() as view:
+            assert projections.load_transcript(view, "a").item_timestamp == 12.5  # type: ignore[union-attr]
+        assert store.verify(projections=True).ok
 
 
 def test_as_of_shows_the_past_and_refuses_writes(store: SessionStore) -> None:
