@@ -15,6 +15,7 @@ from eventlog import (
     to_builtins,
 )
 from eventlog import events as ev
+from eventlog.errors import ForgottenError
 from sessions._checks import check_count, client_dict, iso
 from sessions._host import SessionHost, readable
 from sessions._ids import check_session_id
@@ -225,8 +226,12 @@ def _summary(
 ) -> dict[str, Any]:
     title = state.title
     if sealer is not None and title is not None and title.startswith(SEALED_TEXT):
-        # A page of sessions lists forgotten ones too: their titles went with their keys.
-        title = None if state.forgotten else sealer.open_state(state, "list_sessions").title
+        # A page of sessions lists forgotten ones too: their titles went with their keys (a
+        # view of the past shows one forgotten since as not forgotten yet, its key gone).
+        try:
+            title = None if state.forgotten else sealer.open_state(state, "list_sessions").title
+        except ForgottenError:
+            title = None
     return {
         "session_id": state.session_id,
         "title": title,

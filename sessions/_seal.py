@@ -193,7 +193,7 @@ class Sealer:
         encrypted parent opens what it inherited even when it is plain itself)."""
         if state.forgotten:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
-        keys = _Keys(self.keyring, state.key_slot, verb, _opened_at(view, state))
+        keys = _Keys(self.keyring, state.key_slot, verb, state.session_id, _opened_at(view, state))
         open_message = _message_opener(keys)
         lists, singles = _MESSAGE_LISTS, _MESSAGES
 
@@ -217,7 +217,7 @@ class Sealer:
         ancestor read as None)."""
         if state.forgotten:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
-        keys = _Keys(self.keyring, state.key_slot, verb)
+        keys = _Keys(self.keyring, state.key_slot, verb, state.session_id)
         return msgspec.structs.replace(
             state,
             title=keys.text(state.title, "title"),
@@ -310,16 +310,18 @@ class _Keys:
     inherited (a fork's prefix) may be plain (a parent from before the store had keys) or under
     a parent's destroyed key."""
 
-    __slots__ = ("found", "keyring", "opened_at", "own", "since", "verb")
+    __slots__ = ("found", "keyring", "opened_at", "own", "session_id", "since", "verb")
 
     def __init__(
         self,
         keyring: Keyring,
         own: int,
         verb: str,
+        session_id: str | None = None,
         opened_at: Callable[[], int] | None = None,
     ) -> None:
         self.keyring, self.own, self.verb, self.opened_at = keyring, own, verb, opened_at
+        self.session_id = session_id
         self.found: dict[int, AESGCM | None] = {}
         self.since: int | None = None
 
@@ -359,6 +361,10 @@ class _Keys:
         if slot in self.found:
             return self.found[slot]
         key = self.keyring.key(slot, self.verb, fresh=slot != self.own)
+        if key is None and slot == self.own and self.session_id is not None:
+            # The session's own key is gone though the state read says it is not forgotten: a
+            # view of the store as of before the forget, or a forget committed since the read.
+            raise ForgottenError(self.session_id, self.verb)
         self.found[slot] = key
         return key
 

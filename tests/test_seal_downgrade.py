@@ -2,7 +2,8 @@
 of its ciphertext (plain text put in its place), or relabelled to the destroyed key of another
 session, is refused naming its position, where it read as the forged text or as a forgotten
 placeholder. What a fork inherited keeps its rules: a plain parent's messages read plain, and a
-forgotten parent's as placeholders."""
+forgotten parent's as placeholders. A session whose own key is gone reads as forgotten
+(`ForgottenError`) even where its projection does not say so yet (a view of the past)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import msgspec
 import pytest
 
 import projections as pj
-from eventlog import IntegrityError
+from eventlog import ForgottenError, IntegrityError
 from eventlog import events as ev
 from sessions import LocalKeyProvider, SessionStore
 
@@ -118,3 +119,34 @@ def test_what_a_fork_inherited_reads_as_before(tmp_path: Path) -> None:
         shown = store.messages(of_sealed, last=4)
         assert [m["metadata"] for m in shown[:3]] == [{"forgotten": True}] * 3
         assert shown[3]["content"] == "own"
+
+
+def test_a_view_of_the_past_of_a_forgotten_session_refuses_its_content(tmp_path: Path) -> None:
+    # As of a position before the forget, the session's projection is not yet forgotten, but
+    # its key is gone: its content read as placeholders, title and all, as if it had none.
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        sid = store.open_session("s", title="a-title-secret", metadata={"m": "meta-secret"})
+        store.inject(sid, {"role": "user", "content": "one-secret"})
+        store.inject_many(sid, [{"role": "user", "content": f"m{i}-secret"} for i in range(5)])
+        child = store.fork_at(sid, keep_first=3)
+        store.inject(child, {"role": "user", "content": "the child's own"})
+        before = store.log.head
+        store.forget(sid)
+        past = store.as_of(before)
+        reads = {
+            "messages": lambda: past.messages(sid),
+            "a page": lambda: past.messages(sid, after=1, limit=2),
+            "the last": lambda: past.messages(sid, last=1),
+            "context": lambda: past.context(sid),
+            "snapshot": lambda: past.snapshot(sid),
+            "summary": lambda: past.summary(sid),
+        }
+        for read in reads.values():
+            with pytest.raises(ForgottenError):
+                read()
+        # A listing shows it without its title; the fork keeps its own messages.
+        listed = {s["session_id"]: s for s in past.list_sessions()["sessions"]}
+        assert listed[sid]["title"] is None
+        shown = past.messages(child)
+        assert [m["metadata"] for m in shown[:3]] == [{"forgotten": True}] * 3
+        assert shown[3]["content"] == "the child's own"
