@@ -282,7 +282,10 @@ class SessionlogSessionService(BaseSessionService):
             _merge_into(store, _user_key(session.app_name, session.user_id), deltas["user"])
             # An encrypted session's items are sealed from the projection: there the scratchpad
             # keeps the update time, as it did for every session before.
-            kept = _update_time(store, key, {}) == event.timestamp
+            # Asked of the projection alone: a last activity equal to the timestamp is no keeping.
+            with store.log.view() as view:
+                transcript = pj.load_transcript(view, key)
+            kept = transcript is not None and transcript.item_timestamp == event.timestamp
             if deltas["session"] or not kept:
                 state = {**pad.get("state", {}), **_storable(deltas["session"])}
                 stamp = {} if kept else {"update_time": event.timestamp}

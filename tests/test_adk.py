@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 from pydantic import Field
 
+import eventlog._transaction
 import projections as pj
 from integrations.adk import SessionlogSessionService, session_key
 from sessions import LocalKeyProvider, SessionStore
@@ -414,6 +416,27 @@ def test_an_encrypted_session_keeps_its_update_time_in_the_scratchpad(tmp_path: 
         service = SessionlogSessionService(SessionStore.open(tmp_path / "store", keys=keys))
         session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
         for at in (2_000.0, 1_000.0):  # the projection cannot read a sealed item's timestamp
+            await service.append_event(session, _event("x", at=at))
+            got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert got is not None and got.last_update_time == at
+        await service.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_encrypted_event_stamped_at_its_append_time_still_moves_the_update_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log's clock stopped at the second event's own timestamp: the session's last activity
+    # then equals it, which must not pass for the projection having kept it.
+    stopped = datetime.fromtimestamp(5_000.0, UTC)
+    monkeypatch.setattr(eventlog._transaction, "check_time", lambda at: at or stopped)
+
+    async def main() -> None:
+        keys = LocalKeyProvider(bytes(range(32)))
+        service = SessionlogSessionService(SessionStore.open(tmp_path / "store", keys=keys))
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for at in (2_000.0, 5_000.0):
             await service.append_event(session, _event("x", at=at))
             got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
             assert got is not None and got.last_update_time == at
