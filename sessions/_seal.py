@@ -19,8 +19,9 @@ that starts with its format:
   message; reading a few messages of a big batch opens all of it.
 The header and the field's name are the associated data, so a ciphertext moved to another event,
 field or session, cut short or altered fails to open (`IntegrityError` naming the position); so
-does a message the session wrote itself that is found unsealed, or naming another session's
-destroyed key (which would read as a forgotten placeholder). New
+does a message the session wrote itself (since it was opened) that is found unsealed, or sealed
+under another session's key (a transcript pointed at another session's events, or a header
+relabelled to a destroyed key, which would read as a forgotten placeholder). New
 writes seal batches in format 2; format 1 batches, as older stores hold them, read as before. A
 fork's shared prefix stays sealed under its parent's key.
 """
@@ -306,7 +307,7 @@ class _Keys:
 
     `opened_at`, when given, finds the log position where the session was opened: what it wrote
     from there on is its own, sealed under its own key, so a message there that is not sealed, or
-    is sealed under another session's destroyed key, was put there by someone else. What it
+    is sealed under another session's key, was put there by someone else. What it
     inherited (a fork's prefix) may be plain (a parent from before the store had keys) or under
     a parent's destroyed key."""
 
@@ -345,15 +346,16 @@ class _Keys:
             )
         return message
 
-    def destroyed(self, slot: int, position: int) -> None:
-        """Refuse content read at `position` sealed under the destroyed key of `slot` when the
-        session wrote it there under its own, live key (a header relabelled to read as
-        forgotten)."""
+    def foreign(self, slot: int, position: int) -> None:
+        """Refuse content read at `position` sealed under another key than the session's own
+        (another session's, live or destroyed) when the session wrote it there itself: a
+        transcript pointed at another session's events, or a header relabelled to read as
+        forgotten."""
         if slot != self.own and self.owns(position):
             raise IntegrityError(
-                f"{self.verb}: the content at position {position} names the destroyed key "
-                f"{slot}, but the session wrote it there under its own key {self.own}: it was "
-                "altered",
+                f"{self.verb}: the content at position {position} is sealed under key {slot}, "
+                f"but the session wrote what it holds there under its own key {self.own}: it "
+                "is another session's, or was altered",
                 position,
             )
 
@@ -390,10 +392,10 @@ class _Keys:
             )
         if check is not None:
             check(position, index)
+        if at is not None:
+            self.foreign(slot, at)
         key = self.get(slot)
         if key is None:
-            if at is not None:
-                self.destroyed(slot, at)
             return _FORGOTTEN
         nonce = blob[_HEADER.size : _HEADER.size + NONCE_BYTES]
         try:
@@ -446,20 +448,26 @@ def _unbase(text: str) -> bytes:
 
 def _message_opener(keys: _Keys) -> Callable[[ev.Message, int, int], ev.Message]:
     """What opens one message sealed on its own (format 1) with `keys`, given where it was read."""
-    found, unpack = keys.found, _HEADER.unpack_from
+    found, unpack, own = keys.found, _HEADER.unpack_from, keys.own
     size, body_at, decode = _HEADER.size, _HEADER.size + NONCE_BYTES, _MESSAGE_DECODER.decode
 
     def open_message(message: ev.Message, position: int, index: int) -> ev.Message:
         # The common case inline; anything unusual (a short or moved ciphertext, a key not yet
-        # looked up or destroyed, bytes that do not decode) takes `open_message_at`, which names
-        # what is wrong.
+        # looked up or destroyed, another session's key where the session wrote, bytes that do
+        # not decode) takes `open_message_at`, which names what is wrong.
         blob = message.sealed
         if blob is None:
             return keys.unsealed(message, position)
         if len(blob) > body_at:
             form, slot, at, at_index = unpack(blob)
             key = found.get(slot)
-            if key is not None and at == position and at_index == index and form == _FORMAT:
+            if (
+                key is not None
+                and at == position
+                and at_index == index
+                and form == _FORMAT
+                and (slot == own or position < (keys.since or 0))
+            ):
                 try:
                     found_message: ev.Message = decode(
                         key.decrypt(blob[size:body_at], blob[body_at:], blob[:size] + _M)
@@ -511,9 +519,9 @@ def open_batch(
         raise IntegrityError(
             f"{where} was written at position {at} with {count} messages: it was moved", position
         )
+    keys.foreign(slot, position)
     key = keys.get(slot)
     if key is None:
-        keys.destroyed(slot, position)
         return [_forgotten(shells[i]) for i in indexes]
     try:
         plain = key.decrypt(  # the body as a view: a copy of a big list costs more than opening it

@@ -150,3 +150,17 @@ def test_a_view_of_the_past_of_a_forgotten_session_refuses_its_content(tmp_path:
         shown = past.messages(child)
         assert [m["metadata"] for m in shown[:3]] == [{"forgotten": True}] * 3
         assert shown[3]["content"] == "the child's own"
+
+
+def test_another_session_s_message_is_not_read_as_the_session_s_own(tmp_path: Path) -> None:
+    # A transcript pointed at another session's events (its references altered): what was
+    # written since the session was opened is its own, so it must be under its own key.
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        sid, other = store.open_session("s"), store.open_session("other")
+        at, lone, listed_at, listed = written(store, other)
+        with opener_of(store, sid) as open_event:
+            refused(open_event, lone, at, [0])
+            for wanted in ([0], [4], [0, 1, 2, 3, 4]):
+                refused(open_event, listed, listed_at, wanted)
+        with opener_of(store, other) as open_event:
+            assert open_event(lone, at, [0])[0].content == "one-secret"
