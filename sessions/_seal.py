@@ -219,6 +219,7 @@ class Sealer:
         if state.forgotten:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
         keys = _Keys(self.keyring, state.key_slot, verb, state.session_id)
+        keys.root = state.parent_id is None  # a fork inherits its parent's values, sealed by it
         return msgspec.structs.replace(
             state,
             title=keys.text(state.title, "title"),
@@ -311,7 +312,7 @@ class _Keys:
     inherited (a fork's prefix) may be plain (a parent from before the store had keys) or under
     a parent's destroyed key."""
 
-    __slots__ = ("found", "keyring", "opened_at", "own", "session_id", "since", "verb")
+    __slots__ = ("found", "keyring", "opened_at", "own", "root", "session_id", "since", "verb")
 
     def __init__(
         self,
@@ -325,6 +326,8 @@ class _Keys:
         self.session_id = session_id
         self.found: dict[int, AESGCM | None] = {}
         self.since: int | None = None
+        self.root = False
+        """Whether every value read is the session's own (it is not a fork)."""
 
     def owns(self, position: int) -> bool:
         """Whether the event at `position` is the encrypted session's own, not inherited (looked
@@ -394,6 +397,12 @@ class _Keys:
             check(position, index)
         if at is not None:
             self.foreign(slot, at)
+        elif self.root and slot != self.own:
+            raise IntegrityError(
+                f"{self.verb}: a sealed {label.split(chr(0), maxsplit=1)[0]} of session "
+                f"`{self.session_id}` is under key {slot}, not its own: it is another session's",
+                position,
+            )
         key = self.get(slot)
         if key is None:
             return _FORGOTTEN

@@ -164,3 +164,27 @@ def test_another_session_s_message_is_not_read_as_the_session_s_own(tmp_path: Pa
                 refused(open_event, listed, listed_at, wanted)
         with opener_of(store, other) as open_event:
             assert open_event(lone, at, [0])[0].content == "one-secret"
+
+
+def test_another_session_s_value_is_not_read_as_a_root_session_s_own(tmp_path: Path) -> None:
+    # A session that is not a fork holds only values it sealed itself: one of another session's
+    # put in its projection (a title, a metadata value) is refused, not shown as its own.
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        sid = store.open_session("s", title="s-title", metadata={"m": "s-meta"})
+        other = store.open_session("other", title="o-title", metadata={"m": "o-meta"})
+        sealer = store._sealer
+        assert sealer is not None
+        with store.log.view() as view:
+            mine, theirs = state_in(view, sid), state_in(view, other)
+        assert sealer.open_state(mine, "test").title == "s-title"
+        for changed in (
+            msgspec.structs.replace(mine, title=theirs.title),
+            msgspec.structs.replace(mine, metadata=theirs.metadata),
+            msgspec.structs.replace(mine, system_prompt=theirs.title),
+        ):
+            with pytest.raises(IntegrityError):
+                sealer.open_state(changed, "test")
+        # A fork holds what it inherited under its parent's key, and reads it.
+        child = store.fork(other, "kid")
+        snap = store.snapshot(child)
+        assert snap is not None and snap["metadata"] == {"m": "o-meta"}
