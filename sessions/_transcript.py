@@ -242,8 +242,9 @@ class TranscriptVerbs(SessionHost):
         The strategy, and the model or callbacks it calls, runs outside the write transaction on
         the transcript as read, so nobody waits for a model. The outcome commits if the
         transcript is still that one, or that one with messages appended (kept after the
-        replaced run); any other change meanwhile (trim, reset, another compaction) raises
-        `ConcurrencyError` and writes nothing.
+        replaced run); any other change meanwhile (trim, reset, another compaction, the
+        forgetting of an ancestor whose messages it read) raises `ConcurrencyError` and writes
+        nothing.
         """
         self._writable("compact")
         _compact.parse_options(options, self.summarizer)  # refuse bad options before any work
@@ -255,6 +256,7 @@ class TranscriptVerbs(SessionHost):
             messages = pj.read_messages(
                 view, transcript, opener=self._opener(view, seen, "compact")
             )
+            inherited = self._cache_usable(view, seen)  # no ancestor read was forgotten
         plan, kept = _compact.plan(
             messages, options, token_counter=self.token_counter, summarizer=self.summarizer
         )
@@ -263,8 +265,11 @@ class TranscriptVerbs(SessionHost):
 
         def decide(cmd: Command) -> int:
             now = cmd.transcript
-            if cmd.state.generation != seen.generation or (
-                pj.ranges_added(transcript.ranges, now.ranges) is None
+            if (
+                cmd.state.generation != seen.generation
+                or pj.ranges_added(transcript.ranges, now.ranges) is None
+                # an ancestor whose messages it read was forgotten: they must not live on here
+                or (inherited and not self._cache_usable(cmd.tx, cmd.state))
             ):
                 conflict = ConcurrencyError(sid, expected, cmd.tx.stream_version(sid))
                 conflict.args = (

@@ -18,7 +18,7 @@ import pytest
 import projections as pj
 from eventlog import ForgottenError, IntegrityError
 from eventlog import events as ev
-from sessions import LocalKeyProvider, SessionStore
+from sessions import ConcurrencyError, LocalKeyProvider, SessionStore
 
 KEY = LocalKeyProvider(bytes(range(32)))
 
@@ -188,3 +188,29 @@ def test_another_session_s_value_is_not_read_as_a_root_session_s_own(tmp_path: P
         child = store.fork(other, "kid")
         snap = store.snapshot(child)
         assert snap is not None and snap["metadata"] == {"m": "o-meta"}
+
+
+def test_a_compaction_does_not_keep_what_a_forget_destroyed_while_it_ran(
+    tmp_path: Path,
+) -> None:
+    # A fork's compaction reads its parent's messages, runs its strategy outside the write
+    # transaction, then commits the replacement under the fork's own key: if the parent was
+    # forgotten meanwhile, committing would keep its content readable after the forget.
+    path = tmp_path / "s"
+    with SessionStore.open(path, keys=KEY, hot_sessions=0) as store:
+        store.open_session("parent")
+        store.inject_many("parent", [{"role": "user", "content": f"p{i}-secret"} for i in range(4)])
+        child = store.fork("parent", "kid")
+        store.inject(child, {"role": "user", "content": "the child's own"})
+
+        def forget_meanwhile(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            store.forget("parent")
+            return messages[1:]
+
+        with pytest.raises(ConcurrencyError):
+            store.compact(child, compact_strategy="custom", custom_compactor=forget_meanwhile)
+        shown = store.messages(child)
+        assert [m.get("content") for m in shown] == [None] * 4 + ["the child's own"]
+        # Compacted again, it keeps what it reads now: placeholders.
+        store.compact(child, compact_strategy="custom", custom_compactor=lambda ms: ms[1:])
+        assert [m.get("content") for m in store.messages(child)] == [None] * 3 + ["the child's own"]
