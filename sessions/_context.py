@@ -162,10 +162,11 @@ class ContextVerbs(SessionHost):
             with self.log.view() as view:
                 state = self._state(view, session_id, verb)
                 seen = self._context_view(view, state)
+                inherited = self._cache_usable(view, state)  # no ancestor read was forgotten
             events = decide(seen)
             if not events:
                 return []
-            recheck = partial(self._recheck, seen, events, decide, calls_model)
+            recheck = partial(self._recheck, seen, inherited, events, decide, calls_model)
             written = self._command(verb, session_id, recheck)
             if written is not None:
                 return written  # None: it changed while the model ran; decide again outside
@@ -175,16 +176,21 @@ class ContextVerbs(SessionHost):
     def _recheck(
         self,
         seen: ContextView,
+        inherited: bool,
         events: list[ev.Event],
         decide: Callable[[ContextView], list[ev.Event]],
         calls_model: bool,
         cmd: Command,
     ) -> list[ev.Event] | None:
-        """Inside the write: append `events`, decided on `seen`, if the session is still as seen;
-        else decide again on the view inside the write (None, writing nothing, when the decision
-        `calls_model`: it is never made inside the write)."""
+        """Inside the write: append `events`, decided on `seen`, if the session is still as seen
+        (and, when `inherited`, no ancestor whose messages it shows was forgotten since: what
+        was decided on them must not outlive the forget); else decide again on the view inside
+        the write (None, writing nothing, when the decision `calls_model`: it is never made
+        inside the write)."""
         state, transcript = cmd.state, cmd.transcript
-        if (state.generation, transcript.version) != (seen.generation, seen.version):
+        if (state.generation, transcript.version) != (seen.generation, seen.version) or (
+            inherited and not self._cache_usable(cmd.tx, state)
+        ):
             if calls_model:
                 return None
             events = decide(self._context_view(cmd.tx, state))

@@ -18,7 +18,7 @@ import pytest
 import projections as pj
 from eventlog import ForgottenError, IntegrityError
 from eventlog import events as ev
-from sessions import ConcurrencyError, LocalKeyProvider, SessionStore
+from sessions import ConcurrencyError, ContextPolicy, LocalKeyProvider, SessionStore
 
 KEY = LocalKeyProvider(bytes(range(32)))
 
@@ -214,3 +214,29 @@ def test_a_compaction_does_not_keep_what_a_forget_destroyed_while_it_ran(
         # Compacted again, it keeps what it reads now: placeholders.
         store.compact(child, compact_strategy="custom", custom_compactor=lambda ms: ms[1:])
         assert [m.get("content") for m in store.messages(child)] == [None] * 3 + ["the child's own"]
+
+
+def test_a_checkpoint_does_not_keep_what_a_forget_destroyed_while_it_ran(tmp_path: Path) -> None:
+    # The same for maintain_context's summary: the model runs outside the write on the context
+    # as read; a parent forgotten meanwhile sends it back to read (placeholders) and run again.
+    with SessionStore.open(tmp_path / "s", keys=KEY, hot_sessions=0) as store:
+        store.open_session("parent")
+        for i in range(6):
+            store.inject("parent", {"role": "user", "content": f"p{i}-secret " * 20})
+            store.inject("parent", {"role": "assistant", "content": f"a{i}"})
+        child = store.fork("parent", "kid")
+        store.inject(child, {"role": "user", "content": "the child's own"})
+        seen: list[list[Any]] = []
+
+        def summarize(messages: list[dict[str, Any]], **_: Any) -> str:
+            seen.append([m.get("content") for m in messages])
+            store.forget("parent")
+            return " / ".join(str(m.get("content")) for m in messages)
+
+        policy = ContextPolicy(
+            window_tokens=200, summarize_ratio=0.1, keep_turns=1, summarizer=summarize
+        )
+        store.maintain_context(child, policy=policy)
+        assert "secret" in str(seen[0]) and "secret" not in str(seen[1:])
+        assert "secret" not in str(store.messages(child))
+        assert "secret" not in str(store.context(child))
