@@ -209,6 +209,10 @@ class Sealer:
             first = messages[0].sealed if messages else None
             if first and first[0] == _BATCH_FORMAT:
                 return open_batch(keys, messages, position, field, indexes)
+            if first is None and len(messages) > 1 and messages[-1].sealed == b"":
+                raise IntegrityError(  # shells of a sealed list (format 2) without its ciphertext
+                    f"{verb}: the sealed list at position {position} lost its ciphertext", position
+                )
             return [open_message(messages[i], position, i) for i in indexes]
 
         return open_event

@@ -240,3 +240,18 @@ def test_a_checkpoint_does_not_keep_what_a_forget_destroyed_while_it_ran(tmp_pat
         assert "secret" in str(seen[0]) and "secret" not in str(seen[1:])
         assert "secret" not in str(store.messages(child))
         assert "secret" not in str(store.context(child))
+
+
+def test_an_inherited_list_that_lost_its_ciphertext_is_refused(tmp_path: Path) -> None:
+    # Before the fork, what a message without a ciphertext is cannot be told from the fork (a
+    # parent from before the store had keys wrote plain), but a list whose other messages are
+    # the empty shells of a sealed list lost the ciphertext its first one held.
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        store.open_session("parent")
+        listed_at, listed = written(store, "parent")[2:]
+        child = store.fork("parent", "kid")
+        forged = [ev.Message(role="user", content="forged"), *listed.messages[1:]]
+        with opener_of(store, child) as open_event:
+            assert open_event(listed, listed_at, [0])[0].content == "many-0-secret"
+            for wanted in ([0], [0, 1, 2, 3, 4]):
+                refused(open_event, ev.MessagesInjected(messages=forged), listed_at, wanted)
