@@ -50,8 +50,9 @@ def load_transcript(view: LogView, session_id: str) -> Transcript | None:
 
 def _save_state(tx: Transaction, state: SessionState) -> None:
     key = st.state_key(state.session_id)
-    _kv.put(tx, key, STATE_CODEC.encode(state))
-    _kv.remember(tx, key, state)  # after the put, which drops any cached value for the key
+    data = STATE_CODEC.encode(state)
+    _kv.put(tx, key, data)
+    _kv.remember(tx, key, state, len(data))  # after the put, which drops any cached value
 
 
 def _save_transcript(tx: Transaction, session_id: str, transcript: Transcript) -> None:

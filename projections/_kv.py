@@ -24,29 +24,37 @@ Buffer = bytes | bytearray | memoryview
 class Pending:
     """What the projector keeps for the life of one transaction (see the module's text)."""
 
-    __slots__ = ("cache", "deferred")
+    __slots__ = ("cache", "decoded_bytes", "deferred")
 
     def __init__(
         self,
         cache: dict[bytes, Any] | None = None,
         deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] | None = None,
+        decoded_bytes: int = 0,
     ) -> None:
         self.cache: dict[bytes, Any] = {} if cache is None else cache
         self.deferred: dict[bytes, tuple[Any, Callable[[Any], bytes]]] = (
             {} if deferred is None else deferred
         )
+        self.decoded_bytes = decoded_bytes
+        """Bytes of stored values this cache has decoded or written since it was made (never
+        less when an entry is replaced): what bounds how long it is carried."""
 
     def nested(self) -> Pending:
         """A copy for a nested transaction: kept by the parent if it commits, dropped if not."""
-        return Pending(dict(self.cache), dict(self.deferred))
+        return Pending(dict(self.cache), dict(self.deferred), self.decoded_bytes)
 
     def before_commit(self, tx: Transaction) -> None:
         """Write every deferred value (the log calls this just before the outermost commit)."""
         deferred, self.deferred = self.deferred, {}
         cache = self.cache
+        written = 0
         for key, (value, encode) in deferred.items():
-            tx.kv_put(key, encode(value))
+            data = encode(value)
+            tx.kv_put(key, data)
             cache[key] = value
+            written += len(data)
+        self.decoded_bytes += written
 
     def forget(self, key: bytes) -> None:
         """Drop the decoded value and any deferred write of `key`: the transaction wrote it."""
@@ -55,13 +63,20 @@ class Pending:
 
     def after_commit(self) -> Pending | None:
         """Itself, as committed, for the next write transaction (its reads then start from what
-        this one read and wrote), unless it has grown past `CARRIED_KEYS_MAX`."""
-        return self if len(self.cache) <= CARRIED_KEYS_MAX and not self.deferred else None
+        this one read and wrote), unless it has grown past `CARRIED_KEYS_MAX` keys or
+        `CARRIED_BYTES_MAX` bytes decoded."""
+        if len(self.cache) > CARRIED_KEYS_MAX or self.decoded_bytes > CARRIED_BYTES_MAX:
+            return None
+        return None if self.deferred else self
 
 
 CARRIED_KEYS_MAX = 4096
 """Decoded values a `Pending` carries from one commit to the next at most: the keys of the
 sessions a process is writing to; past it the next transaction starts with an empty cache."""
+CARRIED_BYTES_MAX = 4 * 1024 * 1024
+"""Bytes of values a carried `Pending` may have decoded or written over its life before the next
+transaction starts afresh: a bound on the memory it holds (large scratchpads, metadata) that a
+process writing to a few sessions reaches only after thousands of commits."""
 
 
 def pending(view: LogView) -> Pending | None:
@@ -89,14 +104,20 @@ def cached(view: LogView, key: bytes, decode: Callable[[bytes], Any]) -> Any:
     if key in cache:
         return cache[key]
     data = get(view, key)
-    value = None if data is None else decode(data)
+    if data is None:
+        value = None
+    else:
+        value = decode(data)
+        state.decoded_bytes += len(data)
     cache[key] = value
     return value
 
 
-def remember(tx: Transaction, key: bytes, value: Any) -> None:
-    """Cache `value` as the decoding of what `key` now holds (after writing it)."""
-    _pending_for_write(tx).cache[key] = value
+def remember(tx: Transaction, key: bytes, value: Any, size: int) -> None:
+    """Cache `value` as the decoding of the `size` bytes `key` now holds (after writing them)."""
+    state = _pending_for_write(tx)
+    state.cache[key] = value
+    state.decoded_bytes += size
 
 
 def get(view: LogView, key: bytes) -> bytes | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import projections._kv
 from eventlog import LogView
 from projections._state import state_key, transcript_key
 from sessions import LengthConflictError, SessionStore, UnknownSessionError
@@ -144,3 +145,19 @@ def test_a_retried_command_that_wrote_nothing_hands_nothing_on(
     store.inject("s", {"role": "user", "content": "a1"})
     assert texts(store, "s") == ["a0", "b0", "a1"]
     assert store.log.stream_version("s") == 4
+
+
+def test_a_cache_that_decoded_past_its_byte_bound_is_not_carried(
+    store: SessionStore, reads: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(projections._kv, "CARRIED_BYTES_MAX", 4_000)
+    store.inject("s", {"role": "user", "content": "a0"})
+    reads.clear()
+    store.inject("s", {"role": "user", "content": "a1"})
+    assert state_key("s") not in reads  # small: carried
+    store.set_scratchpad("s", {"notes": "x" * 5_000})  # decoded and written: past the bound
+    store.inject("s", {"role": "user", "content": "a2"})
+    reads.clear()
+    store.inject("s", {"role": "user", "content": "a3"})
+    assert state_key("s") in reads  # the big cache was dropped; the state is read again
+    assert texts(store, "s") == ["a0", "a1", "a2", "a3"]

@@ -22,7 +22,7 @@ def test_put_many_writes_every_pair_over_pending_state(log: EventLog) -> None:
     with log.transaction() as tx:
         _kv.put(tx, b"a", b"old")
         _kv.defer(tx, b"b", 7, one_byte)
-        _kv.remember(tx, b"a", "decoded old")
+        _kv.remember(tx, b"a", "decoded old", 3)
         _kv.put_many(tx, [(b"c", b"3"), (b"a", bytearray(b"1")), (b"b", memoryview(b"2"))])
         state = _kv.pending(tx)
         assert state is not None
