@@ -75,7 +75,8 @@ class ShredVerbs(SessionHost):
         content can never be read again while the log still verifies. Reads then raise
         `ForgottenError`; its ancestry and its events' kinds remain. A fork keeps its own
         messages; what it shares of this session reads as placeholders marked
-        ``metadata.forgotten``. Forgetting a forgotten session does nothing.
+        ``metadata.forgotten``, and what it wrote itself from them (a summary, a reply) stays
+        under its own key. Forgetting a forgotten session does nothing.
 
         `expected_version`: forget only if the session's stream is still at that version (what
         the caller judged, e.g. a closed session a sweep found due), checked in the same commit
