@@ -456,18 +456,26 @@ class Transaction(LogView):
         parent = self._parent
         if parent is None:
             raise AssertionError("only a nested transaction merges into a parent")
-        parent.pending = self.pending
-        parent.pending_count = self.pending_count
-        parent._pending_bytes = self._pending_bytes
-        parent._hooks = self._hooks
-        parent._versions = self._versions
-        parent.projector_state = self.projector_state
-        parent._bytes = self._bytes
-        parent._head = self._head
-        parent._head_hash = self._head_hash
-        parent._stored = self._stored
-        parent._stamp = self._stamp
-        parent.writes = self.writes
+        for name in _KEPT_BY_PARENT:
+            setattr(parent, name, getattr(self, name))
+
+
+_KEPT_BY_PARENT = (
+    "pending",
+    "pending_count",
+    "_pending_bytes",
+    "_hooks",
+    "_versions",
+    "projector_state",
+    "_bytes",
+    "_head",
+    "_head_hash",
+    "_stored",
+    "_stamp",
+    "writes",
+)
+"""What a nested transaction that committed hands its parent: everything it tracks of the
+transaction so far (it began with copies of the parent's)."""
 
 
 class ScratchTransaction(Transaction):
