@@ -399,7 +399,11 @@ class Transaction(LogView):
         self.writes += 1
         if self.projector_state is not None:
             self.projector_state.forget(key)
-        deleted = self._txn.kv_delete(key)
+        try:
+            deleted = self._txn.kv_delete(key)
+        except BaseException:
+            self._broken = True  # as for a put: the store may hold part of it, never commit it
+            raise
         self._stored = self._stored or deleted
         return deleted
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from eventlog import (
     InvalidArgumentError,
     LimitExceededError,
     SessionLogError,
+    StorageError,
     limits,
 )
 from eventlog.events import (
@@ -491,3 +493,35 @@ def test_session_opened_needs_its_fields(log: EventLog) -> None:
             expected_version=NO_STREAM,
         )
     assert log.head == 0
+
+
+def test_a_failed_projection_delete_leaves_the_transaction_unable_to_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storage error part way through a write, caught by the caller, must not let the rest of
+    the transaction commit as if the write had not been tried: put, put_many and delete alike."""
+    with EventLog.open(tmp_path / "log") as log:
+        with log.transaction() as first:
+            first.kv_put(b"a", b"1")
+        writes: list[tuple[str, Callable[[Any], object]]] = [
+            ("kv_delete", lambda tx: tx.kv_delete(b"a")),
+            ("kv_put", lambda tx: tx.kv_put(b"a", b"2")),
+            ("kv_put_many", lambda tx: tx.kv_put_many([(b"a", b"2")])),
+        ]
+        for method, write in writes:
+            monkeypatch.setattr(log._storage._txn_type, method, _failing)  # type: ignore[attr-defined]
+            with (
+                pytest.raises(StorageError, match="a write inside this transaction failed"),
+                log.transaction() as tx,
+            ):
+                log.append("s", [said("kept only if it commits")], expected_version=ANY)
+                with pytest.raises(StorageError, match="injected"):
+                    write(tx)
+            monkeypatch.undo()
+            with log.view() as view:
+                assert view.kv_get(b"a") == b"1", method
+                assert view.head == 0, method
+
+
+def _failing(*args: object) -> bool:
+    raise StorageError("injected storage failure")
