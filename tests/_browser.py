@@ -1,9 +1,9 @@
 """The distribution's headless Chromium driven by Playwright, for the viewer's browser tests.
 
 The browser is the one the system's package manager installed (`chromium` on PATH); Playwright
-never downloads one. Without it the browser tests skip with one line saying how to install it,
-unless `SESSIONLOG_REQUIRE_BROWSER=1` is set (`.ci/run` sets it and installs the browser), where
-they fail instead.
+never downloads one. Without it the browser tests are deselected with one line saying how to
+install it, unless `SESSIONLOG_REQUIRE_BROWSER=1` is set (`.ci/run` sets it and installs the
+browser), where they fail instead (`tests/_require.py`).
 """
 
 from __future__ import annotations
@@ -29,16 +29,23 @@ LAUNCH_ARGS = [
 ]
 
 
+_NO_CHROMIUM = (
+    "the viewer's browser tests need the distribution's Chromium on PATH "
+    "(Debian/Ubuntu: apt-get install -y chromium); .ci/run installs it"
+)
+
+
+def _chromium() -> str | None:
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+
+
+def probe() -> str | None:
+    """None when the browser tests can run here; else why not."""
+    return None if _chromium() else _NO_CHROMIUM
+
+
 def chromium_path() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    why = (
-        "the viewer's browser tests need the distribution's Chromium on PATH "
-        "(Debian/Ubuntu: apt-get install -y chromium); .ci/run installs it"
-    )
-    _require.unavailable("BROWSER", why)
+    return _chromium() or _require.missing("BROWSER", _NO_CHROMIUM)
 
 
 def launch(playwright: Any) -> Any:

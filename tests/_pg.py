@@ -4,10 +4,11 @@ A test run makes one database of its own and drops it at the end; each test take
 Tests that stop or replicate a server use `PrivateServer`, a cluster made with `initdb` in a temp dir
 (run as an unprivileged user when the tests run as root), never the shared one.
 
-When no server can be reached or started (or the driver is missing), the PostgreSQL tests skip and
-the run ends with one line saying how to run them; with `SESSIONLOG_REQUIRE_POSTGRES=1` (what CI
-sets) that is a failure instead, so CI always runs every test. psycopg is imported on first use,
-never when the test suite loads.
+When no server can be reached or started (or the driver is missing, or `SESSIONLOG_TEST_PG=none`),
+`probe` says why and the PostgreSQL tests are deselected, with one line at the end saying how to
+run them (`tests/_require.py`); with `SESSIONLOG_REQUIRE_POSTGRES=1` (what CI sets) they run and
+fail instead, so CI always runs every test. psycopg is imported on first use, never when the test
+suite loads.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from types import ModuleType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+import pytest
+
 from tests import _require
 
 CANDIDATES = (
@@ -33,31 +36,32 @@ CANDIDATES = (
 )
 CONNECT_TIMEOUT_S = 3
 _state: dict[str, Any] = {}
-REQUIRE_ENV = "SESSIONLOG_REQUIRE_POSTGRES"
 HOW_TO_RUN = (
     "to run them, start a PostgreSQL server on 127.0.0.1:5432 (user postgres or root), or set "
     "SESSIONLOG_TEST_PG=postgresql://user@host:port/db, or put PostgreSQL's initdb and pg_ctl on "
-    f"PATH so the tests start a private server; {REQUIRE_ENV}=1 makes a missing server a failure"
+    "PATH so the tests start a private server"
 )
 
 
 def unavailable(reason: str) -> NoReturn:
-    """Skip the calling test for want of PostgreSQL, or fail it when the run requires PostgreSQL."""
-    if not _require.required("POSTGRES"):
-        _state.setdefault("skipped", reason)
-    _require.unavailable("POSTGRES", f"no PostgreSQL: {reason}")
+    """Fail the calling test for want of PostgreSQL (remembering why, so later tests and `probe`
+    need not look again)."""
+    _state.setdefault("missing", reason)
+    _require.missing("POSTGRES", f"no PostgreSQL: {reason}")
 
 
-def skip_note() -> str | None:
-    """The one line the run ends with when PostgreSQL tests were skipped; None when none were."""
-    reason = _state.get("skipped")
-    if reason is None:
-        return None
-    return f"PostgreSQL tests SKIPPED ({reason}): {HOW_TO_RUN}"
+def probe() -> str | None:
+    """None when this run has a server (found, or started here); else why not, and how to run
+    the PostgreSQL tests."""
+    try:
+        admin_url()
+    except pytest.fail.Exception:
+        return f"{_state['missing']}; {HOW_TO_RUN}"
+    return None
 
 
 def driver() -> ModuleType:
-    """psycopg, imported on first use; a missing driver skips (or fails, see `unavailable`)."""
+    """psycopg, imported on first use; a missing driver is `unavailable`."""
     try:
         import psycopg
     except ModuleNotFoundError as exc:
@@ -164,9 +168,11 @@ def admin_url() -> str:
     """A superuser URL of a server for this test run: found, or started here."""
     if "admin" in _state:
         return str(_state["admin"])
-    if "skipped" in _state:
-        unavailable(str(_state["skipped"]))
+    if "missing" in _state:
+        unavailable(str(_state["missing"]))
     chosen = os.environ.get("SESSIONLOG_TEST_PG")
+    if chosen == "none":
+        unavailable("SESSIONLOG_TEST_PG=none")
     if chosen:
         if not reachable(chosen):
             raise RuntimeError(f"SESSIONLOG_TEST_PG={chosen} does not answer")

@@ -10,6 +10,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,7 +24,7 @@ from hypothesis import HealthCheck, settings
 import projections as pj
 from eventlog import EventLog
 from sessions import SessionStore
-from tests import _pg
+from tests import _browser, _pg, _require
 
 settings.register_profile(
     "dev",
@@ -83,11 +86,52 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _pg.drop_database()
 
 
+def _tmpfs() -> str | None:
+    """None when this process can mount a tmpfs (the full-disk tests); else why not."""
+    with tempfile.TemporaryDirectory() as where:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", where],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            return f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}"
+        subprocess.run(["umount", "-l", where], check=False)
+    return None
+
+
+MACHINE_PROBES: dict[str, Callable[[], str | None]] = {
+    "POSTGRES": _pg.probe,
+    "BROWSER": _browser.probe,
+    "STRACE": lambda: (
+        None if shutil.which("strace") else "strace is not installed (the Debian package `strace`)"
+    ),
+    "TMPFS": _tmpfs,
+}
+_deselected: dict[str, tuple[int, str]] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs(what): the test needs POSTGRES, BROWSER, STRACE or TMPFS"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests needing what this machine lacks and the run does not require."""
+    _deselected.update(_require.deselect_missing(config, items, MACHINE_PROBES))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One loud line when the PostgreSQL tests skipped, saying how to run them."""
-    note = _pg.skip_note()
-    if note is not None:
-        terminalreporter.write_line(note, yellow=True, bold=True)
+    """One loud line for each thing whose tests were deselected, saying how to run them."""
+    for what, (count, reason) in sorted(_deselected.items()):
+        terminalreporter.write_line(
+            f"{count} tests needing {what} DESELECTED: {reason}; "
+            f"SESSIONLOG_REQUIRE_{what}=1 makes that a failure",
+            yellow=True,
+            bold=True,
+        )
 
 
 @pytest.fixture(params=LOG_KINDS)

@@ -320,6 +320,7 @@ def test_export_log_and_import_log_round_trip(family: Path, tmp_path: Path) -> N
     )
 
 
+@pytest.mark.needs("POSTGRES")
 def test_a_deployment_moves_to_postgresql_through_the_command_line(
     family: Path, tmp_path: Path
 ) -> None:

@@ -37,6 +37,7 @@ def test_the_lmdb_environment_syncs_data_and_meta_as_asked(tmp_path: Path, sync:
     assert not flags["map_async"]
 
 
+@pytest.mark.needs("POSTGRES")
 @pytest.mark.parametrize("sync", [True, False])
 def test_a_postgres_write_commits_synchronously_unless_asked_not_to(sync: bool) -> None:
     with EventLog.open(_pg.fresh_schema_url(), sync=sync) as log:
@@ -51,20 +52,19 @@ def test_a_postgres_write_commits_synchronously_unless_asked_not_to(sync: bool) 
         assert setting == "off"
 
 
-def strace_or_skip() -> str:
-    found = shutil.which("strace")
-    if found is not None:
-        return found
-    _require.unavailable(
-        "STRACE",
-        "strace is not installed, so no test here counts the sync calls of a commit; "
-        "install strace (the Debian package `strace`) to run it",
-    )
+NO_STRACE = (
+    "strace is not installed, so no test here counts the sync calls of a commit; "
+    "install strace (the Debian package `strace`) to run them"
+)
+
+
+def strace_path() -> str:
+    return shutil.which("strace") or _require.missing("STRACE", NO_STRACE)
 
 
 def sync_calls_of_one_commit(tmp_path: Path, sync: bool, *mode: str) -> list[str]:
     """The sync system calls the child made between its two marks, as strace wrote them."""
-    strace = strace_or_skip()
+    strace = strace_path()
     trace = tmp_path / "trace.txt"
     wanted = ",".join((*SYNC_CALLS, "statfs"))
     child = [sys.executable, str(CHILD), str(tmp_path / "log"), "1" if sync else "0", *mode]
@@ -85,16 +85,19 @@ def sync_calls_of_one_commit(tmp_path: Path, sync: bool, *mode: str) -> list[str
     return [line for line in lines[begin[0] + 1 : end[0]] if calls.search(line)]
 
 
+@pytest.mark.needs("STRACE")
 def test_a_durable_commit_makes_a_sync_system_call(tmp_path: Path) -> None:
     calls = sync_calls_of_one_commit(tmp_path, sync=True)
     # LMDB syncs the data pages once; the meta page goes through its O_DSYNC descriptor.
     assert len(calls) == 1 and "fdatasync(" in calls[0], calls
 
 
+@pytest.mark.needs("STRACE")
 def test_a_commit_without_sync_makes_none(tmp_path: Path) -> None:
     assert sync_calls_of_one_commit(tmp_path, sync=False) == []
 
 
+@pytest.mark.needs("STRACE")
 def test_a_group_commit_makes_one_sync_call_per_batch(tmp_path: Path) -> None:
     # 16 threads, 20 durable injects each: they share commits, and each commit, shared or not,
     # costs the disk one sync, so the batch pays it once for all its commands.

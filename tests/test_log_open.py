@@ -137,9 +137,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         check=False,
     )
     if done.returncode != 0:
-        _require.unavailable(
-            "TMPFS", f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}"
-        )
+        _require.missing("TMPFS", f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
     try:
         yield mount
     finally:

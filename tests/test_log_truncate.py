@@ -266,6 +266,7 @@ def test_compact_files_refuses_a_store_open_in_this_or_another_process(tmp_path:
 # PostgreSQL: the rows are deleted; VACUUM FULL, the operator's to run, returns the space.
 
 
+@pytest.mark.needs("POSTGRES")
 def test_postgres_truncation_deletes_rows_and_vacuum_full_returns_the_space() -> None:
     url = _pg.fresh_schema_url()
     schema = url.rsplit("schema=", 1)[1]

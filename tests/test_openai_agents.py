@@ -140,6 +140,7 @@ def test_add_items_is_atomic_and_a_retried_key_is_applied_once(tmp_path: Path) -
     asyncio.run(main())
 
 
+@pytest.mark.needs("POSTGRES")
 def test_a_commit_of_unknown_outcome_is_retried_without_duplicating(tmp_path: Path) -> None:
     """On PostgreSQL a commit can end with its outcome unknown: add_items carries a key of its
     own, so its retry of a commit that did happen stores nothing twice."""

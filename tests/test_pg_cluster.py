@@ -27,7 +27,7 @@ from tests import _pg
 from tests._pg_workers import said
 
 # A hung server must fail the test, not the whole run.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.needs("POSTGRES")]
 ROOT = Path(__file__).resolve().parent.parent
 
 

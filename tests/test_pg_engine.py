@@ -24,6 +24,8 @@ from eventlog import (
 from eventlog.events import Message, MessageInjected
 from tests import _pg
 
+pytestmark = pytest.mark.needs("POSTGRES")
+
 
 def said(text: str) -> MessageInjected:
     return MessageInjected(message=Message(role="user", content=text))

@@ -87,6 +87,7 @@ def test_a_stream_on_any_worker_sees_every_worker(two_workers: Server) -> None:
     streams_see_every_worker(two_workers)
 
 
+@pytest.mark.needs("POSTGRES")
 def test_workers_over_one_postgresql_database(tmp_path: Path) -> None:
     from tests import _pg
 

@@ -410,6 +410,7 @@ def test_a_forked_child_gets_the_fork_error_not_a_hang(store: SessionStore) -> N
     assert contents(store, "a") == ["first"]
 
 
+@pytest.mark.needs("POSTGRES")
 def test_a_batch_whose_commit_outcome_is_unknown_is_not_run_again() -> None:
     # On PostgreSQL the connection can drop while COMMIT is on its way: the batch may have been
     # committed, and running its commands again would write them twice. Each caller must hear
