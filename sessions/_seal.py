@@ -540,7 +540,7 @@ def open_batch(
         plain = key.decrypt(  # the body as a view: a copy of a big list costs more than opening it
             blob[size : size + NONCE_BYTES],
             memoryview(blob)[size + NONCE_BYTES :],
-            header + field.encode(),
+            _aad(header, field),
         )
     except InvalidTag as exc:
         raise IntegrityError(
