@@ -568,3 +568,19 @@ def test_show_prints_each_page_as_it_is_read(tmp_path: Path) -> None:
     assert "a long one" in done.stdout.split("[1]")[0]  # the header came first
     assert "[1000] user\n    m999" in done.stdout and "[1001]" not in done.stdout
     assert "position 3" in done.stderr
+
+
+def test_the_distribution_lists_every_package_in_the_tree() -> None:
+    # A subpackage missing from the list installs from a checkout (editable) but not from a wheel,
+    # so the mistake shows only to a user who installs the release.
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    top = {name for name in listed if "." not in name}
+    in_tree = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for name in top
+        for init in (ROOT / name).rglob("__init__.py")
+    }
+    assert in_tree - listed == set()
+    assert listed - in_tree == set()
