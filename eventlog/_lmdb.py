@@ -1,7 +1,9 @@
 """The LMDB backend: one environment per store directory, durable commits, two layouts.
 
-Format 2 (`sessionlog-log/2`, what a new store gets) keeps everything in one B-tree; its keys are
-`eventlog/_lmdb_tree.py`'s. Format 1 (`sessionlog-log/1`, stores written before it) keeps five
+Format 3 (`sessionlog-log/3`, what a new store gets) keeps everything in one B-tree, whose keys
+are `eventlog/_lmdb_tree.py`'s, and packs records where that pays (`eventlog/_packing.py`);
+format 2 (`sessionlog-log/2`) is the same tree with every record as it is. Format 1
+(`sessionlog-log/1`, stores written before format 2) keeps five
 named databases: `events` maps an 8-byte big-endian position to a record; `streams` maps a stream
 prefix and an 8-byte version to a position; `kv` holds projection state; `idempotency` the keys of
 appends; `meta` the format marker and the anchor of a truncated log; `floors` the last truncated
@@ -38,9 +40,9 @@ from eventlog.errors import (
 )
 
 FORMAT_1 = b"sessionlog-log/1"
-FORMAT = tree.FORMAT
+FORMAT = tree.FORMAT_3
 """The format a new store is created with."""
-FORMATS = {1: FORMAT_1, 2: tree.FORMAT}
+FORMATS = {1: FORMAT_1, 2: tree.FORMAT, 3: tree.FORMAT_3}
 
 
 class LmdbStorage:
@@ -54,7 +56,7 @@ class LmdbStorage:
         sync: bool,
         readonly: bool,
         headroom_bytes: int,
-        format_version: int = 2,
+        format_version: int = 3,
     ) -> None:
         if format_version not in FORMATS:
             raise InvalidArgumentError(
@@ -119,7 +121,7 @@ class LmdbStorage:
                 # process opening the same new path right now. Anything else needs our marker.
                 blank = not txn.cursor().first()
                 marker = txn.get(tree.MARKER_KEY)
-            if marker is not None or (blank and self.format == tree.FORMAT and not readonly):
+            if marker is not None or (blank and self.format in tree.TXN_TYPES and not readonly):
                 self._open_tree(bytes(marker) if marker is not None else None)
             else:
                 self._open_named(readonly, blank)
@@ -127,14 +129,16 @@ class LmdbStorage:
             raise translate_read(exc, f"opening `{self.path}`") from exc
 
     def _open_tree(self, marker: bytes | None) -> None:
-        """Format 2: every entry in the main database."""
+        """Formats 2 and 3: every entry in the main database."""
         if marker is None:
             with self.env.begin(write=True) as txn:
-                txn.put(tree.MARKER_KEY, tree.FORMAT)
-            marker = tree.FORMAT
-        self._check_format(marker, tree.FORMAT)
-        self.format = tree.FORMAT
-        self._txn_type = tree.TreeTxn
+                txn.put(tree.MARKER_KEY, self.format)
+            marker = self.format
+        txn_type = tree.TXN_TYPES.get(marker)
+        if txn_type is None:
+            self._check_format(marker, tree.FORMAT)  # raises, naming the formats read here
+        self.format = marker
+        self._txn_type = tree.TXN_TYPES[marker]
         # Every table is the main database: the one tree.
         self.events = self.kv = self.meta = self.env.open_db(None)
         self.floors: lmdb._Database | None = self.events
@@ -250,7 +254,7 @@ class LmdbStorage:
         """Read every entry of the projection, idempotency and meta tables, so a damaged page
         there is met by whoever runs this (a verify walk in a child process); the first problem,
         or None."""
-        if self._txn_type is tree.TreeTxn:
+        if issubclass(self._txn_type, tree.TreeTxn):
             with self.reader() as reader:
                 return tree.walk_regions(cast(LmdbTxnBase, reader).raw)
         tables = [("projection state", self.kv), ("meta", self.meta)]

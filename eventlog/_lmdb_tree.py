@@ -1,4 +1,5 @@
-"""The LMDB layout of format 2: the whole store in one B-tree, so a commit copies fewer pages.
+"""The LMDB layout of formats 2 and 3: the whole store in one B-tree, so a commit copies fewer
+pages. Format 3 is format 2 with records packed (`eventlog/_packing.py`); its layout is the same.
 
 Format 1 (`eventlog/_lmdb.py`) keeps events, the stream index, projection state, idempotency keys,
 stream floors and the marker in named databases: a commit that appends one event and updates a projection
@@ -22,17 +23,19 @@ key layout of format 2 and nothing else: the store's life is `LmdbStorage`'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import lmdb
 
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
+from eventlog._packing import pack, unpack
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import StorageError
 
 FORMAT = b"sessionlog-log/2"
+FORMAT_3 = b"sessionlog-log/3"
 MARKER_KEY = b"mformat"
 FLOORS = b"f"
 INDEX = b"i"
@@ -313,6 +316,47 @@ class TreeTxn(LmdbTxnBase):
                 found = cursor.delete()
         except lmdb.Error as exc:
             raise translate(exc, "clearing projection state") from exc
+
+
+class PackedTreeTxn(TreeTxn):
+    """A transaction over a format-3 store: format 2's tree, records packed where that pays. The
+    records it hands out are always as they are; `records_around` unpacks only the wanted ones,
+    since of the record before each it needs the hash, which packing leaves in place."""
+
+    __slots__ = ()
+
+    @reads
+    def record(self, position: int) -> Buffer | None:
+        found = super().record(position)
+        return None if found is None else unpack(found)
+
+    def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        for position, value in super()._records_after(after, limit):
+            yield position, unpack(value)
+
+    def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
+        return map(unpack, super().values_after(after, limit))
+
+    def records_around(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        return iter(
+            [
+                (before, None if found is None else unpack(found))
+                for before, found in super().records_around(positions)
+            ]
+        )
+
+    def put_records(
+        self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
+    ) -> None:
+        super().put_records(
+            first_position, [pack(record) for record in records], key, first_version
+        )
+
+
+TXN_TYPES: dict[bytes, type[TreeTxn]] = {FORMAT: TreeTxn, FORMAT_3: PackedTreeTxn}
+"""The transaction type of each format laid out as one tree."""
 
 
 def walk_regions(txn: lmdb.Transaction[memoryview]) -> str | None:

@@ -332,5 +332,7 @@ if __name__ == "__main__":
         print("\n".join(build_store_lines(1)))
     elif sys.argv[1:] == ["--store-v2"]:
         print("\n".join(build_store_lines(2)))
+    elif sys.argv[1:] == ["--store-v3"]:
+        print("\n".join(build_store_lines(3)))
     else:
         print("\n".join(build_log_lines()))

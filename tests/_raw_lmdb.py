@@ -1,7 +1,9 @@
-"""Under the log's API: the entries of a closed LMDB store, in either on-disk format, for the tests
+"""Under the log's API: the entries of a closed LMDB store, in any on-disk format, for the tests
 that damage a store on purpose. The store's own `EventLog` must be closed first (one environment
-per path per process). Format 2 keeps everything in LMDB's main database (`eventlog/_lmdb_tree.py`);
-format 1 in five named databases."""
+per path per process). Formats 2 and 3 keep everything in LMDB's main database
+(`eventlog/_lmdb_tree.py`); format 1 in five named databases. Records are read as they are, packed
+ones unpacked (format 3), and put back as given: a format-3 store reads a record stored as it is,
+so a test changes the bytes of the record itself, not of its compressed form."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ from pathlib import Path
 import lmdb
 
 from eventlog import _lmdb_tree as tree
+from eventlog._packing import unpack
 from eventlog._storage import stream_key
 
 
 def event_key(position: int, format_version: int = 2) -> bytes:
     """The LMDB key of the event at `position`."""
-    return tree.event_key(position) if format_version == 2 else position.to_bytes(8, "big")
+    return tree.event_key(position) if format_version >= 2 else position.to_bytes(8, "big")
 
 
 class RawLog:
@@ -26,8 +29,9 @@ class RawLog:
     def __init__(self, env: lmdb.Environment, txn: lmdb.Transaction[bytes]) -> None:
         self.env = env
         self.txn = txn
-        self.format_version = 2 if txn.get(tree.MARKER_KEY) is not None else 1
-        if self.format_version == 2:
+        marker = txn.get(tree.MARKER_KEY)
+        self.format_version = 1 if marker is None else 3 if marker == tree.FORMAT_3 else 2
+        if self.format_version >= 2:
             self.events = self._kv_db = self.index = env.open_db(None, txn=txn)
         else:
             self.events = env.open_db(b"events", txn=txn)
@@ -49,6 +53,11 @@ class RawLog:
         return event_key(position, self.format_version)
 
     def record(self, position: int) -> bytes | None:
+        found = self.txn.get(self.key(position), db=self.events)
+        return None if found is None else bytes(unpack(found))
+
+    def stored(self, position: int) -> bytes | None:
+        """The record at `position` as stored (packed, in format 3, where that paid)."""
         return self.txn.get(self.key(position), db=self.events)
 
     def put_record(self, position: int, record: bytes) -> bool:
@@ -58,7 +67,7 @@ class RawLog:
         return self.txn.delete(self.key(position), db=self.events)
 
     def _kv_key(self, key: bytes) -> bytes:
-        return tree.KV + key if self.format_version == 2 else key
+        return tree.KV + key if self.format_version >= 2 else key
 
     def kv(self) -> dict[bytes, bytes]:
         """Every projection entry."""

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import random
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,10 @@ CASES_PER_WORKER = 40
 T0 = "2026-01-01T00:00:00Z"
 
 
+def noise(rng: random.Random, size: int) -> str:
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=size))
+
+
 def build_store(path: Path) -> list[str]:
     """A store with sessions, a fork, a scratchpad, messages spanning overflow pages, and bearer
     tokens (one of them revoked); returns the tokens."""
@@ -188,7 +193,8 @@ def build_store(path: Path) -> list[str]:
             ids.append(sid)
             for m in range(16):
                 size = 9000 if (k + m) % 11 == 0 else 120  # some span several pages
-                store.inject(sid, {"role": "user", "content": f"{k}.{m} " + "y" * size})
+                text = noise(random.Random(k * 100 + m), size)  # packs poorly: many pages
+                store.inject(sid, {"role": "user", "content": f"{k}.{m} " + text})
         store.fork_at(ids[0], keep_first=4, destination_id="child")
         store.set_scratchpad(ids[1], {"notes": "remember this"})
         tokens = [
@@ -263,9 +269,10 @@ def test_a_changed_key_that_keeps_the_order_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "log"
     build(path)
     data = bytearray((path / "data.mdb").read_bytes())
-    with EventLog.open(path) as log:
-        record = log.read_records(after=27, limit=1)[0][1]
-    needle = event_key(28) + record[:16]
+    with raw_log(path) as raw:
+        stored = raw.stored(28)  # packed, in format 3, where that paid
+        assert stored is not None
+    needle = event_key(28) + stored[:16]
     # Copy-on-write leaves older copies of the leaf in free pages: change them all.
     found = 0
     while (at := data.find(needle)) >= 0:

@@ -30,6 +30,10 @@ from tests._log_workers import content_for, size_for, tail_reader
 TINY_MAP = 64 * 1024
 TARGET_BYTES = 50 * 1024 * 1024
 SEED = 99
+UNPACKED = 2
+"""These tests need their megabytes on disk as written, and text always packs in format 3 (no byte
+of UTF-8 text carries 8 bits): they run on format 2, the same tree and the same growth path, whose
+records are stored as they are. `test_growth_counts_what_a_packed_store_writes` covers format 3."""
 
 
 def event_at(position: int) -> MessageInjected:
@@ -93,7 +97,7 @@ def test_fifty_megabytes_from_a_tiny_map_need_no_user_action(
     tmp_path: Path, headroom: int | None
 ) -> None:
     path = tmp_path / "log"
-    options: dict[str, Any] = {"map_size": TINY_MAP}
+    options: dict[str, Any] = {"map_size": TINY_MAP, "format_version": UNPACKED}
     if headroom is not None:
         options["headroom_bytes"] = headroom
     with EventLog.open(path, **options) as log:
@@ -105,11 +109,26 @@ def test_fifty_megabytes_from_a_tiny_map_need_no_user_action(
         check_contents(log, head)
 
 
+def test_growth_counts_what_a_packed_store_writes(tmp_path: Path) -> None:
+    # Format 3 packs the repetitive payloads to a small part of their size: the map grows by what
+    # the packed records need, from a map far smaller than them, and every payload reads back.
+    path = tmp_path / "log"
+    with EventLog.open(path, map_size=TINY_MAP, headroom_bytes=TINY_MAP) as log:
+        head = grow(log, TARGET_BYTES // 5)
+        written = sum(size_for(p, SEED) for p in range(1, head + 1))
+        assert log.size_bytes() < written // 4
+        assert log._storage.map_size() > TINY_MAP  # type: ignore[attr-defined]
+    with EventLog.open(path, map_size=TINY_MAP) as log:
+        check_contents(log, head)
+
+
 def test_an_append_bigger_than_the_headroom_is_retried_by_append(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "log"
-    with EventLog.open(path, map_size=TINY_MAP, headroom_bytes=TINY_MAP) as log:
+    with EventLog.open(
+        path, map_size=TINY_MAP, headroom_bytes=TINY_MAP, format_version=UNPACKED
+    ) as log:
         attempts = count_write_attempts(monkeypatch, log)
         big = [big_event(p) for p in range(1, 5)]
         assert log.append("big", big, expected_version=NO_STREAM) == [1, 2, 3, 4]
@@ -124,7 +143,9 @@ def test_a_transaction_bigger_than_the_headroom_raises_store_full_and_a_retry_fi
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "log"
-    with EventLog.open(path, map_size=TINY_MAP, headroom_bytes=TINY_MAP) as log:
+    with EventLog.open(
+        path, map_size=TINY_MAP, headroom_bytes=TINY_MAP, format_version=UNPACKED
+    ) as log:
         log.append("first", [big_event(1)], expected_version=NO_STREAM)
         before = log.head_hash
 
@@ -157,7 +178,9 @@ def test_a_transaction_that_keeps_outgrowing_the_map_fits_after_a_few_retries(
     # had written by then, so it can run out again further on, but each retry at least doubles it.
     path = tmp_path / "log"
     parts = 10
-    with EventLog.open(path, map_size=TINY_MAP, headroom_bytes=TINY_MAP) as log:
+    with EventLog.open(
+        path, map_size=TINY_MAP, headroom_bytes=TINY_MAP, format_version=UNPACKED
+    ) as log:
 
         def many_parts() -> None:
             with log.transaction() as tx:
@@ -186,7 +209,9 @@ def test_a_transaction_that_keeps_outgrowing_the_map_fits_after_a_few_retries(
 def test_a_reader_process_keeps_reading_while_the_writer_grows_the_map(tmp_path: Path) -> None:
     path = tmp_path / "log"
     total_bytes = 20 * 1024 * 1024
-    with EventLog.open(path, map_size=TINY_MAP, headroom_bytes=1 << 20) as log:
+    with EventLog.open(
+        path, map_size=TINY_MAP, headroom_bytes=1 << 20, format_version=UNPACKED
+    ) as log:
         log.append("grow-0", [event_at(1)], expected_version=0)
         # How many events the writer will append is fixed by the seed; the reader needs it.
         rng_total = plan_total(total_bytes)

@@ -9,6 +9,7 @@ foreign store is refused at open with `CorruptStoreError` and left as it was.
 from __future__ import annotations
 
 import random
+import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,11 @@ STREAMS = 5
 PAGE = 4096
 
 
+def noise(rng: random.Random) -> str:
+    """Text that packs poorly (format 3 packs records), so the log spans many pages."""
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=rng.randint(300, 1500)))
+
+
 def build(path: Path) -> list[Envelope]:
     """A log of `EVENTS` events over `STREAMS` streams, spanning well over a hundred pages."""
     rng = random.Random(7)
@@ -45,7 +51,7 @@ def build(path: Path) -> list[Envelope]:
                         MessageInjected(
                             message=Message(
                                 role="user",
-                                content=f"{batch}.{part}.{k} " + "x" * rng.randint(200, 1200),
+                                content=f"{batch}.{part}.{k} " + noise(rng),
                             )
                         )
                         for k in range(5)
