@@ -3,7 +3,7 @@
 Without `--path`, builds the store the peers' bytes-per-message row measures (bench/peers: one
 session grown by `N` durable `inject` calls after a few appends to another, through the public
 engine) in a scratch directory, closes it and splits it; with `--path`, splits that store (closed,
-format 2) and counts `--messages` messages in it.
+format 2 or 3) and counts `--messages` messages in it.
 
 The split, per message: the records (the message text, and the envelope around it: hash,
 position, stream id, version, time, meta, field names), their LMDB nodes (8-byte key, node
@@ -27,6 +27,7 @@ import lmdb
 import msgspec
 
 from bench.peers._workloads import WARM_APPENDS, make_messages
+from eventlog._packing import unpack
 from projections._keys import kind_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,10 +78,10 @@ def split(path: Path, messages: int) -> dict[str, Any]:
         stat, info = env.stat(), env.info()
         regions: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         nodes: list[int] = []
-        content = 0
+        content = unpacked = 0
         with env.begin(buffers=True) as txn:
-            if txn.get(b"mformat") != b"sessionlog-log/2":
-                raise SystemExit(f"{path}: not a format-2 sessionlog store")
+            if txn.get(b"mformat") not in (b"sessionlog-log/2", b"sessionlog-log/3"):
+                raise SystemExit(f"{path}: not a format-2 or format-3 sessionlog store")
             for key, value in txn.cursor():
                 name = region(bytes(key))
                 entry = regions[name]
@@ -89,7 +90,9 @@ def split(path: Path, messages: int) -> dict[str, Any]:
                 entry[2] += len(value)
                 if name == "events":
                     nodes.append(NODE_HEADER + len(key) + len(value) + len(value) % 2 + SLOT)
-                    content += _content(bytes(value))
+                    record = bytes(unpack(value))
+                    content += _content(record)
+                    unpacked += len(record)
     finally:
         env.close()
     page = stat["psize"]
@@ -100,7 +103,8 @@ def split(path: Path, messages: int) -> dict[str, Any]:
     per = 1 / messages
     shares = {
         "message content": content * per,
-        "record envelope": (events[2] - content) * per,
+        "record envelope": (unpacked - content) * per,
+        "saved by packing (format 3)": (events[2] - unpacked) * per,
         "event key and node": (sum(nodes) - events[2]) * per,
         "event pages left unused": (event_pages * page - sum(nodes)) * per,
     }
@@ -151,7 +155,7 @@ def report(found: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=2_000)
-    parser.add_argument("--path", type=Path, help="a closed format-2 store to split instead")
+    parser.add_argument("--path", type=Path, help="a closed format-2 or 3 store to split instead")
     args = parser.parse_args()
     if args.path is not None:
         print(report(split(args.path, args.messages)))
