@@ -5,6 +5,7 @@ type per error class. `docs/openapi.json` is this document, kept current by a te
 
 from __future__ import annotations
 
+import inspect
 import json
 from functools import cache
 from typing import Any
@@ -209,6 +210,7 @@ def document() -> dict[str, Any]:
         key=lambda t: t.__name__,
     )
     _, components = msgspec.json.schema_components(structs, ref_template=_REF)
+    _clean_descriptions(components)
     paths: dict[str, dict[str, Any]] = {}
     for method, path, op_id, summary, body, answers in _OPS:
         paths.setdefault(path, {})[method] = _operation(method, path, op_id, summary, body, answers)
@@ -287,6 +289,20 @@ def _operation(
     if op_id in _PUBLIC:
         op["security"] = []
     return op
+
+
+def _clean_descriptions(node: Any) -> None:
+    """Dedent every `description` taken from a docstring: msgspec releases differ on whether they
+    do it, and the document must not change with the msgspec that happens to be installed."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                node[key] = inspect.cleandoc(value)
+            else:
+                _clean_descriptions(value)
+    elif isinstance(node, list):
+        for item in node:
+            _clean_descriptions(item)
 
 
 def _schema(kind: Any) -> dict[str, Any]:
