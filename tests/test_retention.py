@@ -4,6 +4,8 @@ and what `truncate_log` keeps readable, refuses, and leaves verifiable."""
 from __future__ import annotations
 
 import json
+import random
+import string
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -197,7 +199,8 @@ def test_compact_store_shrinks_the_files_after_a_truncation(tmp_path: Path) -> N
     with SessionStore.open(path) as store:
         for i in range(150):
             sid = store.open_session(f"s-{i:03d}")
-            store.inject(sid, {"role": "user", "content": "x" * 2000})
+            text = "".join(random.Random(i).choices(string.printable, k=2000))  # packs poorly
+            store.inject(sid, {"role": "user", "content": text})
             store.close_session(sid)
         live = store.open_session("live")
         store.inject(live, {"role": "user", "content": "kept"})
