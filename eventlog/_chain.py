@@ -10,7 +10,7 @@ outside must also satisfy (size, stream name, the next version of its stream). N
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import blake3
 
@@ -20,6 +20,7 @@ from eventlog._codec import (
     DECODE_ERRORS,
     GENESIS_HASH,
     HASH_START,
+    RECORD_PREFIX,
     Envelope,
     envelope_decoder,
 )
@@ -128,27 +129,26 @@ def _links(
     positions: list[int],
     pairs: Iterable[tuple[Buffer | None, Buffer | None]],
     anchor: tuple[int, bytes] | None,
-) -> list[tuple[bytes | None, Buffer, int]]:
-    """`check_at`'s records for `_checked`, each with the hash it chains to."""
+) -> Iterator[tuple[bytes | None, Buffer, int]]:
+    """`check_at`'s records for `_checked`, each with the hash it chains to, handed on one at a
+    time: a packed store unpacks each record as it is reached, so a run of damaged ones that
+    would unpack to megabytes each is refused at the first, not unpacked whole."""
     cut, last = (0 if anchor is None else anchor[0]), -1
-    out: list[tuple[bytes | None, Buffer, int]] = []
-    add = out.append
     for position, (before, record) in zip(positions, pairs, strict=True):
         if record is None:
             check_kept(position, cut)
             raise IntegrityError(f"position {position} is missing from the log", position)
         if before is not None:
-            add((bytes(before[HASH_START:BODY_START]), record, position))
+            yield bytes(before[HASH_START:BODY_START]), record, position
         elif position == last + 1 and position != 1:
-            add((None, record, position))
+            yield None, record, position
         elif position == 1:
-            add((GENESIS_HASH, record, position))
+            yield GENESIS_HASH, record, position
         elif anchor is not None and position == cut + 1:
-            add((anchor[1], record, position))
+            yield anchor[1], record, position
         else:
             raise IntegrityError(f"position {position - 1} is missing from the log", position)
         last = position
-    return out
 
 
 def _no_streams(stream: str) -> int:
@@ -188,6 +188,15 @@ class RecordChecker:
             raise IntegrityError(
                 f"event at position {position}: {len(record)} bytes, over event_bytes_max = "
                 f"{limits.event_bytes_max}",
+                position,
+            )
+        if record[:HASH_START] != RECORD_PREFIX:
+            # msgpack may spell the array and the hash field other ways that decode alike (a
+            # bin16 hash, say), and a crafted record can chain that way; but the hash must sit
+            # at the offset every reader takes it from, and format 3 packs around it there.
+            raise IntegrityError(
+                f"event at position {position}: not a sessionlog record (it starts with "
+                f"{bytes(record[:HASH_START]).hex()}, not {RECORD_PREFIX.hex()})",
                 position,
             )
         envelope = check_one(self.head_hash, record, position)

@@ -22,8 +22,8 @@ T = TypeVar("T")
 HASH_BYTES = 32
 GENESIS_HASH = bytes(HASH_BYTES)
 # msgpack: fixarray of 7, then bin8 of 32 bytes; the hash sits at [3:35] and the body follows it.
-_RECORD_PREFIX = b"\x97\xc4\x20"
-HASH_START = len(_RECORD_PREFIX)
+RECORD_PREFIX = b"\x97\xc4\x20"
+HASH_START = len(RECORD_PREFIX)
 BODY_START = HASH_START + HASH_BYTES
 
 
@@ -119,7 +119,7 @@ def encode_records(
         add_envelope(envelope)
         position += 1
         version += 1
-    if records and records[0][:HASH_START] != _RECORD_PREFIX:  # our own invariant, checked once
+    if records and records[0][:HASH_START] != RECORD_PREFIX:  # our own invariant, checked once
         raise AssertionError("record prefix changed; the envelope layout is broken")
     return records, envelopes
 
@@ -146,7 +146,7 @@ def check_record(
 ) -> bytes:
     """Check one stored record against the chain; returns its hash or raises IntegrityError."""
     view = memoryview(record)
-    if len(view) <= BODY_START or view[:HASH_START] != _RECORD_PREFIX:
+    if len(view) <= BODY_START or view[:HASH_START] != RECORD_PREFIX:
         raise IntegrityError(f"event at position {position}: not a sessionlog record", position)
     hasher = blake3.blake3(prev_hash)
     hasher.update(view[BODY_START:])

@@ -131,9 +131,13 @@ class LmdbStorage:
     def _open_tree(self, marker: bytes | None) -> None:
         """Formats 2 and 3: every entry in the main database."""
         if marker is None:
+            # Another process may have made the store since we found it blank, in a format of
+            # its own, and written records in it: its marker stands, never ours over it.
             with self.env.begin(write=True) as txn:
-                txn.put(tree.MARKER_KEY, self.format)
-            marker = self.format
+                found = txn.get(tree.MARKER_KEY)
+                if found is None:
+                    txn.put(tree.MARKER_KEY, self.format)
+                marker = self.format if found is None else bytes(found)
         txn_type = tree.TXN_TYPES.get(marker)
         if txn_type is None:
             self._check_format(marker, tree.FORMAT)  # raises, naming the formats read here

@@ -321,7 +321,8 @@ class TreeTxn(LmdbTxnBase):
 class PackedTreeTxn(TreeTxn):
     """A transaction over a format-3 store: format 2's tree, records packed where that pays. The
     records it hands out are always as they are; `records_around` unpacks only the wanted ones,
-    since of the record before each it needs the hash, which packing leaves in place."""
+    since of the record before each it needs the hash, which packing leaves in place, and each
+    only when its reader reaches it (a damaged one may unpack to megabytes)."""
 
     __slots__ = ()
 
@@ -340,11 +341,9 @@ class PackedTreeTxn(TreeTxn):
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        return iter(
-            [
-                (before, None if found is None else unpack(found))
-                for before, found in super().records_around(positions)
-            ]
+        return (
+            (before, None if found is None else unpack(found))
+            for before, found in super().records_around(positions)
         )
 
     def put_records(

@@ -67,8 +67,8 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 def pack(record: Buffer) -> Buffer:
     """The stored form of `record`: packed when that saves an eighth of it, else `record`."""
     size = len(record)
-    if size < PACK_MIN_BYTES:
-        return record
+    if size < PACK_MIN_BYTES or record[:HASH_START] != RAW_PREFIX:
+        return record  # (packing keeps the hash where a record keeps it, so no other prefix)
     view = memoryview(record)
     frame = _compressor().compress(view[BODY_START:])
     if BODY_START + len(frame) > size - size // 8:

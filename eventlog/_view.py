@@ -6,7 +6,7 @@ never writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from eventlog import _chain, limits
@@ -82,8 +82,19 @@ class LogView:
         prev = _chain.hash_at(self._txn, after)
         if prev is None:
             return []
-        raw = [bytes(value) for value in self._txn.values_after(after, limit)]
-        return list(zip(_chain.check_run(prev, raw, after + 1), raw, strict=True))
+        # Each record is copied as the chain reader reaches it, not the page first: in a packed
+        # store a few damaged bytes may unpack to megabytes, and a page of them is refused at
+        # the first, not held whole.
+        raw: list[bytes] = []
+        keep = raw.append
+
+        def copied() -> Iterator[bytes]:
+            for value in self._txn.values_after(after, limit):
+                record = bytes(value)
+                keep(record)
+                yield record
+
+        return list(zip(_chain.check_run(prev, copied(), after + 1), raw, strict=True))
 
     def events_at(self, positions: Iterable[int]) -> list[Envelope]:
         """The events at `positions`, each hash-checked against its predecessor; raises

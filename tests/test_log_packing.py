@@ -8,15 +8,20 @@ from __future__ import annotations
 import os
 import random
 import string
+import subprocess
+import sys
 import threading
+import tracemalloc
 from pathlib import Path
 
+import blake3
 import msgspec
 import pytest
 import zstandard
 
-from eventlog import ANY, EventLog, IntegrityError, limits
-from eventlog._codec import BODY_START, HASH_START
+from eventlog import ANY, Envelope, EventLog, IntegrityError, _chain, limits
+from eventlog._codec import BODY_START, GENESIS_HASH, HASH_START
+from eventlog._lmdb import LmdbStorage
 from eventlog._packing import PACK_MIN_BYTES, PACKED_PREFIX, RAW_PREFIX, pack, unpack
 from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
@@ -158,3 +163,107 @@ def test_threads_unpack_side_by_side(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
     assert seen == [True] * 80
+
+
+def test_damaged_values_that_unpack_to_megabytes_are_refused_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    # A hundred-odd bytes may declare a frame of the most a record may be: a page of such values
+    # is refused at its first, never unpacked whole (a small damaged store must not make a read
+    # or an export hold gigabytes).
+    with EventLog.open(tmp_path / "log") as log:
+        for _ in range(9):
+            log.append("s", [injected("hi")], expected_version=ANY)
+    bomb = zstandard.ZstdCompressor(write_content_size=True).compress(
+        bytes(limits.event_bytes_max - BODY_START)
+    )
+    with raw_log(tmp_path / "log") as raw:
+        for position in range(1, 9):  # the last one stays whole: opening checks it
+            hash_ = (raw.stored(position) or b"")[HASH_START:BODY_START]
+            raw.txn.put(raw.key(position), PACKED_PREFIX + hash_ + bomb)
+    with EventLog.open(tmp_path / "log") as log, log.view() as view:
+        reads = {
+            "read_records": lambda: log.read_records(limit=10),
+            "events_at": lambda: view.events_at(range(1, 10)),
+        }
+        for name, read in reads.items():
+            tracemalloc.start()
+            try:
+                with pytest.raises(IntegrityError) as raised:
+                    read()
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert raised.value.position == 1, name
+            assert peak < 3 * limits.event_bytes_max, (name, peak)
+
+
+def _bin16_record() -> bytes:
+    """A record that chains from the genesis hash and decodes, with its hash spelled as msgpack
+    bin16 (one byte later than in every record a log writes): found by trying payloads until
+    the hash's last byte is the byte the chain then covers first."""
+    with EventLog.memory() as log:
+        log.append("s", [injected(prose(4, 80))], expected_version=ANY, recorded_at=T0)
+        canonical = log.read_records()[0][1]
+    decoded = msgspec.msgpack.Decoder(Envelope).decode(canonical)
+    encoder = msgspec.msgpack.Encoder(order="deterministic")
+    for attempt in range(10_000):
+        envelope = msgspec.structs.replace(decoded, meta={"attempt": attempt})
+        rest = encoder.encode(envelope)[BODY_START:]
+        for last in range(256):
+            hash_ = blake3.blake3(GENESIS_HASH + bytes([last]) + rest).digest()
+            if hash_[-1] == last:
+                return b"\x97\xc5\x00\x20" + hash_ + rest
+    raise AssertionError("no such record found")
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_an_import_refuses_a_record_whose_hash_is_not_where_records_keep_it(
+    tmp_path: Path, format_version: int
+) -> None:
+    # It decodes and chains, but readers take a hash at a fixed offset and format 3 packs around
+    # it there: stored, it would read back as a different record (or break the next one's link).
+    record = _bin16_record()
+    assert record[HASH_START:BODY_START] != record[4:36]
+    assert _chain.check_one(GENESIS_HASH, record, 1).position == 1
+    with EventLog.open(tmp_path / "log", format_version=format_version) as log:
+        with pytest.raises(IntegrityError) as raised:
+            log.import_records([record])
+        assert raised.value.position == 1
+        assert log.head == 0 and log.verify().ok
+
+
+def test_a_store_made_meanwhile_by_another_process_keeps_its_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two processes open the same new path, one asking for format 2: it found the path blank,
+    # and by the time it writes its marker the other has made a format-3 store there and packed
+    # a record into it. The marker that stands is the first; the records stay readable.
+    path = tmp_path / "log"
+    other = (
+        "import sys\n"
+        "from eventlog import ANY, EventLog\n"
+        "from tests.test_log_packing import injected, prose\n"
+        "with EventLog.open(sys.argv[1], format_version=3) as log:\n"
+        "    log.append('s', [injected(prose(5, 400))], expected_version=ANY)\n"
+    )
+    marked = LmdbStorage._open_tree
+
+    def after_the_other(storage: LmdbStorage, marker: bytes | None) -> None:
+        subprocess.run(
+            [sys.executable, "-c", other, str(path)],
+            check=True,
+            timeout=120,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        marked(storage, marker)
+
+    monkeypatch.setattr(LmdbStorage, "_open_tree", after_the_other)
+    with EventLog.open(path, format_version=2) as log:
+        assert [event.position for event in log.read()] == [1]
+    monkeypatch.undo()
+    with EventLog.open(path) as log:
+        assert log.verify().ok and log.head == 1
+    with raw_log(path) as raw:
+        assert raw.format_version == 3
+        assert (raw.stored(1) or b"").startswith(PACKED_PREFIX)
