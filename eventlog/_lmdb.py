@@ -58,7 +58,7 @@ class LmdbStorage:
         headroom_bytes: int,
         format_version: int = 3,
     ) -> None:
-        if format_version not in FORMATS:
+        if type(format_version) is not int or format_version not in FORMATS:
             raise InvalidArgumentError(
                 f"format_version: expected one of {sorted(FORMATS)}, got {format_version!r}"
             )

@@ -125,9 +125,13 @@ def test_import_log_moves_a_log_between_formats(source: int, target: int, tmp_pa
     assert marker_of(to_path) == MARKERS[target]
 
 
-def test_an_unknown_format_version_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+@pytest.mark.parametrize("asked", [4, 0, True, 3.0, "3"])
+def test_an_unknown_format_version_is_refused_before_anything_is_created(
+    tmp_path: Path, asked: object
+) -> None:
+    # True and 3.0 hash like 1 and 3: only an int names a format (True once made a format-1 store).
     with pytest.raises(InvalidArgumentError, match="format_version: expected one of"):
-        EventLog.open(tmp_path / "store", format_version=4)
+        EventLog.open(tmp_path / "store", format_version=asked)  # type: ignore[arg-type]
     assert not (tmp_path / "store" / "data.mdb").exists()
 
 
