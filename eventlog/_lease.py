@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from eventlog.errors import InvalidArgumentError, LeaseHeldError, StorageError
+from eventlog.errors import InvalidArgumentError, LeaseHeldError, LeaseLostError, StorageError
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _HOLDER_BYTES_MAX = 1024
@@ -57,19 +57,41 @@ def describe(holder: dict[str, Any] | None) -> str:
 
 
 class Lease:
-    """A held lease; `release()` (or leaving the `with` block) ends it. Releasing twice is fine."""
+    """A held lease; `release()` (or leaving the `with` block) ends it. Releasing twice is fine.
+
+    A lease can also end without its holder: a PostgreSQL lease lives on a connection, and when
+    that connection drops (a network fault, a server restart, an administrator ending it) the
+    server lets the lock go. `check()` asks whether it is still held; a holder that guards
+    something with it checks now and then and stops when it is lost. A file lease or an in-memory
+    one ends only with its process, so for them `check()` has nothing to ask."""
 
     def __init__(
-        self, name: str, where: str, holder: dict[str, Any], release: Callable[[], None]
+        self,
+        name: str,
+        where: str,
+        holder: dict[str, Any],
+        release: Callable[[], None],
+        probe: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
         self.where = where
         self.holder = holder
         self._release: Callable[[], None] | None = release
+        self._probe = probe
+        self.lost = False
+        """Set once `check()` found the lease gone."""
 
     @property
     def held(self) -> bool:
-        return self._release is not None
+        return self._release is not None and not self.lost
+
+    def check(self) -> None:
+        """Raise `LeaseLostError` when the lease ended without being released (and from then on);
+        a released lease raises nothing. Blocks for one round trip on PostgreSQL."""
+        if not self.lost and self._release is not None and self._probe is not None:
+            self.lost = not self._probe()
+        if self.lost:
+            raise LeaseLostError(self.name, self.where)
 
     def release(self) -> None:
         release, self._release = self._release, None

@@ -23,13 +23,13 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from eventlog import _pg_schema
-from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, describe, holder_record
+from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, holder_record
 from eventlog._pg_keyring import PostgresKeyring
+from eventlog._pg_lease import take_lease
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
     ConcurrencyError,
     CorruptStoreError,
-    LeaseHeldError,
     LogClosedError,
     OutcomeUnknownError,
     SessionLogError,
@@ -223,41 +223,17 @@ class PostgresStorage:
         """Hold the advisory lock of `name` on a connection of its own until released: the server
         drops it when that connection ends, so a dead holder never keeps it."""
         self._check_open()
-        key = advisory_key(self.schema, name)
         holder = holder_record()
         kwargs = {
             **self._kwargs,
             "options": self._kwargs["options"] + KEEPALIVE_OPTIONS,
             "application_name": f"sessionlog lease {holder['pid']}@{holder['host']}"[:63],
         }
+        key = advisory_key(self.schema, name)
         try:
-            conn = psycopg.connect(self._conninfo, **kwargs)
+            return take_lease(self._conninfo, kwargs, key, name, self.where, holder)
         except psycopg.Error as exc:
             raise translate(exc, f"taking the `{name}` lease of {self.where}") from exc
-        try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            if row is None or not row[0]:
-                found = conn.execute(
-                    "SELECT a.application_name, a.backend_start FROM pg_locks l"
-                    " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
-                    " AND l.granted AND l.objsubid = 1 AND l.classid = %s AND l.objid = %s"
-                    " AND l.database = (SELECT oid FROM pg_database"
-                    " WHERE datname = current_database())",
-                    ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
-                ).fetchone()
-                who = (
-                    describe(None)
-                    if found is None
-                    else f"`{found[0]}` (connected since {found[1]:%Y-%m-%dT%H:%M:%S%z})"
-                )
-                raise LeaseHeldError(name, self.where, who)
-        except psycopg.Error as exc:
-            conn.close()
-            raise translate(exc, f"taking the `{name}` lease of {self.where}") from exc
-        except BaseException:
-            conn.close()
-            raise
-        return Lease(name, self.where, holder, conn.close)  # closing the session unlocks
 
     def size_bytes(self) -> int:
         with self.reader() as txn:

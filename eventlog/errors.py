@@ -161,6 +161,20 @@ class LeaseHeldError(SessionLogError):
         )
 
 
+class LeaseLostError(SessionLogError):
+    """A lease this process held has ended without being released: the PostgreSQL connection
+    that held it dropped, so the server let it go and another holder may have it now. Whatever
+    the lease guarded must stop; take the lease again to go on."""
+
+    def __init__(self, name: str, where: str) -> None:
+        self.name = name
+        super().__init__(
+            f"{where}: the `{name}` lease was lost (its connection ended); another holder may "
+            "have taken it, so this one must stop",
+            where=where,
+        )
+
+
 class UnknownSessionError(SessionLogError, KeyError):
     """A lifecycle verb named a session id that does not exist."""
 

@@ -15,15 +15,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eventlog import EventLog, InvalidArgumentError, LeaseHeldError
+from eventlog import EventLog, InvalidArgumentError, LeaseHeldError, LeaseLostError
 from sessions import SessionStore
 from sessions.runtime import Runtime
+from sessions.runtime import _lease as runtime_lease
 from sessions.runtime._recorder import read_record
 from tests import _pg
 
@@ -187,3 +188,88 @@ def test_log_leases_on_every_backend(log_factory: Any, log_kind: str) -> None:
     finally:
         if other is not log:
             other.close()
+
+
+def end_lease_connections() -> int:
+    """End this process's lease connections from the server side, as a network fault or an
+    administrator would; how many there were."""
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE %s AND pid <> pg_backend_pid()",
+            (f"sessionlog lease {os.getpid()}@%",),
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.needs("POSTGRES")
+def test_a_lease_whose_connection_ended_is_found_lost() -> None:
+    with EventLog.open(_pg.fresh_schema_url("lost")) as log:
+        lease = log.lease("runtime")
+        lease.check()  # held: asks the server, raises nothing
+        assert lease.held
+        assert end_lease_connections() == 1
+        with pytest.raises(LeaseLostError, match="`runtime` lease was lost"):
+            lease.check()
+        assert lease.lost and not lease.held
+        with pytest.raises(LeaseLostError):
+            lease.check()  # and stays lost
+        log.lease("runtime").release()  # the server let it go: another holder gets it
+        lease.release()
+    with EventLog.open(_pg.fresh_schema_url("kept")) as log, log.lease("runtime") as kept:
+        kept.release()
+        kept.check()  # released by its holder: not lost
+
+
+def test_a_file_lease_cannot_be_lost_under_its_holder(tmp_path: Path) -> None:
+    with EventLog.open(tmp_path / "store") as log, log.lease("runtime") as lease:
+        lease.check()
+        assert lease.held and not lease.lost
+
+
+class StuckProvider:
+    """Never answers: a prompt through it stays in flight until it is cancelled."""
+
+    name = "stuck"
+    defaults: Mapping[str, Any] = {}
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
+@pytest.mark.needs("POSTGRES")
+def test_a_runtime_that_lost_its_lease_stops_writing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lease connection ends under a live runtime with a prompt in flight: the runtime notices,
+    # cancels the prompt without recording an end for it, and refuses every write; the next
+    # runtime finds the prompt orphaned and fails it as interrupted, as after a crash.
+    monkeypatch.setattr(runtime_lease, "CHECK_S", 0.05)
+    url = _pg.fresh_schema_url("runtime-lost")
+
+    async def run() -> None:
+        with SessionStore.open(url) as store:
+            provider = StuckProvider()
+            runtime = Runtime(store, providers=[provider], default_provider="stuck")
+            await runtime.start()
+            sid = (await runtime.create("agent"))["session_id"]
+            prompt = asyncio.create_task(runtime.prompt(sid, "hello", request_id="r1"))
+            await asyncio.wait_for(provider.entered.wait(), WAIT_S)
+            assert end_lease_connections() == 1
+            outcome = await asyncio.wait_for(asyncio.gather(prompt, return_exceptions=True), WAIT_S)
+            assert isinstance(outcome[0], BaseException), outcome  # never answered
+            assert any(lease.lost for lease in runtime._lease.held)
+            with pytest.raises(LeaseLostError):
+                await runtime.create("agent")  # refused before anything is written
+            with SessionStore.open(url) as other:
+                async with Runtime(other) as successor:  # the store is free for another one
+                    assert successor.recovered == [sid]
+            await runtime.stop()
+            listed = store.list_sessions()["sessions"]
+            assert [s["session_id"] for s in listed] == [sid]
+        loop, _ = loop_of(url, sid, "r1")
+        assert (loop["status"], loop["error_kind"]) == ("failed", "interrupted")
+
+    asyncio.run(run())

@@ -6,7 +6,7 @@ event in the log, and status, loop records and usage as projections (seeds 002 a
 to real models over HTTP; they need the `runtime` extra (httpx), imported when they first send.
 """
 
-from eventlog.errors import ConfigurationError, LeaseHeldError
+from eventlog.errors import ConfigurationError, LeaseHeldError, LeaseLostError
 from sessions.runtime._anthropic import AnthropicProvider
 from sessions.runtime._errors import (
     InputRejectedError,
@@ -48,6 +48,7 @@ __all__ = [
     "InputFilter",
     "InputRejectedError",
     "LeaseHeldError",
+    "LeaseLostError",
     "MockProvider",
     "PromptCancelledError",
     "Provider",

@@ -4,14 +4,33 @@ A second runtime on a store whose runtime still lives is refused (`LeaseHeldErro
 touches anything, so it can never fail the first one's live prompts as interrupted. The lease
 ends with its holder's process however that ends (`EventLog.lease`), so a runtime that gets it
 knows that every prompt still recorded in flight has no one left to finish it.
+
+On PostgreSQL a lease can also end under a live holder: its connection drops and the server lets
+the lock go, and another runtime may take it and fail this one's prompts as interrupted. So while
+it runs, the runtime asks every `CHECK_S` seconds whether it still holds its leases; once one is
+lost it cancels its prompts and refuses every write (`LeaseLostError`) until it is started again.
 """
 
 from __future__ import annotations
 
-from eventlog import Lease
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from eventlog import Lease, LeaseLostError
 from sessions._store import SessionStore
 
 LEASE_NAME = "runtime"
+CHECK_S = 5.0
+"""How often a running runtime asks whether it still holds its leases. With the lease
+connection's keepalives (about 25 s to notice a vanished peer), a runtime that lost its lease
+stops within about half a minute, and within `CHECK_S` of a drop the server reported."""
+logger = logging.getLogger("sessionlog.runtime")
+
+
+class _Prompt(Protocol):
+    def cancel(self, reason: str) -> None: ...
 
 
 class RuntimeLease:
@@ -19,6 +38,7 @@ class RuntimeLease:
 
     def __init__(self) -> None:
         self.held: list[Lease] = []
+        self._watcher: asyncio.Task[None] | None = None
 
     def hold(self, *stores: SessionStore) -> None:
         if self.held:
@@ -30,6 +50,37 @@ class RuntimeLease:
             self.release()
             raise
 
+    def watch(self, prompts: Mapping[str, _Prompt]) -> None:
+        """Check the leases every `CHECK_S` seconds, off the event loop; once one is lost, cancel
+        every prompt of `prompts` then in flight (reason ``lease_lost``) and stop checking."""
+        if self._watcher is None and self.held:
+            self._watcher = asyncio.create_task(self._watch(prompts))
+
+    async def _watch(self, prompts: Mapping[str, _Prompt]) -> None:
+        while True:
+            await asyncio.sleep(CHECK_S)
+            try:
+                await asyncio.to_thread(self.check)
+            except LeaseLostError as exc:
+                logger.error("%s: cancelling every prompt and refusing writes", exc)
+                for prompt in list(prompts.values()):
+                    prompt.cancel("lease_lost")
+                return
+
+    def check(self) -> None:
+        """`LeaseLostError` once any held lease is lost (a round trip per PostgreSQL lease)."""
+        for lease in list(self.held):
+            lease.check()
+
+    def lost(self) -> None:
+        """`LeaseLostError` when a lease was found lost already (asks nothing)."""
+        for lease in self.held:
+            if lease.lost:
+                raise LeaseLostError(lease.name, lease.where)
+
     def release(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         while self.held:
             self.held.pop().release()

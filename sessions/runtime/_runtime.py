@@ -86,8 +86,8 @@ class Runtime:
     Use it as ``async with Runtime(store) as runtime:``; inside, a reaper closes expired and idle
     sessions every `reap_interval_s` (None: only when `reap` is called), then sweeps by `retention`
     (`SessionStore.sweep`). One per store: a second is refused with `LeaseHeldError`; starting
-    fails the prompts a stopped one left in flight (``interrupted``).
-    """
+    fails the prompts a stopped one left in flight (``interrupted``); one that lost its lease
+    cancels its prompts and refuses writes with `LeaseLostError` (`sessions/runtime/_lease.py`)."""
 
     def __init__(
         self,
@@ -145,15 +145,14 @@ class Runtime:
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
         self._lease = RuntimeLease()
-        # After each turn the store's context policy runs (`SessionStore.maintain_context`): doom
-        # loops, checkpoints, pruning; aggressive after a `ContextLengthError` from a provider.
+        # After each turn the context policy runs (`SessionStore.maintain_context`): doom loops,
+        # checkpoints, pruning; aggressive after a provider's `ContextLengthError`.
         self.maintain_context = bool(maintain_context)
         if doom_loop not in ("steer", "stop"):
             raise ConfigurationError(f"Runtime: `doom_loop` must be steer or stop: {doom_loop!r}")
         self.doom_loop = doom_loop
-        """What a doom-loop warning does to a tool loop: ``steer`` (the warning joins the
-        transcript and the model goes on) or ``stop`` (the loop ends, stop reason
-        ``doom_loop``)."""
+        """A doom-loop warning's effect on a tool loop: ``steer`` (it joins the transcript and the
+        model goes on) or ``stop`` (the loop ends, stop reason ``doom_loop``)."""
         self.reap_interval_s = (
             None if reap_interval_s is None else check_seconds(reap_interval_s, "reap_interval_s")
         )
@@ -176,6 +175,7 @@ class Runtime:
         await asyncio.to_thread(self._lease.hold, self.store, self.ephemeral_store)
         self._create_lock = asyncio.Lock()
         self._started = True
+        self._lease.watch(self._flights)
         for store in (self.store, self.ephemeral_store):
             self.recovered.extend(await self._write(store, partial(_jobs.recover, store)))
         if self.recovered:
@@ -201,7 +201,7 @@ class Runtime:
 
     async def stop(self) -> None:
         """Stop the reaper, cancel the prompts still running (each waits for its last writes),
-        and refuse writes from then on."""
+        refuse writes from then on, and release the lease."""
         if self._reaper is not None:
             self._reaper.cancel()
             try:
@@ -226,6 +226,7 @@ class Runtime:
         """The group commit of `store`, which every write of the runtime goes through."""
         if not self._started:
             raise InvalidArgumentError("the runtime is not started: use `async with Runtime(...)`")
+        self._lease.lost()  # another runtime may hold the store now: write nothing more
         return store._group
 
     def _store_of(self, session_id: str) -> SessionStore:
