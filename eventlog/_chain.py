@@ -33,9 +33,9 @@ def hash_at(txn: StorageTxn, position: int) -> bytes | None:
     the anchor); None when there is no record at `position`. `TruncatedError` when the record
     after `position` was truncated away."""
     if position:
-        record = txn.record(position)
-        if record is not None:
-            return _codec.stored_hash(record)
+        found = txn.record_hash(position)
+        if found is not None:
+            return found
     anchor = txn.anchor()
     if anchor is None:
         return None if position else GENESIS_HASH

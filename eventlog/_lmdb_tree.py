@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import lmdb
 
+from eventlog._codec import BODY_START, HASH_START
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
 from eventlog._packing import pack, unpack
@@ -330,6 +331,11 @@ class PackedTreeTxn(TreeTxn):
     def record(self, position: int) -> Buffer | None:
         found = super().record(position)
         return None if found is None else unpack(found)
+
+    @reads
+    def record_hash(self, position: int) -> bytes | None:
+        found = super().record(position)  # as stored: packing leaves the hash in its place
+        return None if found is None else bytes(found[HASH_START:BODY_START])
 
     def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
         for position, value in super()._records_after(after, limit):

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from eventlog._codec import BODY_START, HASH_START
 from eventlog._lease import Lease
 
 Buffer = bytes | bytearray | memoryview
@@ -150,6 +151,13 @@ class StorageTxn(ABC):
         `after + count`: a damaged key can keep the order and still hide a record from lookups."""
         found = [position for position, _ in self.records_after(after, count)]
         return found == list(range(after + 1, after + count + 1))
+
+    def record_hash(self, position: int) -> bytes | None:
+        """The hash the record at `position` carries, as stored (None when there is none): all
+        that the record before a read is needed for. A store that keeps records packed reads it
+        without unpacking."""
+        record = self.record(position)
+        return None if record is None else bytes(record[HASH_START:BODY_START])
 
     def records_around(
         self, positions: Iterable[int]

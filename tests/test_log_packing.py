@@ -267,3 +267,25 @@ def test_a_store_made_meanwhile_by_another_process_keeps_its_format(
     with raw_log(path) as raw:
         assert raw.format_version == 3
         assert (raw.stored(1) or b"").startswith(PACKED_PREFIX)
+
+
+def test_the_hash_a_read_starts_from_is_taken_without_unpacking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventlog import _lmdb_tree
+
+    records = build(tmp_path / "log")
+    unpacked: list[int] = []
+
+    def counting(stored: bytes) -> object:
+        unpacked.append(len(stored))
+        return unpack(stored)
+
+    monkeypatch.setattr(_lmdb_tree, "unpack", counting)
+    with EventLog.open(tmp_path / "log") as log:
+        unpacked.clear()  # opening checks the newest record
+        page = log.read(after=2, limit=1)  # chains to the hash of the packed record at 2
+        assert [envelope.position for envelope in page] == [3]
+        with log.view() as view:
+            assert view._txn.record_hash(2) == records[1][HASH_START:BODY_START]  # type: ignore[attr-defined]
+    assert len(unpacked) == 1  # the record read, not the one before it
