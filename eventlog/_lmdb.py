@@ -121,23 +121,33 @@ class LmdbStorage:
                 # process opening the same new path right now. Anything else needs our marker.
                 blank = not txn.cursor().first()
                 marker = txn.get(tree.MARKER_KEY)
-            if marker is not None or (blank and self.format in tree.TXN_TYPES and not readonly):
-                self._open_tree(bytes(marker) if marker is not None else None)
+            if blank and not readonly:
+                blank, marker = self._claim()
+            if marker is not None:
+                self._open_tree(bytes(marker))
             else:
                 self._open_named(readonly, blank)
         except lmdb.Error as exc:  # reads of the main table: a damaged page here is damage
             raise translate_read(exc, f"opening `{self.path}`") from exc
 
-    def _open_tree(self, marker: bytes | None) -> None:
-        """Formats 2 and 3: every entry in the main database."""
-        if marker is None:
-            # Another process may have made the store since we found it blank, in a format of
-            # its own, and written records in it: its marker stands, never ours over it.
-            with self.env.begin(write=True) as txn:
+    def _claim(self) -> tuple[bool, bytes | None]:
+        """Lay out a store found blank, under LMDB's write lock: another process may be making
+        it at this moment, in a format of its own, and whatever was written first stands (a
+        format-1 store and a tree in one file would be neither). Returns whether it is still
+        blank and its tree marker, if it is a tree."""
+        with self.env.begin(write=True) as txn:
+            if txn.cursor().first():  # made meanwhile
                 found = txn.get(tree.MARKER_KEY)
-                if found is None:
-                    txn.put(tree.MARKER_KEY, self.format)
-                marker = self.format if found is None else bytes(found)
+                return False, None if found is None else bytes(found)
+            if self.format in tree.TXN_TYPES:
+                txn.put(tree.MARKER_KEY, self.format)
+                return False, self.format
+            meta = self.env.open_db(b"meta", txn=txn)
+            txn.put(b"format", FORMAT_1, db=meta)
+        return False, None
+
+    def _open_tree(self, marker: bytes) -> None:
+        """Formats 2 and 3: every entry in the main database."""
         txn_type = tree.TXN_TYPES.get(marker)
         if txn_type is None:
             self._check_format(marker, tree.FORMAT)  # raises, naming the formats read here
@@ -177,12 +187,9 @@ class LmdbStorage:
             self.idempotency = self.env.open_db(b"idempotency", txn=txn)
             self.meta = self.env.open_db(b"meta", txn=txn)
             self.floors = self.env.open_db(b"floors", txn=txn)
-            marker = txn.get(b"format", db=self.meta)
-            if marker is None and blank:
-                txn.put(b"format", FORMAT_1, db=self.meta)
-                marker = FORMAT_1
-            # Raised before the commit: a refused store is left exactly as it was.
-            self._check_format(marker, FORMAT_1)
+            # A new store got its marker when it was claimed (`_claim`). Raised before the
+            # commit: a refused store is left exactly as it was.
+            self._check_format(txn.get(b"format", db=self.meta), FORMAT_1)
 
     def _check_format(self, marker: bytes | memoryview | None, expected: bytes) -> None:
         found = None if marker is None else bytes(marker)

@@ -233,40 +233,44 @@ def test_an_import_refuses_a_record_whose_hash_is_not_where_records_keep_it(
         assert log.head == 0 and log.verify().ok
 
 
+@pytest.mark.parametrize(("mine", "theirs"), [(2, 3), (1, 3), (3, 1)])
 def test_a_store_made_meanwhile_by_another_process_keeps_its_format(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mine: int, theirs: int
 ) -> None:
-    # Two processes open the same new path, one asking for format 2: it found the path blank,
-    # and by the time it writes its marker the other has made a format-3 store there and packed
-    # a record into it. The marker that stands is the first; the records stay readable.
+    # Two processes open the same new path: this one found it blank, and by the time it lays it
+    # out the other has made a store of another format there and written a record into it. The
+    # layout that stands is the first; the record stays readable. (Formats 1 and 3 differ in
+    # layout, not only in marker: one file holding both would be neither.)
     path = tmp_path / "log"
     other = (
         "import sys\n"
         "from eventlog import ANY, EventLog\n"
         "from tests.test_log_packing import injected, prose\n"
-        "with EventLog.open(sys.argv[1], format_version=3) as log:\n"
+        "with EventLog.open(sys.argv[1], format_version=int(sys.argv[2])) as log:\n"
         "    log.append('s', [injected(prose(5, 400))], expected_version=ANY)\n"
     )
-    marked = LmdbStorage._open_tree
+    claim = LmdbStorage._claim
 
-    def after_the_other(storage: LmdbStorage, marker: bytes | None) -> None:
+    def after_the_other(storage: LmdbStorage) -> tuple[bool, bytes | None]:
         subprocess.run(
-            [sys.executable, "-c", other, str(path)],
+            [sys.executable, "-c", other, str(path), str(theirs)],
             check=True,
             timeout=120,
             cwd=Path(__file__).resolve().parent.parent,
         )
-        marked(storage, marker)
+        return claim(storage)
 
-    monkeypatch.setattr(LmdbStorage, "_open_tree", after_the_other)
-    with EventLog.open(path, format_version=2) as log:
+    monkeypatch.setattr(LmdbStorage, "_claim", after_the_other)
+    with EventLog.open(path, format_version=mine) as log:
         assert [event.position for event in log.read()] == [1]
+        log.append("s", [injected("mine")], expected_version=ANY)
     monkeypatch.undo()
     with EventLog.open(path) as log:
-        assert log.verify().ok and log.head == 1
+        assert log.verify().ok and log.head == 2
     with raw_log(path) as raw:
-        assert raw.format_version == 3
-        assert (raw.stored(1) or b"").startswith(PACKED_PREFIX)
+        assert raw.format_version == theirs
+        if theirs == 3:
+            assert (raw.stored(1) or b"").startswith(PACKED_PREFIX)
 
 
 def test_the_hash_a_read_starts_from_is_taken_without_unpacking(
