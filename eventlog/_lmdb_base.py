@@ -206,7 +206,13 @@ class LmdbTxnBase(StorageTxn):
         return None if value is None else bytes(value)
 
     def kv_put(self, key: bytes, value: Buffer) -> None:
-        self.kv_put_many(((key, value),))
+        # One key goes straight in: a cursor opened for it cost about 7,000 instructions more.
+        self._store.write_bytes += len(key) + len(value) + ENTRY_OVERHEAD_BYTES
+        try:
+            self._txn.put(self.KV_PREFIX + key, value, db=self._store.kv)
+        except lmdb.Error as exc:
+            self._store.note_failure(exc)
+            raise self._store.write_failure(exc, "writing projection state") from exc
 
     def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
         self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (

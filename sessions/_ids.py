@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from contextvars import ContextVar
 
 from eventlog import InvalidArgumentError, limits
@@ -30,7 +29,8 @@ def uuid7() -> str:
     value |= ((rand >> 62) & 0xFFF) << 64  # 12 random bits
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)
-    return str(uuid.UUID(int=value))
+    digits = f"{value:032x}"  # the text `str(uuid.UUID(int=value))` gives, a third of its cost
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def check_session_id(session_id: object, *, where: str) -> str:

@@ -171,6 +171,33 @@ def test_a_transaction_bigger_than_the_headroom_raises_store_full_and_a_retry_fi
         assert [e.data for e in log.read_stream("big")] == [big_event(3), big_event(4)]
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["kv_put", "kv_put_many"])
+def test_a_projection_value_bigger_than_the_map_raises_store_full_and_a_retry_fits(
+    tmp_path: Path, many: bool
+) -> None:
+    # One projection key is written straight in (`kv_put`), several through a cursor
+    # (`kv_put_many`): both meet a full map as an append does, and leave the map grown.
+    value = bytes(range(256)) * (4 * TINY_MAP // 256)
+    with EventLog.open(tmp_path / "log", map_size=TINY_MAP, headroom_bytes=TINY_MAP) as log:
+        log.append("first", [event_at(1)], expected_version=NO_STREAM)
+
+        def put() -> None:
+            with log.transaction() as tx:
+                tx.append("s", [event_at(2)], expected_version=NO_STREAM)
+                if many:
+                    tx.kv_put_many([(b"small", b"1"), (b"big", value)])
+                else:
+                    tx.kv_put(b"big", value)
+
+        with pytest.raises(StoreFullError):
+            put()
+        with log.view() as view:
+            assert (view.head, view.kv_get(b"big")) == (1, None)
+        put()  # the map was grown by what the failed transaction had written
+        with log.view() as view:
+            assert (view.head, view.kv_get(b"big")) == (2, value)
+
+
 def test_a_transaction_that_keeps_outgrowing_the_map_fits_after_a_few_retries(
     tmp_path: Path,
 ) -> None:
