@@ -249,6 +249,16 @@ class TreeTxn(LmdbTxnBase):
         """Add versions `first_version`.. of a stream at consecutive positions; False when the
         index does not end right before `first_version`."""
         txn, width, tails, dirty = self._txn, POSITION_BYTES, self._tails, self._dirty
+        if count == 1:  # the common append: one version onto the chunk this transaction holds
+            tail = tails.get(key)
+            if tail is not None and tail[0] == (first_version - 1) // CHUNK_VERSIONS:
+                number, tail_key, before = tail
+                if len(before) != slot(first_version):
+                    return False
+                after = before + first_position.to_bytes(width, "big")
+                dirty[tail_key] = after
+                tails[key] = (number, tail_key, after)
+                return True
         version, position, left = first_version, first_position, count
         while left:
             at = slot(version)

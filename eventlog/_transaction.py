@@ -82,7 +82,7 @@ class Transaction(LogView):
         self._parent = parent
         self._projector = projector
         self.pending: list[Envelope] = list(parent.pending) if parent else []
-        """The events to deliver after the commit, while they are few (see `_keep_pending`)."""
+        """The events to deliver after the commit, while they are few (see `_appended`)."""
         self.pending_count: int = parent.pending_count if parent else 0
         self._pending_bytes: int = parent._pending_bytes if parent else 0
         self._hooks: list[Callable[[], None]] = list(parent._hooks) if parent else []
@@ -112,17 +112,6 @@ class Transaction(LogView):
         txn = self._txn
         self._head = txn.last_position()
         self._head_hash = _chain.hash_at(txn, self._head) or _codec.GENESIS_HASH
-
-    def _keep_pending(self, envelopes: list[Envelope], size: int) -> None:
-        """Remember what to deliver after the commit: the envelopes themselves while their records
-        total at most `pending_record_bytes_max`, and past that only their count (delivery then
-        reads them back from the log), so a huge transaction never holds every decoded event."""
-        self.pending_count += len(envelopes)
-        self._pending_bytes += size
-        if self._pending_bytes <= limits.pending_record_bytes_max:
-            self.pending.extend(envelopes)
-        else:
-            self.pending.clear()
 
     def on_commit(self, hook: Callable[[], None]) -> None:
         """Run `hook` once the outermost transaction has committed durably (never on abort)."""
@@ -170,26 +159,25 @@ class Transaction(LogView):
         if isinstance(expected_version, int) and expected_version != version:
             raise ConcurrencyError(stream, expected_version, version)
         records, envelopes = self._encode(stream, events, version, meta, at, checked)
-        size = sum(map(len, records))
+        count = len(records)
+        size = len(records[0]) if count == 1 else sum(map(len, records))
         self._reserve(size)
         self.writes += 1
+        first = self._head + 1
         try:
-            txn.put_records(self._head + 1, records, key, version + 1)
+            txn.put_records(first, records, key, version + 1)
             if idempotency_key is not None:
-                txn.remember_idempotency_key(
-                    idempotency_key, stream, self._head + 1, self._head + len(records)
-                )
+                txn.remember_idempotency_key(idempotency_key, stream, first, first + count - 1)
         except BaseException:
             self._broken = True  # part of the call may be in the transaction: it must not commit
             raise
         self._stored = True
-        first = self._head + 1
-        self._head += len(records)
+        self._head += count
         self._head_hash = envelopes[-1].hash
-        self._versions[key] = version + len(records)
+        self._versions[key] = version + count
         self._stamp = None
         self._appended(envelopes, size)
-        return list(range(first, self._head + 1))
+        return [first] if count == 1 else list(range(first, self._head + 1))
 
     def _appended_before(self, stream: str, idempotency_key: str) -> list[int] | None:
         """The positions of an earlier append that carried this key; None when there was none."""
@@ -323,8 +311,16 @@ class Transaction(LogView):
         return before - 1, prev
 
     def _appended(self, envelopes: list[Envelope], size: int) -> None:
-        """Keep what was just written for delivery, and run the projector over it."""
-        self._keep_pending(envelopes, size)
+        """Keep what was just written for delivery, and run the projector over it. Delivery
+        gets the envelopes themselves while their records total at most
+        `pending_record_bytes_max`, and past that only their count (it then reads them back from
+        the log), so a huge transaction never holds every decoded event."""
+        self.pending_count += len(envelopes)
+        self._pending_bytes += size
+        if self._pending_bytes <= limits.pending_record_bytes_max:
+            self.pending.extend(envelopes)
+        elif self.pending:
+            self.pending.clear()
         projector = self._projector
         if projector is not None:
             try:

@@ -37,6 +37,34 @@ SYSTEM_STREAM_PREFIX = "$"
 """Streams whose names start with this are not sessions (bearer tokens, runtime bookkeeping)."""
 
 
+SESSION_KEYS_MAX = 4096
+"""Sessions whose state and transcript keys `session_keys` remembers before it starts over."""
+_session_keys: dict[str, tuple[bytes, bytes]] = {}
+
+
+def session_keys(session_id: str) -> tuple[bytes, bytes]:
+    """`state_key` and `transcript_key` of a session, remembered: every command and every
+    message a session takes looks them up, and they never change."""
+    found = _session_keys.get(session_id)
+    if found is None:
+        if len(_session_keys) >= SESSION_KEYS_MAX:
+            _session_keys.clear()
+        found = _session_keys[session_id] = (
+            st.state_key(session_id),
+            st.transcript_key(session_id),
+        )
+    return found
+
+
+def load_session(view: LogView, session_id: str) -> tuple[SessionState | None, Transcript | None]:
+    """`load_state` and `load_transcript` in one call: every command on a session reads both."""
+    state_key, transcript_key = session_keys(session_id)
+    return (
+        _kv.cached(view, state_key, STATE_CODEC.decode),
+        _kv.cached(view, transcript_key, TRANSCRIPT_CODEC.decode),
+    )
+
+
 def load_state(view: LogView, session_id: str) -> SessionState | None:
     state: SessionState | None = _kv.cached(view, st.state_key(session_id), STATE_CODEC.decode)
     return state
@@ -125,11 +153,12 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
         return
     data = envelope.data
     if type(data) in _ONE_MESSAGE:  # most events: one message at the end, nothing else changes
-        key = st.transcript_key(envelope.stream)
+        key = session_keys(envelope.stream)[1]
         transcript = _kv.cached(tx, key, TRANSCRIPT_CODEC.decode)
         if transcript is not None:  # else no session was ever opened here: nothing to project
             _append_messages(tx, (envelope,), transcript, key)
-            _remember_key(tx, envelope)
+            if getattr(data, "idempotency_key", None) is not None:
+                _remember_key(tx, envelope)
         return
     opener = _OPENERS.get(type(data))
     if opener is not None:
@@ -316,7 +345,11 @@ def _append_messages(
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
     last = envelopes[-1]
     ranges = _refs.extend(tx, transcript.ranges, packed)
-    stamp = _item_timestamp(envelopes, transcript.item_timestamp)
+    data = last.data
+    if type(data) is ev.MessageInjected and data.message.item is None and len(envelopes) == 1:
+        stamp = transcript.item_timestamp  # no framework item, so no timestamp of one
+    else:
+        stamp = _item_timestamp(envelopes, transcript.item_timestamp)
     # Positional, in the field order of `Transcript`: ranges, length, version, last activity,
     # item timestamp.
     updated = Transcript(

@@ -105,6 +105,8 @@ class Command:
     ) -> list[int]:
         """`append` `events` to the session (or to `stream`, a session the command creates)."""
         target = self.session_id if stream is None else stream
+        if self.sealer is None:  # nothing to seal: straight to the log, as `append` would
+            return self.tx.append(target, events, expected_version=ANY, meta=meta, checked=checked)
         return append(self.tx, target, events, meta=meta, checked=checked, sealer=self.sealer)
 
 
@@ -202,8 +204,7 @@ class SessionHost:
         return self._decide_on(tx, verb, sid, decide)
 
     def _decide_on(self, tx: Transaction, verb: str, sid: str, decide: Callable[[Command], R]) -> R:
-        state = pj.load_state(tx, sid)
-        transcript = pj.load_transcript(tx, sid)
+        state, transcript = pj.load_session(tx, sid)
         if state is None or state.status != pj.ACTIVE or transcript is None:
             raise UnknownSessionError(sid, verb)
         if state.forgotten:
