@@ -165,12 +165,16 @@ def clear(tx: Transaction) -> None:
     tx.projector_state = None
 
 
+_KEY_BYTES_MAX = limits.kv_key_bytes_max
+"""`limits.kv_key_bytes_max`, read once: `defer` checks it for every message."""
+
+
 def defer(tx: Transaction, key: bytes, value: Any, encode: Callable[[Any], bytes]) -> None:
     """Set `key` to `encode(value)`, written once just before the commit; `value` stays decoded
     in the cache meanwhile (see the module's text)."""
-    if type(key) is not bytes or not 0 < len(key) <= limits.kv_key_bytes_max:
+    if type(key) is not bytes or not key or len(key) > _KEY_BYTES_MAX:
         raise InvalidArgumentError(
-            f"projection key must be 1 to {limits.kv_key_bytes_max} bytes, got {key!r}"
+            f"projection key must be 1 to {_KEY_BYTES_MAX} bytes, got {key!r}"
         )
     state: Pending | None = tx.projector_state  # type: ignore[assignment]
     if state is None:

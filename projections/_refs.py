@@ -148,6 +148,19 @@ def extend(
     when these ranges end exactly where it ends; otherwise (a fork got there first, or `fresh`) a
     new segment starts, so nobody sharing the old one ever sees these messages."""
     segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
+    state: _kv.Pending | None = tx.projector_state  # type: ignore[assignment]
+    if segment and state is not None:  # the common append: into the tail chunk it just wrote
+        key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
+        held = state.cache.get(key)
+        if (
+            type(held) is bytes
+            and len(held) == end % st.REFS_PER_CHUNK * st.REF_BYTES
+            and len(held) + len(packed) <= _CHUNK_BYTES
+        ):
+            value = held + packed
+            state.cache[key] = value  # as `_kv.defer` keeps it, without checking our own key
+            state.deferred[key] = (value, bytes)
+            return (*ranges[:-1], (segment, start, end + len(packed) // st.REF_BYTES))
     chunk = None
     if segment:
         key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
@@ -158,6 +171,9 @@ def extend(
         ranges = (*ranges, (segment, 0, 0))
     end = put_refs(tx, segment, end, key, chunk, packed)
     return (*ranges[:-1], (segment, start, end))
+
+
+_CHUNK_BYTES = st.REFS_PER_CHUNK * st.REF_BYTES
 
 
 def slice_ranges(
