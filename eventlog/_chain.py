@@ -10,7 +10,7 @@ outside must also satisfy (size, stream name, the next version of its stream). N
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import blake3
 
@@ -60,47 +60,8 @@ def check_run(
 ) -> list[Envelope]:
     """Check records stored at consecutive positions from `first`, the first chained to
     `prev_hash`, and decode them; raises `IntegrityError` naming the first bad position."""
-    links = itertools.chain((bytes(prev_hash),), itertools.repeat(None))
-    return _checked(zip(links, records, itertools.count(first)), hasher or blake3.blake3())
-
-
-def _checked(
-    items: Iterable[tuple[bytes | None, Buffer, int]], hasher: blake3.blake3
-) -> list[Envelope]:
-    """The one loop that checks and decodes: each item is a record, its position, and the hash
-    it chains to (None: the hash of the item before). Raises `IntegrityError` naming the first
-    bad position.
-
-    The hot read path: no per-record function calls beyond hashing and decoding. A record in
-    the wrong place is caught by the position it carries, which the hash covers.
-    """
-    # One hasher, reset per record, fed one buffer: every call into blake3 has a fixed cost
-    # (building a hasher, taking a buffer) well above hashing a 300-byte record.
-    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
-    decode = envelope_decoder.decode
-    out: list[Envelope] = []
-    add = out.append
-    prev_hash = GENESIS_HASH
-    for link, record, position in items:
-        if link is not None:
-            prev_hash = link
-        try:
-            envelope = decode(record)
-        except DECODE_ERRORS as exc:
-            _codec.check_record(prev_hash, record, position)  # damaged bytes: say so precisely
-            raise IntegrityError(
-                f"event at position {position}: cannot decode: {exc}", position
-            ) from exc
-        reset()
-        update(prev_hash + record[BODY_START:])
-        digest = digest_of()
-        if digest != envelope.hash:
-            _codec.check_record(prev_hash, record, position)  # raises with the precise reason
-        if envelope.position != position:
-            raise IntegrityError(f"position {position} is missing from the log", position)
-        add(envelope)
-        prev_hash = digest
-    return out
+    items = zip(itertools.count(first), zip(itertools.repeat(None), records))
+    return _checked(items, prev_hash, first - 1, None, hasher or blake3.blake3())
 
 
 def check_one(prev_hash: bytes | memoryview, record: Buffer, position: int) -> Envelope:
@@ -122,33 +83,72 @@ def check_at(
 
     One pass of `_checked`: a session's messages are mostly scattered among other sessions'
     events, so a call per run of consecutive positions would be a call per record."""
-    return _checked(_links(positions, pairs, anchor), blake3.blake3())
+    items = zip(positions, pairs, strict=True)
+    return _checked(items, GENESIS_HASH, -2, anchor, blake3.blake3())
 
 
-def _links(
-    positions: list[int],
-    pairs: Iterable[tuple[Buffer | None, Buffer | None]],
+def _checked(
+    items: Iterable[tuple[int, tuple[Buffer | None, Buffer | None]]],
+    digest: bytes | memoryview,
+    last: int,
     anchor: tuple[int, bytes] | None,
-) -> Iterator[tuple[bytes | None, Buffer, int]]:
-    """`check_at`'s records for `_checked`, each with the hash it chains to, handed on one at a
-    time: a packed store unpacks each record as it is reached, so a run of damaged ones that
-    would unpack to megabytes each is refused at the first, not unpacked whole."""
-    cut, last = (0 if anchor is None else anchor[0]), -1
-    for position, (before, record) in zip(positions, pairs, strict=True):
+    hasher: blake3.blake3,
+) -> list[Envelope]:
+    """The one loop that checks and decodes. Each item is a position and, for it, the record
+    before it (or None) and the record itself (None: missing). A record chains to the hash
+    stored in the record before it when that is given, else to `digest` (the hash of the last
+    record checked) when it follows `last`, else to the genesis or the anchor's hash where those
+    apply. Raises `IntegrityError` naming the first bad position.
+
+    The hot read path: nothing per record is allocated that outlives it but the envelope, and
+    nothing is called beyond hashing and decoding. A record in the wrong place is caught by the
+    position it carries, which the hash covers.
+    """
+    # One hasher, reset per record: every call into blake3 has a fixed cost (building a
+    # hasher, taking a buffer) well above hashing a 300-byte record.
+    reset, update, digest_of = hasher.reset, hasher.update, hasher.digest
+    decode = envelope_decoder.decode
+    out: list[Envelope] = []
+    add = out.append
+    for position, (before, record) in items:
         if record is None:
-            check_kept(position, cut)
+            check_kept(position, 0 if anchor is None else anchor[0])
             raise IntegrityError(f"position {position} is missing from the log", position)
         if before is not None:
-            yield bytes(before[HASH_START:BODY_START]), record, position
-        elif position == last + 1 and position != 1:
-            yield None, record, position
-        elif position == 1:
-            yield GENESIS_HASH, record, position
-        elif anchor is not None and position == cut + 1:
-            yield anchor[1], record, position
+            link = before[HASH_START:BODY_START]
+        elif position == last + 1:
+            link = digest
         else:
-            raise IntegrityError(f"position {position - 1} is missing from the log", position)
+            link = _first_link(position, anchor)
+        try:
+            envelope = decode(record)
+        except DECODE_ERRORS as exc:
+            _codec.check_record(link, record, position)  # damaged bytes: say so precisely
+            raise IntegrityError(
+                f"event at position {position}: cannot decode: {exc}", position
+            ) from exc
+        reset()
+        update(link)
+        update(record[BODY_START:])
+        digest = digest_of()
+        if digest != envelope.hash:
+            _codec.check_record(link, record, position)  # raises with the precise reason
+        if envelope.position != position:
+            raise IntegrityError(f"position {position} is missing from the log", position)
+        add(envelope)
         last = position
+    return out
+
+
+def _first_link(position: int, anchor: tuple[int, bytes] | None) -> bytes:
+    """The hash a record chains to when neither the record before it nor its hash is at hand:
+    the genesis hash at position 1, the anchor's right after the anchor; else the record before
+    it is missing."""
+    if position == 1:
+        return GENESIS_HASH
+    if anchor is not None and position == anchor[0] + 1:
+        return anchor[1]
+    raise IntegrityError(f"position {position - 1} is missing from the log", position)
 
 
 def _no_streams(stream: str) -> int:

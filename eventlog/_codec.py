@@ -142,7 +142,9 @@ def chain_hash(prev_hash: bytes | memoryview, record: bytes | bytearray | memory
 
 
 def check_record(
-    prev_hash: bytes | memoryview, record: bytes | bytearray | memoryview, position: int
+    prev_hash: bytes | bytearray | memoryview,
+    record: bytes | bytearray | memoryview,
+    position: int,
 ) -> bytes:
     """Check one stored record against the chain; returns its hash or raises IntegrityError."""
     view = memoryview(record)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from eventlog._lmdb_errors import reads, translate, translated
+from eventlog._lmdb_errors import reads, translate, translate_read, translated
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import CorruptStoreError
 
@@ -177,6 +177,31 @@ class LmdbTxnBase(StorageTxn):
                 add((None, value() if set_key((base | position).to_bytes(8, "big")) else None))
             last = position
         return iter(out)
+
+    def records_around_lazily(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        # `records_around`'s walk, each pair read as the caller takes it: a reader that checks
+        # and drops each record as it goes holds none of them (nor their buffers) past its turn,
+        # so a long transcript's read leaves nothing for the garbage collector to scan.
+        cursor = self._txn.cursor(self._store.events)
+        base = self.KEY_BASE
+        set_key, step, value = cursor.set_key, cursor.next, cursor.value
+        last = -2
+        try:
+            for position in positions:
+                if position == last + 1 and last > 0:
+                    yield None, value() if step() else None
+                elif position == 1:
+                    yield None, value() if set_key((base | 1).to_bytes(8, "big")) else None
+                elif set_key((base | position - 1).to_bytes(8, "big")):
+                    yield value(), value() if step() else None
+                else:  # no record before (truncated away, or missing): the record alone
+                    found = set_key((base | position).to_bytes(8, "big"))
+                    yield None, value() if found else None
+                last = position
+        except lmdb.Error as exc:
+            raise translate_read(exc, "reading (records_around_lazily)") from exc
 
     def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
         table = self._store.idempotency

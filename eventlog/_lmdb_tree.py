@@ -362,6 +362,14 @@ class PackedTreeTxn(TreeTxn):
             for before, found in super().records_around(positions)
         )
 
+    def records_around_lazily(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        return (
+            (before, None if found is None else unpack(found))
+            for before, found in super().records_around_lazily(positions)
+        )
+
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
     ) -> None:

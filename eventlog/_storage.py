@@ -170,6 +170,13 @@ class StorageTxn(ABC):
             yield None if follows else self.record(position - 1), self.record(position)
             last = position
 
+    def records_around_lazily(
+        self, positions: Iterable[int]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        """`records_around`, each pair read only when the caller takes it, so a caller that
+        drops each record once checked never holds a whole transcript's buffers at once."""
+        return self.records_around(positions)
+
     def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
         """`stream_position` of each (stream key, version)."""
         return [self.stream_position(key, version) for key, version in entries]

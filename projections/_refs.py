@@ -78,10 +78,8 @@ def messages_at(
 ) -> list[ev.Message]:
     """The messages `refs` (position, index) point at, in order: each event read, hash-checked
     and opened once, however many of its messages are wanted (a batch holds up to a thousand)."""
-    positions: list[int] = []
-    for position, _ in refs:
-        if not positions or positions[-1] != position:
-            positions.append(position)
+    # Events in order of first reference: a run of references to one event reads it once.
+    positions = list(dict.fromkeys([position for position, _ in refs]))
     if opener is not None:
         events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
         found: list[ev.Message] = []
@@ -89,11 +87,10 @@ def messages_at(
             found += opener(events[position], position, [index for _, index in run])
         return found
     if len(positions) == len(refs):  # one message per event: the common case
-        data = [envelope.data for envelope in view.events_at(positions)]
         injected = ev.MessageInjected
         return [  # an injected message, the most common event, without a call
-            item.message if type(item) is injected else message_of(item, index)
-            for item, (_, index) in zip(data, refs, strict=True)
+            data.message if type(data := envelope.data) is injected else message_of(data, index)
+            for envelope, (_, index) in zip(view.events_at(positions), refs, strict=True)
         ]
     events = {envelope.position: envelope.data for envelope in view.events_at(positions)}
     return [message_of(events[position], index) for position, index in refs]

@@ -236,16 +236,15 @@ def to_dict(message: ev.Message) -> dict[str, Any]:
     return data
 
 
-_PLAIN = frozenset(("role", "content"))
-
-
 def to_dicts(messages: list[ev.Message], *, fresh: bool = False) -> list[dict[str, Any]]:
     """`to_dict` of a whole transcript, converted in one call. `fresh`: the messages were just
     decoded for this call and nobody else holds them, so their items are handed out as they are
     instead of copied."""
     data: list[dict[str, Any]] = to_builtins(messages)
     for item, message in zip(data, messages, strict=True):
-        if item.keys() - _PLAIN:  # role and content alone need nothing restored
+        # `role` is always there: role and content alone need nothing restored, and any
+        # other key makes more than two, or two without content.
+        if len(item) > 2 or "content" not in item:
             _restore(item)
             if message.item is not None:
                 item["item"] = message.item if fresh else item_copy(message.item)

@@ -286,3 +286,30 @@ def test_a_changed_key_that_keeps_the_order_is_reported(tmp_path: Path) -> None:
             assert not report.ok
             assert report.first_bad_position == 28, report
             assert "position 28 is missing" in (report.problem or "")
+
+
+def test_a_cold_snapshot_names_a_changed_message_of_an_interleaved_session(
+    tmp_path: Path,
+) -> None:
+    # With no cached transcripts every snapshot reads each message from the log and checks it:
+    # a changed byte in one message fails that session's snapshot at its position, and the
+    # sessions whose messages sit around it still read as they did.
+    path = tmp_path / "store"
+    with SessionStore.open(path) as store:
+        sessions = [store.open_session() for _ in range(3)]
+        for k in range(30):
+            store.inject(sessions[k % 3], {"role": "user", "content": f"message {k} " + "x" * 99})
+        before = {sid: store.snapshot(sid) for sid in sessions}
+        position = store.log.head - 10
+        [changed] = store.log.read(after=position - 1, limit=1)
+    with raw_log(path) as raw:
+        record = bytearray(raw.record(position) or b"")
+        record[-5] ^= 0x01
+        assert raw.put_record(position, bytes(record))
+    with SessionStore.open(path, hot_sessions=0) as store:
+        with pytest.raises(IntegrityError) as raised:
+            store.snapshot(changed.stream)
+        assert raised.value.position == position
+        for sid in sessions:
+            if sid != changed.stream:
+                assert store.snapshot(sid) == before[sid]

@@ -166,6 +166,63 @@ def test_a_rehashed_edit_is_caught_by_the_next_event(store: tuple[Path, list[Env
         assert log.read(after=position - 1, limit=1)[0].hash != envelopes[position - 1].hash
 
 
+# A stream read by position, as a transcript reads it: runs of five among other streams' events.
+# 256 opens a run (it links to the hash stored in 255, another stream's); 257 follows it.
+SCATTERED = 256
+
+
+def scattered(envelopes: list[Envelope]) -> list[int]:
+    stream = envelopes[SCATTERED - 1].stream
+    assert envelopes[SCATTERED - 2].stream != stream == envelopes[SCATTERED].stream
+    return [envelope.position for envelope in envelopes if envelope.stream == stream]
+
+
+@pytest.mark.parametrize("where", sorted(WHERE))
+@pytest.mark.parametrize("position", [SCATTERED, SCATTERED + 1])
+def test_a_scattered_read_names_a_changed_event(
+    store: tuple[Path, list[Envelope]], where: str, position: int
+) -> None:
+    path, envelopes = store
+    wanted = scattered(envelopes)
+    rewrite_record(path, position, flip(WHERE[where]))
+    with EventLog.open(path) as log, log.view() as view:
+        with pytest.raises(IntegrityError) as raised:
+            view.events_at(wanted)
+        assert raised.value.position == position
+        sound = [p for p in wanted if p < position]
+        assert view.events_at(sound) == [envelopes[p - 1] for p in sound]
+
+
+def test_a_scattered_read_names_the_event_after_a_changed_link(
+    store: tuple[Path, list[Envelope]],
+) -> None:
+    # Only the hash of the other stream's event before a run is read: changing it breaks the run.
+    path, envelopes = store
+    wanted = scattered(envelopes)
+    rewrite_record(path, SCATTERED - 1, flip(WHERE["hash"]))
+    with EventLog.open(path) as log, log.view() as view:
+        with pytest.raises(IntegrityError) as raised:
+            view.events_at(wanted)
+        assert raised.value.position == SCATTERED
+
+
+@pytest.mark.parametrize("deleted", [SCATTERED - 1, SCATTERED, SCATTERED + 1])
+def test_a_scattered_read_names_a_deleted_event(
+    store: tuple[Path, list[Envelope]], deleted: int
+) -> None:
+    path, envelopes = store
+    wanted = scattered(envelopes)
+    with raw_log(path) as raw_store:
+        assert raw_store.delete_record(deleted)
+    with EventLog.open(path) as log, log.view() as view:
+        # The record met past the hole carries another position, and chains to another hash.
+        with pytest.raises(IntegrityError) as raised:
+            view.events_at(wanted)
+        assert raised.value.position == max(deleted, SCATTERED)
+        if deleted < SCATTERED:  # the run's link is gone: said as it is
+            assert f"position {deleted} is missing" in str(raised.value)
+
+
 def test_a_damaged_newest_event_is_refused_at_open(store: tuple[Path, list[Envelope]]) -> None:
     # Open checks the newest record, so a damaged tail fails at open instead of at a later append.
     path, _ = store
