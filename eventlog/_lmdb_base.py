@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import lmdb
@@ -42,6 +42,11 @@ def idempotency_entry(idempotency_key: str, value: Buffer) -> tuple[str, int, in
             f"idempotency key {idempotency_key!r}: its stored stream name is damaged", None
         ) from exc
     return stream, int.from_bytes(value[:8], "big"), int.from_bytes(value[8:16], "big")
+
+
+def _as_stored(value: Buffer) -> Buffer:
+    """A record as it is stored (formats 1 and 2 store records as they are)."""
+    return value
 
 
 class LmdbTxnBase(StorageTxn):
@@ -181,9 +186,16 @@ class LmdbTxnBase(StorageTxn):
     def records_around_lazily(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
+        return self._walk_around(positions, _as_stored)
+
+    def _walk_around(
+        self, positions: Iterable[int], record_of: Callable[[Buffer], Buffer]
+    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         # `records_around`'s walk, each pair read as the caller takes it: a reader that checks
         # and drops each record as it goes holds none of them (nor their buffers) past its turn,
-        # so a long transcript's read leaves nothing for the garbage collector to scan.
+        # so a long transcript's read leaves nothing for the garbage collector to scan. Each
+        # wanted record goes through `record_of` (format 3 unpacks it there); of the record
+        # before it the reader takes only the hash, which is where it is in either form.
         cursor = self._txn.cursor(self._store.events)
         base = self.KEY_BASE
         set_key, step, value = cursor.set_key, cursor.next, cursor.value
@@ -191,14 +203,15 @@ class LmdbTxnBase(StorageTxn):
         try:
             for position in positions:
                 if position == last + 1 and last > 0:
-                    yield None, value() if step() else None
+                    yield None, record_of(value()) if step() else None
                 elif position == 1:
-                    yield None, value() if set_key((base | 1).to_bytes(8, "big")) else None
+                    found = set_key((base | 1).to_bytes(8, "big"))
+                    yield None, record_of(value()) if found else None
                 elif set_key((base | position - 1).to_bytes(8, "big")):
-                    yield value(), value() if step() else None
+                    yield value(), record_of(value()) if step() else None
                 else:  # no record before (truncated away, or missing): the record alone
                     found = set_key((base | position).to_bytes(8, "big"))
-                    yield None, value() if found else None
+                    yield None, record_of(value()) if found else None
                 last = position
         except lmdb.Error as exc:
             raise translate_read(exc, "reading (records_around_lazily)") from exc

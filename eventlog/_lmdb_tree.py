@@ -365,10 +365,7 @@ class PackedTreeTxn(TreeTxn):
     def records_around_lazily(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        return (
-            (before, None if found is None else unpack(found))
-            for before, found in super().records_around_lazily(positions)
-        )
+        return self._walk_around(positions, unpack)
 
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
