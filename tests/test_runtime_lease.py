@@ -273,3 +273,32 @@ def test_a_runtime_that_lost_its_lease_stops_writing(monkeypatch: pytest.MonkeyP
         assert (loop["status"], loop["error_kind"]) == ("failed", "interrupted")
 
     asyncio.run(run())
+
+
+def test_a_runtime_that_fails_to_start_lets_the_lease_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Starting takes the lease and starts the lease watcher before it recovers the prompts left
+    # in flight; when that recovery fails, the runtime has not started, so it must hold nothing:
+    # no lease that keeps every later runtime out, no watcher task left running.
+    from sessions.runtime import _jobs
+
+    def failing(store: SessionStore) -> list[str]:
+        raise OSError("disk gone")
+
+    async def run() -> None:
+        with SessionStore.open(tmp_path / "store") as store:
+            runtime = Runtime(store)
+            with monkeypatch.context() as patch:
+                patch.setattr(_jobs, "recover", failing)
+                with pytest.raises(OSError, match="disk gone"):
+                    await runtime.start()
+            assert runtime._lease._watcher is None and not runtime._lease.held
+            watchers = [t for t in asyncio.all_tasks() if "_watch" in repr(t.get_coro())]
+            assert all(t.cancelling() or t.done() for t in watchers), watchers
+            async with Runtime(store) as successor:  # the store is free for another runtime
+                assert successor.recovered == []
+            await runtime.start()  # and the first can start again
+            await runtime.stop()
+
+    asyncio.run(run())

@@ -9,6 +9,7 @@ events it wrote are durable. Ephemeral sessions live in an in-memory store besid
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -141,7 +142,6 @@ class Runtime:
         self.ephemeral_store = ephemeral_store or SessionStore.memory()
         self._ephemeral_ids: set[str] = set()
         self._flights: dict[str, _Flight] = {}
-        self._started = False
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
         self._lease = RuntimeLease()
@@ -170,14 +170,17 @@ class Runtime:
 
     async def start(self) -> None:
         """Take the `runtime` lease, start the writers, fail the prompts left in flight."""
-        if self._started:
+        if self._lease.held:  # started: a runtime holds its leases exactly while it runs
             return
         await asyncio.to_thread(self._lease.hold, self.store, self.ephemeral_store)
         self._create_lock = asyncio.Lock()
-        self._started = True
         self._lease.watch(self._flights)
-        for store in (self.store, self.ephemeral_store):
-            self.recovered.extend(await self._write(store, partial(_jobs.recover, store)))
+        try:
+            for store in (self.store, self.ephemeral_store):
+                self.recovered.extend(await self._write(store, partial(_jobs.recover, store)))
+        except BaseException:  # not started after all: keep no lease, and no watcher, from it
+            self._lease.release()
+            raise
         if self.recovered:
             logger.warning("marked %d interrupted prompts failed", len(self.recovered))
         if self.reap_interval_s is not None:
@@ -204,10 +207,8 @@ class Runtime:
         refuse writes from then on, and release the lease."""
         if self._reaper is not None:
             self._reaper.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-            except asyncio.CancelledError:
-                pass
             self._reaper = None
         for flight in list(self._flights.values()):
             flight.cancel("shutdown")
@@ -217,14 +218,13 @@ class Runtime:
             closer = getattr(provider, "aclose", None)
             if closer is not None:
                 await call_hook(closer, f"`{provider.name}`.aclose")
-        self._started = False
-        self._lease.release()
+        self._lease.release()  # writes are refused from here on
         if self._own_ephemeral:
             self.ephemeral_store.close()
 
     def _group(self, store: SessionStore) -> GroupCommit:
         """The group commit of `store`, which every write of the runtime goes through."""
-        if not self._started:
+        if not self._lease.held:
             raise InvalidArgumentError("the runtime is not started: use `async with Runtime(...)`")
         self._lease.lost()  # another runtime may hold the store now: write nothing more
         return store._group
