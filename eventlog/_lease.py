@@ -88,8 +88,9 @@ class Lease:
     def check(self) -> None:
         """Raise `LeaseLostError` when the lease ended without being released (and from then on);
         a released lease raises nothing. Blocks for one round trip on PostgreSQL."""
-        if not self.lost and self._release is not None and self._probe is not None:
-            self.lost = not self._probe()
+        probe = None if self.lost or self._release is None else self._probe
+        if probe is not None and not probe():  # lost for good: a late answer never undoes it
+            self.lost = True
         if self.lost:
             raise LeaseLostError(self.name, self.where)
 

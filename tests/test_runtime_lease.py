@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from eventlog import EventLog, InvalidArgumentError, LeaseHeldError, LeaseLostError
+from eventlog import EventLog, InvalidArgumentError, Lease, LeaseHeldError, LeaseLostError
 from sessions import SessionStore
 from sessions.runtime import Runtime
 from sessions.runtime import _lease as runtime_lease
@@ -300,5 +301,46 @@ def test_a_runtime_that_fails_to_start_lets_the_lease_go(
                 assert successor.recovered == []
             await runtime.start()  # and the first can start again
             await runtime.stop()
+
+    asyncio.run(run())
+
+
+def test_a_lease_check_left_unanswered_counts_as_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A PostgreSQL check on a connection whose peer vanished (a network partition) gets no answer
+    # until TCP gives up, many minutes, while the server lets the lease go in about 25 s. The
+    # watcher must not wait that out: a check unanswered for `ANSWER_S` is a lost lease, and an
+    # answer that comes late does not make it held again.
+    monkeypatch.setattr(runtime_lease, "CHECK_S", 0.01)
+    monkeypatch.setattr(runtime_lease, "ANSWER_S", 0.05)
+    answer = threading.Event()
+
+    def stuck_probe() -> bool:
+        answer.wait(WAIT_S)
+        return True  # held, says the late answer
+
+    class Prompt:
+        def __init__(self) -> None:
+            self.cancelled = asyncio.Event()
+
+        def cancel(self, reason: str) -> None:
+            assert reason == "lease_lost"
+            self.cancelled.set()
+
+    async def run() -> None:
+        lease = Lease("runtime", "pg", {}, lambda: None, stuck_probe)
+        watched = runtime_lease.RuntimeLease()
+        watched.held.append(lease)
+        prompt = Prompt()
+        watched.watch({"s": prompt})
+        try:
+            await asyncio.wait_for(prompt.cancelled.wait(), WAIT_S)
+            assert lease.lost
+            with pytest.raises(LeaseLostError):
+                watched.lost()
+        finally:
+            answer.set()
+        await asyncio.sleep(0.05)  # the late answer arrives
+        assert lease.lost and not lease.held
+        watched.release()
 
     asyncio.run(run())

@@ -26,6 +26,11 @@ CHECK_S = 5.0
 """How often a running runtime asks whether it still holds its leases. With the lease
 connection's keepalives (about 25 s to notice a vanished peer), a runtime that lost its lease
 stops within about half a minute, and within `CHECK_S` of a drop the server reported."""
+ANSWER_S = 15.0
+"""How long a check may go unanswered before the runtime takes its leases for lost. A check on a
+connection whose peer vanished (a network partition) waits until TCP gives up, many minutes,
+while the server lets the lease go about 25 s after the connection fell silent; the runtime must
+stop before that, not after."""
 logger = logging.getLogger("sessionlog.runtime")
 
 
@@ -60,12 +65,22 @@ class RuntimeLease:
         while True:
             await asyncio.sleep(CHECK_S)
             try:
-                await asyncio.to_thread(self.check)
-            except LeaseLostError as exc:
-                logger.error("%s: cancelling every prompt and refusing writes", exc)
-                for prompt in list(prompts.values()):
-                    prompt.cancel("lease_lost")
-                return
+                await asyncio.wait_for(asyncio.to_thread(self.check), ANSWER_S)
+                continue
+            except TimeoutError:  # no answer: the connection, and the lease, may be gone
+                exc = self._unanswered()
+            except LeaseLostError as lost:
+                exc = lost
+            logger.error("%s: cancelling every prompt and refusing writes", exc)
+            for prompt in list(prompts.values()):
+                prompt.cancel("lease_lost")
+            return
+
+    def _unanswered(self) -> LeaseLostError:
+        """Take every held lease for lost: a check of them went unanswered for `ANSWER_S`."""
+        for lease in self.held:
+            lease.lost = True
+        return LeaseLostError(self.held[0].name, self.held[0].where)
 
     def check(self) -> None:
         """`LeaseLostError` once any held lease is lost (a round trip per PostgreSQL lease)."""
