@@ -157,32 +157,6 @@ class LmdbTxnBase(StorageTxn):
         expected = ((base | position).to_bytes(8, "big") for position in wanted)
         return len(keys) == count and all(map(operator.eq, keys, expected))
 
-    @reads
-    def records_around(
-        self, positions: Iterable[int]
-    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
-        # Events are the last keys of their tree: the step after the newest finds nothing, and
-        # a record found past a hole is caught by `check_at`, from the position it carries.
-        cursor = self._txn.cursor(self._store.events)
-        base = self.KEY_BASE
-        set_key, step, value = cursor.set_key, cursor.next, cursor.value
-        out: list[tuple[Buffer | None, Buffer | None]] = []
-        add = out.append
-        last = -2
-        for position in positions:
-            if position == last + 1 and last > 0:
-                add((None, value() if step() else None))
-            elif position == 1:
-                add((None, value() if set_key((base | 1).to_bytes(8, "big")) else None))
-            elif set_key((base | position - 1).to_bytes(8, "big")):
-                before = value()
-                add((before, value() if step() else None))
-            else:  # no record before (truncated away, or missing): the record alone
-                add((None, value() if set_key((base | position).to_bytes(8, "big")) else None))
-            last = position
-        return iter(out)
-
     def records_around_lazily(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
@@ -191,7 +165,10 @@ class LmdbTxnBase(StorageTxn):
     def _walk_around(
         self, positions: Iterable[int], record_of: Callable[[Buffer], Buffer]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        # `records_around`'s walk, each pair read as the caller takes it: a reader that checks
+        # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
+        # Events are the last keys of their tree: the step after the newest finds nothing, and
+        # a record found past a hole is caught by `check_at`, from the position it carries.
+        # Each pair is read as the caller takes it: a reader that checks
         # and drops each record as it goes holds none of them (nor their buffers) past its turn,
         # so a long transcript's read leaves nothing for the garbage collector to scan. Each
         # wanted record goes through `record_of` (format 3 unpacks it there); of the record

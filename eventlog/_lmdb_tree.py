@@ -331,7 +331,7 @@ class TreeTxn(LmdbTxnBase):
 
 class PackedTreeTxn(TreeTxn):
     """A transaction over a format-3 store: format 2's tree, records packed where that pays. The
-    records it hands out are always as they are; `records_around` unpacks only the wanted ones,
+    records it hands out are always as they are; `records_around_lazily` unpacks only the wanted ones,
     since of the record before each it needs the hash, which packing leaves in place, and each
     only when its reader reaches it (a damaged one may unpack to megabytes)."""
 
@@ -353,14 +353,6 @@ class PackedTreeTxn(TreeTxn):
 
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         return map(unpack, super().values_after(after, limit))
-
-    def records_around(
-        self, positions: Iterable[int]
-    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        return (
-            (before, None if found is None else unpack(found))
-            for before, found in super().records_around(positions)
-        )
 
     def records_around_lazily(
         self, positions: Iterable[int]
