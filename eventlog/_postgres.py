@@ -23,7 +23,13 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from eventlog import _pg_schema
-from eventlog._lease import KEEPALIVE_OPTIONS, Lease, advisory_key, holder_record
+from eventlog._lease import (
+    CLIENT_KEEPALIVES,
+    KEEPALIVE_OPTIONS,
+    Lease,
+    advisory_key,
+    holder_record,
+)
 from eventlog._pg_keyring import PostgresKeyring
 from eventlog._pg_lease import take_lease
 from eventlog._storage import Buffer, StorageTxn
@@ -227,6 +233,7 @@ class PostgresStorage:
         kwargs = {
             **self._kwargs,
             "options": self._kwargs["options"] + KEEPALIVE_OPTIONS,
+            **CLIENT_KEEPALIVES,
             "application_name": f"sessionlog lease {holder['pid']}@{holder['host']}"[:63],
         }
         key = advisory_key(self.schema, name)

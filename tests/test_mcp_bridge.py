@@ -418,3 +418,16 @@ def test_sessionlog_mcp_over_http_with_an_api_key(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert proc.returncode == 0, (tmp_path / "err.txt").read_text()
+
+
+def test_a_lost_lease_reaches_a_client_as_its_own_code() -> None:
+    from eventlog import LeaseLostError
+    from service.mcp._bridge import BridgeError, _guarded
+
+    async def lost() -> None:
+        raise LeaseLostError("runtime", "a store")
+
+    with pytest.raises(BridgeError) as refused:
+        asyncio.run(_guarded(lost()))
+    assert refused.value.code == "LEASE_LOST"
+    assert "`runtime` lease was lost" in refused.value.message

@@ -222,6 +222,21 @@ def test_a_lease_whose_connection_ended_is_found_lost() -> None:
         kept.check()  # released by its holder: not lost
 
 
+@pytest.mark.needs("POSTGRES")
+def test_a_lease_connection_gives_up_on_a_silent_server_and_a_released_lease_is_not_lost() -> None:
+    with EventLog.open(_pg.fresh_schema_url("keepalive")) as log:
+        lease = log.lease("runtime")
+        conn = lease._release.__self__  # type: ignore[union-attr]  # the lease's connection
+        parameters = conn.info.get_parameters()
+        assert parameters["tcp_user_timeout"] == "25000"
+        assert parameters["keepalives_idle"] == "10"
+        assert end_lease_connections() == 1
+        with pytest.raises(LeaseLostError):
+            lease.check()
+        lease.release()
+        lease.check()  # released by its holder: nothing to report any more
+
+
 def test_a_file_lease_cannot_be_lost_under_its_holder(tmp_path: Path) -> None:
     with EventLog.open(tmp_path / "store") as log, log.lease("runtime") as lease:
         lease.check()

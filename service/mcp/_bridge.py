@@ -4,8 +4,8 @@ shapes (camelCase, times in epoch milliseconds), and every failure as a `BridgeE
 Codes: ``CONFIG`` (an unregistered provider, a provider that cannot take the agent's tools),
 ``AGENT_NOT_FOUND``, ``SESSION_NOT_FOUND`` (unknown, closed or expired: "Session not found"),
 ``SESSION_BUSY``, ``SESSION_FAILED``, ``CAPACITY`` (max sessions), ``INVALID_ARGUMENT``,
-``INPUT_REJECTED``, ``CANCELLED``, ``PROVIDER_ERROR``. Nothing here knows MCP; `_server.py` puts
-it on the wire.
+``INPUT_REJECTED``, ``CANCELLED``, ``PROVIDER_ERROR``, ``LEASE_LOST`` (the runtime lost its store's
+lease and stopped writing). Nothing here knows MCP; `_server.py` puts it on the wire.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from eventlog import CapacityError, InvalidArgumentError, UnknownSessionError
+from eventlog import CapacityError, InvalidArgumentError, LeaseLostError, UnknownSessionError
 from eventlog.errors import ConfigurationError
 from service.mcp._config import Agent, BridgeConfig
 from sessions.runtime import (
@@ -52,6 +52,7 @@ _CODES: tuple[tuple[type[BaseException], str], ...] = (
     (PromptCancelledError, "CANCELLED"),
     (ProviderError, "PROVIDER_ERROR"),
     (InvalidArgumentError, "INVALID_ARGUMENT"),
+    (LeaseLostError, "LEASE_LOST"),
 )
 
 
