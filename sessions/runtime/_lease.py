@@ -8,8 +8,8 @@ knows that every prompt still recorded in flight has no one left to finish it.
 On PostgreSQL a lease can also end under a live holder: its connection drops and the server lets
 the lock go, and another runtime may take it and fail this one's prompts as interrupted. So while
 it runs, the runtime asks every `CHECK_S` seconds whether it still holds its leases; once one is
-lost it cancels its prompts and refuses every write (`LeaseLostError`) until it is stopped and
-started again.
+lost it cancels its prompts and refuses every write (`LeaseLostError`). Stop it; a new `Runtime`
+on the store starts once the lease is free, and fails the cancelled prompts as interrupted.
 """
 
 from __future__ import annotations
