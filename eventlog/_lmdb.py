@@ -122,7 +122,7 @@ class LmdbStorage:
                 blank = not txn.cursor().first()
                 marker = txn.get(tree.MARKER_KEY)
             if blank and not readonly:
-                blank, marker = self._claim()
+                blank, marker = False, self._claim()
             if marker is not None:
                 self._open_tree(bytes(marker))
             else:
@@ -130,26 +130,25 @@ class LmdbStorage:
         except lmdb.Error as exc:  # reads of the main table: a damaged page here is damage
             raise translate_read(exc, f"opening `{self.path}`") from exc
 
-    def _claim(self) -> tuple[bool, bytes | None]:
+    def _claim(self) -> bytes | None:
         """Lay out a store found blank, under LMDB's write lock: another process may be making
         it at this moment, in a format of its own, and whatever was written first stands (a
-        format-1 store and a tree in one file would be neither). Returns whether it is still
-        blank and its tree marker, if it is a tree."""
+        format-1 store and a tree in one file would be neither). Returns its tree marker, if it
+        is a tree."""
         with self.env.begin(write=True) as txn:
             if txn.cursor().first():  # made meanwhile
                 found = txn.get(tree.MARKER_KEY)
-                return False, None if found is None else bytes(found)
+                return None if found is None else bytes(found)
             if self.format in tree.TXN_TYPES:
                 txn.put(tree.MARKER_KEY, self.format)
-                return False, self.format
+                return self.format
             meta = self.env.open_db(b"meta", txn=txn)
             txn.put(b"format", FORMAT_1, db=meta)
-        return False, None
+        return None
 
     def _open_tree(self, marker: bytes) -> None:
         """Formats 2 and 3: every entry in the main database."""
-        txn_type = tree.TXN_TYPES.get(marker)
-        if txn_type is None:
+        if marker not in tree.TXN_TYPES:
             self._check_format(marker, tree.FORMAT)  # raises, naming the formats read here
         self.format = marker
         self._txn_type = tree.TXN_TYPES[marker]

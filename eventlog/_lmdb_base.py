@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from eventlog._codec import stored_hash
 from eventlog._lmdb_errors import reads, translate, translate_read, translated
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import CorruptStoreError
@@ -125,6 +126,12 @@ class LmdbTxnBase(StorageTxn):
     def record(self, position: int) -> Buffer | None:
         return self._txn.get((self.KEY_BASE | position).to_bytes(8, "big"), db=self._store.events)
 
+    @reads
+    def record_hash(self, position: int) -> bytes | None:
+        # Read as stored: format 3's packing leaves the hash where every record keeps it.
+        found = LmdbTxnBase.record(self, position)
+        return None if found is None else stored_hash(found)
+
     def records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
         return translated(self._records_after(after, limit), "reading events")
 
@@ -157,7 +164,7 @@ class LmdbTxnBase(StorageTxn):
         expected = ((base | position).to_bytes(8, "big") for position in wanted)
         return len(keys) == count and all(map(operator.eq, keys, expected))
 
-    def records_around_lazily(
+    def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         return self._walk_around(positions, _as_stored)
@@ -168,11 +175,11 @@ class LmdbTxnBase(StorageTxn):
         # One cursor: a run of consecutive positions costs one `next` each, a jump one seek.
         # Events are the last keys of their tree: the step after the newest finds nothing, and
         # a record found past a hole is caught by `check_at`, from the position it carries.
-        # Each pair is read as the caller takes it: a reader that checks
-        # and drops each record as it goes holds none of them (nor their buffers) past its turn,
-        # so a long transcript's read leaves nothing for the garbage collector to scan. Each
-        # wanted record goes through `record_of` (format 3 unpacks it there); of the record
-        # before it the reader takes only the hash, which is where it is in either form.
+        # Each pair is read as the caller takes it: a reader that checks and drops each record
+        # as it goes holds none of them (nor their buffers) past its turn, so a long
+        # transcript's read leaves nothing for the garbage collector to scan. Each wanted record
+        # goes through `record_of` (format 3 unpacks it there); of the record before it the
+        # reader takes only the hash, which is where it is in either form.
         cursor = self._txn.cursor(self._store.events)
         base = self.KEY_BASE
         set_key, step, value = cursor.set_key, cursor.next, cursor.value
@@ -191,7 +198,7 @@ class LmdbTxnBase(StorageTxn):
                     yield None, record_of(value()) if found else None
                 last = position
         except lmdb.Error as exc:
-            raise translate_read(exc, "reading (records_around_lazily)") from exc
+            raise translate_read(exc, "reading events") from exc
 
     def idempotent_positions(self, idempotency_key: str) -> tuple[str, int, int] | None:
         table = self._store.idempotency
@@ -221,13 +228,7 @@ class LmdbTxnBase(StorageTxn):
         return None if value is None else bytes(value)
 
     def kv_put(self, key: bytes, value: Buffer) -> None:
-        # One key goes straight in: a cursor opened for it cost about 7,000 instructions more.
-        self._store.write_bytes += len(key) + len(value) + ENTRY_OVERHEAD_BYTES
-        try:
-            self._txn.put(self.KV_PREFIX + key, value, db=self._store.kv)
-        except lmdb.Error as exc:
-            self._store.note_failure(exc)
-            raise self._store.write_failure(exc, "writing projection state") from exc
+        self.kv_put_many(((key, value),))
 
     def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
         self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (
@@ -235,7 +236,10 @@ class LmdbTxnBase(StorageTxn):
         )
         prefix = self.KV_PREFIX
         try:
-            self._txn.cursor(self._store.kv).putmulti([(prefix + k, v) for k, v in items])
+            if len(items) == 1:  # straight in: a cursor opened for one key costs 7,000 instructions
+                self._txn.put(prefix + items[0][0], items[0][1], db=self._store.kv)
+            else:
+                self._txn.cursor(self._store.kv).putmulti([(prefix + k, v) for k, v in items])
         except lmdb.Error as exc:
             self._store.note_failure(exc)
             raise self._store.write_failure(exc, "writing projection state") from exc

@@ -28,7 +28,6 @@ from typing import Any, cast
 
 import lmdb
 
-from eventlog._codec import BODY_START, HASH_START
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
 from eventlog._packing import pack, unpack
@@ -331,7 +330,7 @@ class TreeTxn(LmdbTxnBase):
 
 class PackedTreeTxn(TreeTxn):
     """A transaction over a format-3 store: format 2's tree, records packed where that pays. The
-    records it hands out are always as they are; `records_around_lazily` unpacks only the wanted ones,
+    records it hands out are always as they are; `records_around` unpacks only the wanted ones,
     since of the record before each it needs the hash, which packing leaves in place, and each
     only when its reader reaches it (a damaged one may unpack to megabytes)."""
 
@@ -342,11 +341,6 @@ class PackedTreeTxn(TreeTxn):
         found = super().record(position)
         return None if found is None else unpack(found)
 
-    @reads
-    def record_hash(self, position: int) -> bytes | None:
-        found = super().record(position)  # as stored: packing leaves the hash in its place
-        return None if found is None else bytes(found[HASH_START:BODY_START])
-
     def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
         for position, value in super()._records_after(after, limit):
             yield position, unpack(value)
@@ -354,7 +348,7 @@ class PackedTreeTxn(TreeTxn):
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
         return map(unpack, super().values_after(after, limit))
 
-    def records_around_lazily(
+    def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         return self._walk_around(positions, unpack)

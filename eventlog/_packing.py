@@ -1,6 +1,6 @@
 """Compressed records, the difference between format 3 and format 2 of the LMDB store.
 
-A record is stored either as it is (its msgpack array, which starts with `RAW_PREFIX`) or packed:
+A record is stored either as it is (its msgpack array, which starts with `_codec.RECORD_PREFIX`) or packed:
 `PACKED_PREFIX`, the record's 32-byte hash, then a zstd frame of every byte after the hash. The
 hash keeps its offset in both forms, so a reader that needs only the hash a record carries (the
 link from the record before a wanted one) reads it without unpacking. What the chain hashes, what
@@ -30,10 +30,9 @@ import threading
 import zstandard
 
 from eventlog import limits
-from eventlog._codec import BODY_START, HASH_START
+from eventlog._codec import BODY_START, HASH_START, RECORD_PREFIX
 from eventlog._storage import Buffer
 
-RAW_PREFIX = b"\x97\xc4\x20"  # msgpack: fixarray of 7, bin8 of 32 bytes (see `_codec`)
 PACKED_PREFIX = b"\x00zs"
 """Never the start of a msgpack array, so no raw record can be mistaken for a packed one."""
 LEVEL = -1
@@ -67,7 +66,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 def pack(record: Buffer) -> Buffer:
     """The stored form of `record`: packed when that saves an eighth of it, else `record`."""
     size = len(record)
-    if size < PACK_MIN_BYTES or record[:HASH_START] != RAW_PREFIX:
+    if size < PACK_MIN_BYTES or record[:HASH_START] != RECORD_PREFIX:
         return record  # (packing keeps the hash where a record keeps it, so no other prefix)
     view = memoryview(record)
     frame = _compressor().compress(view[BODY_START:])
@@ -92,4 +91,4 @@ def unpack(stored: Buffer) -> Buffer:
         return stored
     if len(body) != size:
         return stored
-    return b"".join((RAW_PREFIX, view[HASH_START:BODY_START], body))
+    return b"".join((RECORD_PREFIX, view[HASH_START:BODY_START], body))

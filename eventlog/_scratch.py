@@ -39,11 +39,6 @@ class ScratchTxn(StorageTxn):
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         return self._log.records_around(positions)
 
-    def records_around_lazily(
-        self, positions: Iterable[int]
-    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        return self._log.records_around_lazily(positions)
-
     def stream_version(self, key: bytes) -> int:
         return self._log.stream_version(key)
 

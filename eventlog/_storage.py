@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from eventlog._codec import BODY_START, HASH_START
+from eventlog._codec import stored_hash
 from eventlog._lease import Lease
 
 Buffer = bytes | bytearray | memoryview
@@ -157,25 +157,20 @@ class StorageTxn(ABC):
         that the record before a read is needed for. A store that keeps records packed reads it
         without unpacking."""
         record = self.record(position)
-        return None if record is None else bytes(record[HASH_START:BODY_START])
+        return None if record is None else stored_hash(record)
 
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
         """For each position: the record before it (None when it directly follows the previous
-        position asked for, or is position 1) and the record itself (None when missing)."""
+        position asked for, or is position 1) and the record itself (None when missing). Each
+        pair is read when the caller takes it where the store can (here, and in LMDB), so a
+        caller that drops each record once checked never holds a whole transcript's buffers."""
         last = -2
         for position in positions:
             follows = position == last + 1 or position == 1
             yield None if follows else self.record(position - 1), self.record(position)
             last = position
-
-    def records_around_lazily(
-        self, positions: Iterable[int]
-    ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        """`records_around`, each pair read only when the caller takes it, so a caller that
-        drops each record once checked never holds a whole transcript's buffers at once."""
-        return self.records_around(positions)
 
     def stream_positions_of(self, entries: Sequence[tuple[bytes, int]]) -> list[int | None]:
         """`stream_position` of each (stream key, version)."""

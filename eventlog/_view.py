@@ -101,7 +101,7 @@ class LogView:
         `IntegrityError` if one is missing. Cheapest when runs of positions are consecutive."""
         wanted = list(positions)
         try:
-            return _chain.check_at(wanted, self._txn.records_around_lazily(wanted))
+            return _chain.check_at(wanted, self._txn.records_around(wanted))
         except IntegrityError:
             anchor = self._txn.anchor()
             if anchor is None:

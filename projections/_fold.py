@@ -8,6 +8,7 @@ can never fail half way. It reads no clock; times come from the events.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,22 +39,14 @@ SYSTEM_STREAM_PREFIX = "$"
 
 
 SESSION_KEYS_MAX = 4096
-"""Sessions whose state and transcript keys `session_keys` remembers before it starts over."""
-_session_keys: dict[str, tuple[bytes, bytes]] = {}
+"""Sessions whose state and transcript keys `session_keys` remembers."""
 
 
+@functools.lru_cache(maxsize=SESSION_KEYS_MAX)
 def session_keys(session_id: str) -> tuple[bytes, bytes]:
     """`state_key` and `transcript_key` of a session, remembered: every command and every
     message a session takes looks them up, and they never change."""
-    found = _session_keys.get(session_id)
-    if found is None:
-        if len(_session_keys) >= SESSION_KEYS_MAX:
-            _session_keys.clear()
-        found = _session_keys[session_id] = (
-            st.state_key(session_id),
-            st.transcript_key(session_id),
-        )
-    return found
+    return st.state_key(session_id), st.transcript_key(session_id)
 
 
 def load_session(view: LogView, session_id: str) -> tuple[SessionState | None, Transcript | None]:

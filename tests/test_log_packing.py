@@ -20,9 +20,9 @@ import pytest
 import zstandard
 
 from eventlog import ANY, Envelope, EventLog, IntegrityError, _chain, limits
-from eventlog._codec import BODY_START, GENESIS_HASH, HASH_START
+from eventlog._codec import BODY_START, GENESIS_HASH, HASH_START, RECORD_PREFIX
 from eventlog._lmdb import LmdbStorage
-from eventlog._packing import PACK_MIN_BYTES, PACKED_PREFIX, RAW_PREFIX, pack, unpack
+from eventlog._packing import PACK_MIN_BYTES, PACKED_PREFIX, pack, unpack
 from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
 from tests._format_samples import T0
@@ -55,7 +55,7 @@ def test_a_long_record_is_stored_packed_and_read_back_as_it_is(tmp_path: Path) -
     records = build(tmp_path / "log")
     with raw_log(tmp_path / "log") as raw:
         stored = [raw.stored(position) for position in (1, 2, 3)]
-    assert all(record.startswith(RAW_PREFIX) for record in records)
+    assert all(record.startswith(RECORD_PREFIX) for record in records)
     short, long, _ = stored
     assert short is not None and long is not None
     assert short == records[0]  # under PACK_MIN_BYTES, or not worth it: as it is
@@ -86,14 +86,14 @@ def test_a_format_2_store_is_never_given_a_packed_record(tmp_path: Path) -> None
         assert raw.format_version == 2
         for position in range(1, 5):
             stored = raw.stored(position)
-            assert stored is not None and stored.startswith(RAW_PREFIX)
+            assert stored is not None and stored.startswith(RECORD_PREFIX)
 
 
 def test_a_record_that_does_not_pack_well_is_stored_as_it_is() -> None:
-    record = RAW_PREFIX + bytes(32) + msgspec.msgpack.encode(os.urandom(500))
+    record = RECORD_PREFIX + bytes(32) + msgspec.msgpack.encode(os.urandom(500))
     assert len(record) >= PACK_MIN_BYTES
     assert pack(record) is record
-    small = RAW_PREFIX + bytes(32) + b"\xa1x" * 10
+    small = RECORD_PREFIX + bytes(32) + b"\xa1x" * 10
     assert pack(small) is small
 
 
