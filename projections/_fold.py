@@ -150,8 +150,7 @@ def apply(tx: Transaction, envelope: Envelope) -> None:
         transcript = _kv.cached(tx, key, TRANSCRIPT_CODEC.decode)
         if transcript is not None:  # else no session was ever opened here: nothing to project
             _append_messages(tx, (envelope,), transcript, key)
-            if getattr(data, "idempotency_key", None) is not None:
-                _remember_key(tx, envelope)
+            _remember_key(tx, envelope)
         return
     opener = _OPENERS.get(type(data))
     if opener is not None:
@@ -338,11 +337,7 @@ def _append_messages(
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
     last = envelopes[-1]
     ranges = _refs.extend(tx, transcript.ranges, packed)
-    data = last.data
-    if type(data) is ev.MessageInjected and data.message.item is None and len(envelopes) == 1:
-        stamp = transcript.item_timestamp  # no framework item, so no timestamp of one
-    else:
-        stamp = _item_timestamp(envelopes, transcript.item_timestamp)
+    stamp = _item_timestamp(envelopes, transcript.item_timestamp)
     # Positional, in the field order of `Transcript`: ranges, length, version, last activity,
     # item timestamp.
     updated = Transcript(
@@ -359,6 +354,8 @@ def _item_timestamp(envelopes: Sequence[Envelope], before: float | None) -> floa
     for envelope in reversed(envelopes):
         data = envelope.data
         if type(data) is ev.MessageInjected:
+            if data.message.item is None:  # a chat message, the common case: no item to read
+                continue
             messages: Sequence[ev.Message] = (data.message,)
         elif type(data) is ev.MessagesInjected:
             messages = data.messages

@@ -105,8 +105,6 @@ class Command:
     ) -> list[int]:
         """`append` `events` to the session (or to `stream`, a session the command creates)."""
         target = self.session_id if stream is None else stream
-        if self.sealer is None:  # nothing to seal: straight to the log, as `append` would
-            return self.tx.append(target, events, expected_version=ANY, meta=meta, checked=checked)
         return append(self.tx, target, events, meta=meta, checked=checked, sealer=self.sealer)
 
 
