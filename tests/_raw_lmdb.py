@@ -7,6 +7,8 @@ so a test changes the bytes of the record itself, not of its compressed form."""
 
 from __future__ import annotations
 
+import random
+import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,6 +116,12 @@ class RawLog:
         assert len(value) > at
         del value[at : at + tree.POSITION_BYTES]
         self.txn.put(key, bytes(value))
+
+
+def noise(rng: random.Random, size: int) -> str:
+    """`size` letters and digits drawn by `rng`: text that packs poorly (format 3 packs records),
+    so a store built of it spans many pages."""
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=size))
 
 
 @contextmanager

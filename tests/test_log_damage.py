@@ -15,7 +15,6 @@ import io
 import json
 import os
 import random
-import string
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from eventlog._codec import BODY_START, HASH_START, chain_hash
 from eventlog.events import Message, MessageInjected
 from replay import export_log, import_log
 from sessions import SessionStore
-from tests._raw_lmdb import event_key, raw_log
+from tests._raw_lmdb import event_key, noise, raw_log
 from tests.conftest import PROFILE
 from tests.test_cli import run
 
@@ -177,10 +176,6 @@ def test_verify_survives_a_page_that_makes_lmdb_abort(tmp_path: Path) -> None:
 SWEEP_CASES = {"dev": 6, "ci": 8, "deep": 400}
 CASES_PER_WORKER = 40
 T0 = "2026-01-01T00:00:00Z"
-
-
-def noise(rng: random.Random, size: int) -> str:
-    return "".join(rng.choices(string.ascii_letters + string.digits, k=size))
 
 
 def build_store(path: Path) -> list[str]:

@@ -9,7 +9,6 @@ foreign store is refused at open with `CorruptStoreError` and left as it was.
 from __future__ import annotations
 
 import random
-import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,16 +27,11 @@ from eventlog import (
 )
 from eventlog._codec import BODY_START, HASH_START, chain_hash
 from eventlog.events import Message, MessageInjected
-from tests._raw_lmdb import raw_log
+from tests._raw_lmdb import noise, raw_log
 
 EVENTS = 600
 STREAMS = 5
 PAGE = 4096
-
-
-def noise(rng: random.Random) -> str:
-    """Text that packs poorly (format 3 packs records), so the log spans many pages."""
-    return "".join(rng.choices(string.ascii_letters + string.digits, k=rng.randint(300, 1500)))
 
 
 def build(path: Path) -> list[Envelope]:
@@ -51,7 +45,7 @@ def build(path: Path) -> list[Envelope]:
                         MessageInjected(
                             message=Message(
                                 role="user",
-                                content=f"{batch}.{part}.{k} " + noise(rng),
+                                content=f"{batch}.{part}.{k} " + noise(rng, rng.randint(300, 1500)),
                             )
                         )
                         for k in range(5)
