@@ -251,7 +251,7 @@ def test_a_store_made_meanwhile_by_another_process_keeps_its_format(
     )
     claim = LmdbStorage._claim
 
-    def after_the_other(storage: LmdbStorage) -> tuple[bool, bytes | None]:
+    def after_the_other(storage: LmdbStorage) -> bytes | None:
         subprocess.run(
             [sys.executable, "-c", other, str(path), str(theirs)],
             check=True,
