@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -17,13 +18,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eventlog import EventLog, InvalidArgumentError, Lease, LeaseHeldError, LeaseLostError
-from sessions import SessionStore
+from sessions import RetentionPolicy, SessionStore
 from sessions.runtime import Runtime
 from sessions.runtime import _lease as runtime_lease
 from sessions.runtime._recorder import read_record
@@ -359,3 +361,43 @@ def test_a_lease_check_left_unanswered_counts_as_lost(monkeypatch: pytest.Monkey
         watched.release()
 
     asyncio.run(run())
+
+
+def test_a_runtime_that_lost_its_lease_ends_its_reaper_before_it_sweeps(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The reaper's sweep deletes closed sessions: once the lease is lost (another runtime may
+    # hold the store) it must write nothing, and end instead of failing every interval.
+    async def run() -> None:
+        with SessionStore.open(tmp_path / "store") as store:
+            sid = store.open_session()
+            store.close_session(sid)
+            swept: list[object] = []
+            real_sweep = store.sweep
+
+            def sweep(policy: Any) -> Any:
+                swept.append(policy)
+                return real_sweep(policy)
+
+            store.sweep = sweep  # type: ignore[method-assign]
+            policy = RetentionPolicy(
+                max_age=timedelta(days=365)
+            )  # nothing due: the sweep only looks
+            runtime = Runtime(store, reap_interval_s=0.01, retention=policy)
+            await runtime.start()
+            reaper = runtime._reaper
+            assert reaper is not None
+            while not swept:  # it sweeps while it holds the lease
+                await asyncio.sleep(0.01)
+            for lease in runtime._lease.held:
+                lease.lost = True
+            await asyncio.wait_for(asyncio.shield(reaper), 5)  # it ends by itself
+            assert reaper.exception() is None
+            rounds = len(swept)
+            await asyncio.sleep(0.1)
+            assert len(swept) == rounds  # and sweeps no more
+            await runtime.stop()
+
+    with caplog.at_level(logging.ERROR, logger="sessionlog.runtime"):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if "reaper failed" in r.getMessage()]

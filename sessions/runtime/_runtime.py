@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from eventlog import CapacityError, InvalidArgumentError, UnknownSessionError, check_encodable
 from eventlog import events as ev
-from eventlog.errors import ConfigurationError
+from eventlog.errors import ConfigurationError, LeaseLostError
 from projections import _runtime as rt
 from sessions._checks import check_dict, iso
 from sessions._group import GroupCommit, outcome
@@ -159,8 +159,6 @@ class Runtime:
         self._reaper: asyncio.Task[None] | None = None
         self.retention = check_retention(retention)
 
-    # Lifecycle of the runtime itself
-
     async def __aenter__(self) -> Runtime:
         await self.start()
         return self
@@ -187,15 +185,17 @@ class Runtime:
             self._reaper = asyncio.create_task(self._reap_forever(self.reap_interval_s))
 
     async def _reap_forever(self, interval_s: float) -> None:
-        """The periodic reaper: every `interval_s`, close the sessions past their TTL (reason
-        ``expired``) or idle limit (``idle``), calling `on_session_close` for each. A failed
-        round is logged and the next one runs."""
+        """Every `interval_s`, close the sessions past their TTL (``expired``) or idle limit
+        (``idle``) and sweep by `retention`; a failed round is logged, a lost lease ends it."""
         while True:
             await asyncio.sleep(interval_s)
             try:
+                self._lease.lost()  # the sweep writes too: nothing more once the lease is lost
                 closed = await self.reap()
                 if self.retention is not None:  # the durable store's closed sessions
                     await asyncio.to_thread(self.store.sweep, self.retention)
+            except LeaseLostError:
+                return
             except Exception:  # a store error must not end the reaper for good
                 logger.exception("the periodic reaper failed; trying again in %.1fs", interval_s)
                 continue
