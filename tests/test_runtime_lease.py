@@ -401,3 +401,21 @@ def test_a_runtime_that_lost_its_lease_ends_its_reaper_before_it_sweeps(
     with caplog.at_level(logging.ERROR, logger="sessionlog.runtime"):
         asyncio.run(run())
     assert not [r for r in caplog.records if "reaper failed" in r.getMessage()]
+
+
+def test_after_a_lost_lease_the_context_policy_writes_nothing(tmp_path: Path) -> None:
+    # A turn's context policy may summarize and prune, which are writes: once the lease is lost
+    # it is refused like every other write of the runtime.
+    async def run() -> None:
+        with SessionStore.open(tmp_path / "store") as store:
+            async with Runtime(store) as runtime:
+                sid = (await runtime.create("agent"))["session_id"]
+                assert await runtime._maintain(store, sid) is not None  # held: it runs
+                for lease in runtime._lease.held:
+                    lease.lost = True
+                head = store.log.head
+                with pytest.raises(LeaseLostError):
+                    await runtime._maintain(store, sid)
+                assert store.log.head == head
+
+    asyncio.run(run())

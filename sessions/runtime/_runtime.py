@@ -532,11 +532,11 @@ class Runtime:
     async def _maintain(
         self, store: SessionStore, sid: str, *, context_error: bool = False
     ) -> dict[str, Any] | None:
-        """Run the context policy after a turn (or a round of tool results), in a worker thread:
-        it may call a summarizer model, which must hold up neither the event loop nor the
-        runtime's writer. Returns what it did, None when `maintain_context` is off."""
+        """Run the context policy after a turn (or a round of tool results) in a worker thread:
+        a summarizer model holds up neither the loop nor the writer. None when it is off."""
         if not self.maintain_context:
             return None
+        self._lease.lost()  # it writes (checkpoints, prunes): nothing once the lease is lost
         return await asyncio.to_thread(store.maintain_context, sid, context_error=context_error)
 
     def _defaults(self, session_id: str, provider: str) -> Mapping[str, Any]:
