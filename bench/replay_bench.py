@@ -55,6 +55,8 @@ import msgspec
 from bench import _scaffold, agentlog_bench
 from bench._timing import Result, Sample, Stopwatch, Target, compare
 from bench.log_bench import _text
+from eventlog import limits
+from replay import _limits as replay_limits
 from replay import export_bundle, export_log, import_log, seed_from_jsonl
 from replay._transcript import read_transcript
 from sessions import SessionStore
@@ -264,7 +266,11 @@ def _phases(ctx: Context, path: Path) -> dict[str, Any]:
             started = time.perf_counter()
             with store.transaction():
                 sid = store.open_session(metadata={"bench": True})
-                store.inject_many(sid, transcript.messages)
+                # As the seed writes them: a batch at a time, decoded from the kept buffer.
+                for batch in transcript.messages.batches(
+                    limits.messages_per_event_max, replay_limits.seed_batch_bytes
+                ):
+                    store.inject_many(sid, batch)
             engine_s = time.perf_counter() - started
     finally:
         shutil.rmtree(target, ignore_errors=True)
