@@ -15,8 +15,9 @@ batch (on PostgreSQL, one round trip of `COMMIT` for the batch instead of one pe
 
 A thread caller waits on a bare lock and may be handed the lead; the callers of a batch are woken
 one by the other, in a chain. A coroutine (`submit`) never blocks its event loop: it awaits a
-future, and when the lead falls to it, a thread of the queue's own leads that batch. Commands run
-on the leading thread, inside the caller's own `contextvars` context.
+future, and when the lead falls to it, a thread of the queue's own leads that batch (how the two
+hand work to each other: `sessions/_handoff.py`). Commands run on the leading thread, inside the
+caller's own `contextvars` context.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import contextvars
 import functools
 import logging
 import os
-import queue
 import threading
 import time
 import weakref
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from eventlog import EventLog, LogClosedError, OutcomeUnknownError
+from sessions._handoff import Bell, Door, Outcome, door, hand_over
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -58,6 +59,7 @@ class _Slot:
         "command",
         "context",
         "done",
+        "door",
         "error",
         "future",
         "lead",
@@ -74,7 +76,8 @@ class _Slot:
         command: Callable[[], Any],
         stamp: dict[str, Any] | None,
         solo: bool,
-        future: asyncio.Future[Any] | None,
+        future: Outcome[Any] | None,
+        door: Door | None = None,
     ) -> None:
         self.command = command
         self.stamp = stamp
@@ -82,6 +85,8 @@ class _Slot:
         self.context = contextvars.copy_context()
         self.future = future
         """The awaiting coroutine's future; None for a thread caller."""
+        self.door = door
+        """Where its outcome goes to the coroutine's loop (see `sessions/_handoff.py`)."""
         self.result: Any = None
         self.error: BaseException | None = None
         self.woken = threading.Lock()
@@ -133,10 +138,9 @@ class GroupCommit:
         self._queue: list[_Slot] = []
         self._leading = False
         self._closed = False
-        self._driver: threading.Thread | None = None
+        self._driver: Bell | None = None
         """The thread that leads the batches whose lead falls to a coroutine (started when one
-        first does), woken once per such batch through `_kicks`."""
-        self._kicks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        first does)."""
         self._leader: int | None = None
         """The thread running a batch now, if any."""
 
@@ -189,8 +193,8 @@ class GroupCommit:
         loop that resolves once the commit holding it is durable. No thread waits for it; when
         the lead falls to it, the queue's own thread leads its batch."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[_T] = loop.create_future()
-        slot = _Slot(command, stamp, solo, future)
+        future: Outcome[_T] = Outcome(loop=loop)
+        slot = _Slot(command, stamp, solo, future, door(loop))
         if self._join(slot):
             self._drive()
         return future
@@ -204,7 +208,7 @@ class GroupCommit:
                 self._idle.wait()
             driver, self._driver = self._driver, None
         if driver is not None:
-            self._kicks.put(False)
+            driver.ring(lead=False)
 
     def _park(self, slot: _Slot) -> BaseException | None:
         """Wait until `slot` is woken, then wake the next caller of its batch: woken one after
@@ -246,17 +250,8 @@ class GroupCommit:
     def _drive(self) -> None:
         """Lead the next batch on the queue's own thread (its first command is a coroutine's)."""
         if self._driver is None:
-            self._driver = threading.Thread(target=self._drive_on, name="sessionlog-commit")
-            self._driver.daemon = True
-            self._driver.start()
-        self._kicks.put(True)
-
-    def _drive_on(self) -> None:
-        while self._kicks.get():
-            try:
-                self._lead()
-            except BaseException:  # each caller of the batch has it already; lead on
-                logger.exception("a batch led for coroutines was interrupted")
+            self._driver = Bell(self._lead)
+        self._driver.ring()
 
     def _lead(self) -> None:
         """Take the queue, commit it, then hand the lead to the next waiter, if any."""
@@ -306,10 +301,11 @@ class GroupCommit:
                     self._drive()
             else:
                 self._leading = False
-                self._idle.notify_all()
+                if self._closed:  # only `close` waits for the queue to go idle
+                    self._idle.notify_all()
         for slot in batch:
             if slot.future is not None:
-                _settle_soon(slot)
+                hand_over(slot.future, slot.door, slot.result, slot.error)
         if first is not None:
             first.woken.release()
         if follower is not None and follower.future is None:
@@ -446,25 +442,6 @@ def _stamped(tx: Any, slot: _Slot) -> Any:
         return slot.command()
     finally:
         tx.stamp_next_append(None)
-
-
-def _settle_soon(slot: _Slot) -> None:
-    """Hand a coroutine its outcome on its own loop."""
-    future = slot.future
-    assert future is not None
-    try:
-        future.get_loop().call_soon_threadsafe(_settle, future, slot.result, slot.error)
-    except RuntimeError:  # the loop is closed: its waiters are gone with it
-        logger.debug("a queued write finished after its event loop closed")
-
-
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():  # the waiter went away (cancelled, or its loop is closing)
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
 
 
 async def outcome(future: asyncio.Future[_T]) -> tuple[_T, bool]:

@@ -84,10 +84,11 @@ class AsyncSessionStore:
             self._worker, functools.partial(function, *args, **kwargs)
         )
 
-    async def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit and
-        await its result (see the module doc)."""
-        return await self.store._group.submit(functools.partial(verb, *args, **kwargs))
+    def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+        """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit: the
+        future of its result, to await at once (see the module doc). A plain call, not a
+        coroutine: the verb's own coroutine awaits the future, with no second one between."""
+        return self.store._group.submit(functools.partial(verb, *args, **kwargs))
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `function(*args, **kwargs)` on the store's worker thread and wait for it: for
