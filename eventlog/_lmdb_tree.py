@@ -30,7 +30,7 @@ import lmdb
 
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
-from eventlog._packing import pack, unpack
+from eventlog._packing import pack, unpack, unpacker
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import StorageError
 
@@ -342,16 +342,17 @@ class PackedTreeTxn(TreeTxn):
         return None if found is None else unpack(found)
 
     def _records_after(self, after: int, limit: int) -> Iterator[tuple[int, Buffer]]:
+        unpack_one = unpacker()
         for position, value in super()._records_after(after, limit):
-            yield position, unpack(value)
+            yield position, unpack_one(value)
 
     def values_after(self, after: int, limit: int) -> Iterable[Buffer]:
-        return map(unpack, super().values_after(after, limit))
+        return map(unpacker(), super().values_after(after, limit))
 
     def records_around(
         self, positions: Iterable[int]
     ) -> Iterator[tuple[Buffer | None, Buffer | None]]:
-        return self._walk_around(positions, unpack)
+        return self._walk_around(positions, unpacker())
 
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int

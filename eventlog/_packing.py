@@ -26,6 +26,7 @@ everything it does see.)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import zstandard
 
@@ -78,17 +79,35 @@ def pack(record: Buffer) -> Buffer:
 def unpack(stored: Buffer) -> Buffer:
     """The record stored as `stored`; a value that is not a sound packed record comes back as it
     is stored, for the chain reader to refuse."""
-    if not stored or stored[0] != 0 or stored[:HASH_START] != PACKED_PREFIX:
-        return stored
-    view = memoryview(stored)
-    frame = view[BODY_START:]
+    return unpacker()(stored)
+
+
+def unpacker() -> Callable[[Buffer], Buffer]:
+    """`unpack` as this thread keeps it, bound to its decompressor: a reader of many records
+    takes it once, so each record costs a call into zstd and little else around it."""
     try:
-        size = zstandard.frame_content_size(frame)
-        if not 0 <= size <= limits.event_bytes_max:
+        found: Callable[[Buffer], Buffer] = _local.unpack
+    except AttributeError:
+        found = _local.unpack = _bound_unpack(_decompressor().decompress)
+    return found
+
+
+def _bound_unpack(decompress: Callable[[Buffer], bytes]) -> Callable[[Buffer], Buffer]:
+    content_size, join = zstandard.frame_content_size, b"".join
+
+    def unpack_one(stored: Buffer) -> Buffer:
+        if not stored or stored[0] != 0 or stored[:HASH_START] != PACKED_PREFIX:
             return stored
-        body = _decompressor().decompress(frame)
-    except zstandard.ZstdError:
-        return stored
-    if len(body) != size:
-        return stored
-    return b"".join((RECORD_PREFIX, view[HASH_START:BODY_START], body))
+        frame = stored[BODY_START:]
+        try:
+            size = content_size(frame)
+            if not 0 <= size <= limits.event_bytes_max:
+                return stored
+            body = decompress(frame)
+        except zstandard.ZstdError:
+            return stored
+        if len(body) != size:
+            return stored
+        return join((RECORD_PREFIX, stored[HASH_START:BODY_START], body))
+
+    return unpack_one

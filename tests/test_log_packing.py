@@ -22,7 +22,7 @@ import zstandard
 from eventlog import ANY, Envelope, EventLog, IntegrityError, _chain, limits
 from eventlog._codec import BODY_START, GENESIS_HASH, HASH_START, RECORD_PREFIX
 from eventlog._lmdb import LmdbStorage
-from eventlog._packing import PACK_MIN_BYTES, PACKED_PREFIX, pack, unpack
+from eventlog._packing import PACK_MIN_BYTES, PACKED_PREFIX, pack, unpack, unpacker
 from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
 from tests._format_samples import T0
@@ -286,6 +286,7 @@ def test_the_hash_a_read_starts_from_is_taken_without_unpacking(
         return unpack(stored)
 
     monkeypatch.setattr(_lmdb_tree, "unpack", counting)
+    monkeypatch.setattr(_lmdb_tree, "unpacker", lambda: counting)
     with EventLog.open(tmp_path / "log") as log:
         unpacked.clear()  # opening checks the newest record
         page = log.read(after=2, limit=1)  # chains to the hash of the packed record at 2
@@ -293,3 +294,76 @@ def test_the_hash_a_read_starts_from_is_taken_without_unpacking(
         with log.view() as view:
             assert view._txn.record_hash(2) == records[1][HASH_START:BODY_START]  # type: ignore[attr-defined]
     assert len(unpacked) == 1  # the record read, not the one before it
+
+
+def damaged_forms(stored: bytes) -> list[bytes]:
+    """`stored` (a packed record) with bytes changed, cut short, or its frame replaced."""
+    forms = [stored[:-1], stored[: BODY_START + 3], stored[:HASH_START], b""]
+    for at in (0, 1, 2, HASH_START, BODY_START, BODY_START + 5, len(stored) // 2, len(stored) - 1):
+        changed = bytearray(stored)
+        changed[at] ^= 0x40
+        forms.append(bytes(changed))
+    unknown_size = zstandard.ZstdCompressor(write_content_size=False).compress(b"x" * 300)
+    forms.append(stored[:BODY_START] + unknown_size)
+    return forms
+
+
+def test_a_reader_s_unpacker_gives_what_unpack_gives_for_sound_and_damaged_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Readers of many records take this thread's unpacker once per read; it must hand on exactly
+    # what `unpack` does, the damaged values as they are stored, and follow the limits in force.
+    records = build(tmp_path / "log")
+    packed = bytes(pack(records[1]))
+    assert packed.startswith(PACKED_PREFIX)
+    values = [records[0], packed, records[2], packed + b"after the frame", *damaged_forms(packed)]
+    unpack_one = unpacker()
+    assert unpacker() is unpack_one  # one per thread, made once
+    for value in values:
+        assert bytes(unpack_one(value)) == bytes(unpack(value)), value
+        assert bytes(unpack_one(memoryview(value))) == bytes(unpack(value)), value
+    assert unpack_one(packed) == records[1]
+    damaged = damaged_forms(packed)
+    for value in [*damaged[1:4], damaged[-1]]:  # no frame whole, or one of no declared size
+        assert unpack_one(value) == value
+    monkeypatch.setattr(limits, "event_bytes_max", len(records[1]) - BODY_START - 1)
+    assert unpack_one(packed) == packed  # now declares more than a record may hold
+    other: list[object] = []
+    thread = threading.Thread(target=lambda: other.append(unpacker()))
+    thread.start()
+    thread.join()
+    assert other and other[0] is not unpack_one
+
+
+@pytest.mark.parametrize("damage", range(13))
+def test_a_damaged_packed_record_among_many_is_refused_at_its_position_by_every_reader(
+    tmp_path: Path, damage: int
+) -> None:
+    # Two streams interleaved, so a transcript read seeks to the record before each one; the
+    # record at 12 is damaged one way or another: every reader that reaches it refuses it there
+    # and hands out every record before it.
+    with EventLog.open(tmp_path / "log") as log:
+        for k in range(30):
+            log.append(f"s{k % 2}", [injected(prose(k, 120))], expected_version=ANY)
+    with raw_log(tmp_path / "log") as raw:
+        stored = raw.stored(12) or b""
+        assert stored.startswith(PACKED_PREFIX)
+        raw.txn.put(raw.key(12), damaged_forms(bytes(stored))[damage])
+    with EventLog.open(tmp_path / "log") as log, log.view() as view:
+        even = list(range(2, 31, 2))
+        assert [e.position for e in view.events_at(even[:5])] == even[:5]
+        reads = {
+            "read": lambda: log.read(limit=30),
+            "read_records": lambda: log.read_records(limit=30),
+            "events_at": lambda: view.events_at(even),
+            "read_stream": lambda: view.read_stream("s1", limit=30),
+        }
+        for name, read in reads.items():
+            with pytest.raises(IntegrityError) as raised:
+                read()
+            assert raised.value.position == 12, name
+        assert [e.position for e in log.read(limit=11)] == list(range(1, 12))
+        # (13 chains to the hash stored in 12, which some of these forms changed)
+        assert [e.position for e in view.events_at(range(14, 31))] == list(range(14, 31))
+        report = log.verify()
+        assert not report.ok and report.first_bad_position == 12, report
