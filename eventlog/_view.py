@@ -148,8 +148,22 @@ class LogView:
     def read_stream(
         self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
     ) -> list[Envelope]:
+        return self._read_stream(stream, after, limit, "read_stream", None)
+
+    def read_stream_records(
+        self, stream: str, *, after: int = 0, limit: int = limits.read_page_events_default
+    ) -> list[tuple[Envelope, bytes]]:
+        """Like `read_stream`, with each event's stored bytes beside it (as `read_records`): each
+        record is read and unpacked once, for the check and for the caller."""
+        raw: list[bytes] = []
+        page = self._read_stream(stream, after, limit, "read_stream_records", raw)
+        return list(zip(page, raw, strict=True))
+
+    def _read_stream(
+        self, stream: str, after: int, limit: int, doing: str, keep: list[bytes] | None
+    ) -> list[Envelope]:
         key = check_stream(stream)
-        after, limit = check_page(after, limit, "read_stream")
+        after, limit = check_page(after, limit, doing)
         txn = self._txn
         out: list[Envelope] = []
         floor = txn.stream_floor(key)
@@ -175,6 +189,8 @@ class LogView:
                     position,
                 )
             out.append(envelope)
+            if keep is not None:
+                keep.append(bytes(record))
         return out
 
     def kv_get(self, key: bytes) -> bytes | None:

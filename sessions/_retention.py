@@ -316,12 +316,11 @@ def stream_records(store: SessionStore, stream: str) -> Iterator[tuple[Envelope,
         after = view.stream_floor(stream)
     while True:
         with log.view() as view:
-            page = view.read_stream(stream, after=after, limit=limits.read_page_events_max)
-            records = [(envelope, view.record_at(envelope.position) or b"") for envelope in page]
-        yield from records
+            page = view.read_stream_records(stream, after=after, limit=limits.read_page_events_max)
+        yield from page
         if len(page) < limits.read_page_events_max:
             return
-        after = page[-1].version
+        after = page[-1][0].version
 
 
 def archive_batch(

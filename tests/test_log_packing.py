@@ -367,3 +367,39 @@ def test_a_damaged_packed_record_among_many_is_refused_at_its_position_by_every_
         assert [e.position for e in view.events_at(range(14, 31))] == list(range(14, 31))
         report = log.verify()
         assert not report.ok and report.first_bad_position == 12, report
+
+
+def test_a_stream_read_with_records_unpacks_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What an archive of a session reads: each event of the stream and its stored bytes as they
+    # are, from one read of each record (it read every record twice: checked, then again bare).
+    from eventlog import _lmdb_tree
+
+    with EventLog.open(tmp_path / "log") as log:
+        for k in range(12):
+            log.append(f"s{k % 2}", [injected(prose(k, 120))], expected_version=ANY)
+        every = dict((envelope.position, raw) for envelope, raw in log.read_records(limit=20))
+    unpacked: list[int] = []
+
+    def counting(stored: bytes) -> object:
+        unpacked.append(len(stored))
+        return unpack(stored)
+
+    monkeypatch.setattr(_lmdb_tree, "unpack", counting)
+    with EventLog.open(tmp_path / "log") as log, log.view() as view:
+        unpacked.clear()  # opening checks the newest record
+        page = view.read_stream_records("s1", after=1, limit=4)
+        assert len(unpacked) == 4
+        assert [envelope.version for envelope, _ in page] == [2, 3, 4, 5]
+        assert [raw for _, raw in page] == [every[envelope.position] for envelope, _ in page]
+        assert all(type(raw) is bytes for _, raw in page)
+        assert [envelope for envelope, _ in page] == view.read_stream("s1", after=1, limit=4)
+    with raw_log(tmp_path / "log") as raw:
+        stored = bytearray(raw.stored(6) or b"")
+        stored[len(stored) // 2] ^= 0x40
+        raw.txn.put(raw.key(6), bytes(stored))
+    with EventLog.open(tmp_path / "log") as log, log.view() as view:
+        with pytest.raises(IntegrityError) as raised:
+            view.read_stream_records("s1", limit=10)
+        assert raised.value.position == 6
