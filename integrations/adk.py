@@ -244,7 +244,12 @@ class SessionlogSessionService(BaseSessionService):
             else:
                 store.fork_at(source, at_event, target)
             store.rename(target, child)
-            return self._load(store, app_name, user_id, child, config)  # type: ignore[return-value]
+        # Read once committed: a fork's events are its parent's, which this process may hold
+        # decoded already (a transaction's own reads are never kept).
+        forked = self._load(store, app_name, user_id, child, config)
+        if forked is None:  # deleted by another writer in the meantime
+            raise SessionNotFoundError(f"Session {child} not found.")
+        return forked
 
     # Events
 

@@ -83,6 +83,26 @@ def ranges_added(before: Ranges, after: Ranges) -> Ranges | None:
     return grown + after[last + 1 :]
 
 
+def ranges_shared(before: Ranges, after: Ranges) -> tuple[int, Ranges]:
+    """How many first messages `after` shares with `before`, and the ranges of `after` past them.
+    Filled slots of a segment never change, so two transcripts whose ranges start alike hold the
+    same first messages: a transcript and itself later (messages appended, or taken back), or
+    two sessions of one family (a fork and its parent, two forks of one session)."""
+    shared = 0
+    for index, (segment, start, end) in enumerate(after):
+        if index == len(before):
+            return shared, after[index:]
+        was_segment, was_start, was_end = before[index]
+        if (segment, start) != (was_segment, was_start):
+            return shared, after[index:]
+        common = min(end, was_end)
+        shared += common - start
+        if common < end or end != was_end:
+            rest = ((segment, common, end),) if common < end else ()
+            return shared, rest + after[index + 1 :]
+    return shared, ()
+
+
 def read_refs(view: LogView, segment: int, start: int, end: int) -> list[tuple[int, int]]:
     """The (position, index) references in slots ``[start, end)`` of a segment."""
     if start >= end:

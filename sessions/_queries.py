@@ -4,7 +4,6 @@ and the pages of sessions. None of them writes; each reads one consistent view o
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import projections as pj
@@ -18,6 +17,7 @@ from eventlog import events as ev
 from eventlog.errors import ForgottenError
 from sessions._checks import check_count, client_dict, iso
 from sessions._host import SessionHost, readable
+from sessions._hot import Hot, HotTranscripts
 from sessions._ids import check_session_id
 from sessions._messages import to_dicts
 from sessions._seal import SEALED_TEXT, Sealer
@@ -26,8 +26,7 @@ from sessions._seal import SEALED_TEXT, Sealer
 class QueryVerbs(SessionHost):
     """The queries; `SessionStore` fills the cache of hot transcripts."""
 
-    _hot: OrderedDict[str, tuple[int, tuple[tuple[int, int, int], ...], list[ev.Message]]]
-    """Session id -> (transcript version, its ranges, its messages), least recently used first."""
+    _hot: HotTranscripts
 
     def exists(self, session_id: object) -> bool:
         """Whether `session_id` names an open session (never raises for unknown ids)."""
@@ -91,24 +90,21 @@ class QueryVerbs(SessionHost):
         session_id = state.session_id
         opener = self._opener(view, state, verb)
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
-        cacheable = self._hot_cap > 0 and not self.log.in_transaction
-        hit = self._hot.get(session_id) if cacheable else None
-        if hit is not None and not self._cache_usable(view, state):
-            hit = None
-        if hit is not None and hit[0] == transcript.version:
-            self._hot.move_to_end(session_id)
-            return hit[2]
-        added = None if hit is None else pj.ranges_added(hit[1], transcript.ranges)
-        if hit is not None and added is not None:
-            # Messages were only appended since: read just those (the inject-then-read loop).
-            messages = hit[2] + pj.read_messages(view, transcript, ranges=added, opener=opener)
-        else:
-            messages = pj.read_messages(view, transcript, opener=opener)
-        if cacheable:
-            self._hot[session_id] = (transcript.version, transcript.ranges, messages)
-            self._hot.move_to_end(session_id)
-            while len(self._hot) > self._hot_cap:
-                self._hot.popitem(last=False)
+        hot = self._hot
+        if hot.cap == 0 or self.log.in_transaction:  # a transaction's view may yet roll back
+            return pj.read_messages(view, transcript, opener=opener)
+        own = hot.get(session_id)
+        hit = hot.kin(transcript.ranges) if own is None else own
+        messages: list[ev.Message] = []
+        rest = transcript.ranges
+        if hit is not None and self._cache_usable(view, state):
+            if hit is own and hit.version == transcript.version:
+                return hit.messages
+            shared, rest = pj.ranges_shared(hit.ranges, transcript.ranges)
+            messages = hit.messages[:shared]
+        if rest:
+            messages += pj.read_messages(view, transcript, ranges=rest, opener=opener)
+        hot.put(session_id, Hot(transcript.version, transcript.ranges, messages))
         return messages
 
     def snapshot(self, session_id: object) -> dict[str, Any] | None:

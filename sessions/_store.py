@@ -37,6 +37,7 @@ from sessions._context import ContextVerbs, ContextView
 from sessions._context_policy import ContextPolicy
 from sessions._group import GroupCommit, grouped
 from sessions._host import Command, append, transact
+from sessions._hot import HotTranscripts
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._keys import KeyProvider
 from sessions._live import LiveVerbs
@@ -144,10 +145,7 @@ class SessionStore(
         self.readonly_at = readonly_at
         self.readonly = readonly or readonly_at is not None
         self._hot_cap = hot_sessions
-        # session id -> (transcript version, its ranges, its messages), least recently used first
-        self._hot: OrderedDict[
-            str, tuple[int, tuple[tuple[int, int, int], ...], list[ev.Message]]
-        ] = OrderedDict()
+        self._hot = HotTranscripts(hot_sessions)
         self._subscribers: dict[str, list[SessionSubscription]] = {}
         self._log_subscription: Subscription | None = None
         self._group = GroupCommit(log)

@@ -968,18 +968,20 @@ def test_as_of_shows_the_past_and_refuses_writes(store: SessionStore) -> None:
     st.lists(
         st.tuples(
             st.sampled_from(
-                ["inject", "fork", "fork_at", "trim", "reset", "compact", "close", "summarize"]
+                "inject fork fork_at trim reset compact close summarize pop rewind".split()
             ),
             st.integers(0, 3),
             st.integers(0, 4),
         ),
         max_size=30,
-    )
+    ),
+    st.sampled_from([1, 3]),
 )
-def test_transcripts_match_a_list_model(steps: list[tuple[str, int, int]]) -> None:
+def test_transcripts_match_a_list_model(steps: list[tuple[str, int, int]], hot: int) -> None:
     """Any mix of verbs over shared segments gives each session exactly its own list, now and
-    in `as_of` every past position."""
-    store = SessionStore.memory(hot_sessions=1)
+    in `as_of` every past position, read through a cache of `hot` transcripts that a session
+    shares with its family (each read may reuse another session's cached first messages)."""
+    store = SessionStore.memory(hot_sessions=hot)
     model: dict[str, list[str]] = {"s0": []}
     store.open_session("s0")
     history = [(store.log.head, {"s0": []})]
@@ -1013,6 +1015,12 @@ def test_transcripts_match_a_list_model(steps: list[tuple[str, int, int]]) -> No
         elif verb == "compact":
             assert store.compact(sid, keep_last=count) == min(count, len(model[sid]))
             model[sid] = model[sid][len(model[sid]) - min(count, len(model[sid])) :]
+        elif verb == "pop":
+            popped = store.pop(sid)
+            assert (popped or {}).get("content") == (model[sid].pop() if model[sid] else None)
+        elif verb == "rewind":
+            assert store.rewind(sid, count) == max(len(model[sid]) - count, 0)
+            del model[sid][count:]
         for other, expected in model.items():
             assert contents(store, other) == expected, (other, steps[: n + 1])
         history.append((store.log.head, {k: list(v) for k, v in model.items()}))
@@ -1366,6 +1374,43 @@ def test_ranges_added_finds_appended_messages_only() -> None:
     assert added(((1, 0, 3),), ()) is None  # reset
     assert added(((1, 0, 3), (2, 0, 1)), ((1, 0, 3),)) is None
     assert added(((1, 0, 3),), ((2, 0, 3),)) is None  # another segment (compaction)
+
+
+def test_ranges_shared_counts_the_first_messages_two_transcripts_share() -> None:
+    shared = projections.ranges_shared
+    assert shared((), ((1, 0, 3),)) == (0, ((1, 0, 3),))
+    assert shared(((1, 0, 3),), ((1, 0, 3),)) == (3, ())  # the same
+    assert shared(((1, 0, 3),), ((1, 0, 5),)) == (3, ((1, 3, 5),))  # appended
+    assert shared(((1, 0, 3),), ((1, 0, 3), (2, 0, 1))) == (3, ((2, 0, 1),))  # a fork's own
+    assert shared(((1, 0, 5),), ((1, 0, 2),)) == (2, ())  # taken back, or forked at 2
+    assert shared(((1, 0, 5),), ((1, 0, 2), (4, 0, 3))) == (2, ((4, 0, 3),))  # then appended
+    assert shared(((1, 0, 3), (2, 0, 4)), ((1, 0, 3), (2, 0, 2))) == (5, ())
+    assert shared(((1, 0, 3), (2, 0, 4)), ((1, 0, 3), (5, 0, 2))) == (3, ((5, 0, 2),))
+    assert shared(((1, 0, 3),), ((1, 1, 3),)) == (0, ((1, 1, 3),))  # trimmed from the front
+    assert shared(((1, 0, 3),), ((2, 0, 3),)) == (0, ((2, 0, 3),))  # another segment
+    assert shared(((1, 0, 3),), ()) == (0, ())  # reset
+
+
+def test_a_family_reads_its_shared_messages_from_the_cache(make_store: StoreFactory) -> None:
+    store = make_store(hot_sessions=8)
+    filled(store, "a", 5)
+    parent, _ = store.message_structs("a")
+    store.fork("a", "b")
+    store.fork_at("a", 2, "c")
+    store.inject("c", user("own"))
+    store.inject("a", user("after"))
+    forked, _ = store.message_structs("b")
+    assert [m.content for m in forked] == ["m0", "m1", "m2", "m3", "m4"]
+    assert all(mine is theirs for mine, theirs in zip(forked, parent, strict=True))
+    prefix, _ = store.message_structs("c")
+    assert [m.content for m in prefix] == ["m0", "m1", "own"]
+    assert prefix[0] is parent[0] and prefix[1] is parent[1]
+    grown, _ = store.message_structs("a")  # its own entry, taken over by a fork's: read again
+    assert [m.content for m in grown] == ["m0", "m1", "m2", "m3", "m4", "after"]
+    assert grown[0] is parent[0]
+    cold = SessionStore(store.log, hot_sessions=0)
+    for sid in "abc":
+        assert contents(cold, sid) == contents(store, sid)
 
 
 def test_a_cached_transcript_follows_every_change(make_store: StoreFactory) -> None:

@@ -1,0 +1,74 @@
+"""The transcripts this process read last, kept decoded so the next read of one costs nothing.
+
+An entry is a session's transcript version, its ranges (which slots of which segments it is made
+of) and its messages. Filled slots of a segment never change, so an entry also serves any other
+transcript whose ranges start the same way: the same session after messages were appended or taken
+back, a fork of it, its parent, a sibling fork. Each such reader takes the messages the two share
+and reads only the rest from the log. Entries are filled only from committed views (see
+`QueryVerbs._messages`), so nothing here ever holds what a rolled-back transaction wrote.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import NamedTuple
+
+from eventlog import events as ev
+
+Ranges = tuple[tuple[int, int, int], ...]
+
+
+class Hot(NamedTuple):
+    version: int
+    ranges: Ranges
+    messages: list[ev.Message]
+
+
+class HotTranscripts:
+    """A least-recently-used map of session id to `Hot`, holding at most `cap` entries, with an
+    index from where a transcript starts (its first segment and slot) to the session cached
+    last whose transcript starts there."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._entries: OrderedDict[str, Hot] = OrderedDict()
+        self._starts: dict[tuple[int, int], str] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, session_id: str) -> Hot | None:
+        found = self._entries.get(session_id)
+        if found is not None:
+            self._entries.move_to_end(session_id)
+        return found
+
+    def kin(self, ranges: Ranges) -> Hot | None:
+        """The entry cached last of a transcript starting where `ranges` starts; None if none."""
+        if not ranges:
+            return None
+        start = ranges[0][:2]
+        session_id = self._starts.get(start)
+        found = None if session_id is None else self._entries.get(session_id)
+        if found is None or not found.ranges or found.ranges[0][:2] != start:
+            return None
+        self._entries.move_to_end(session_id)  # type: ignore[arg-type]
+        return found
+
+    def put(self, session_id: str, entry: Hot) -> None:
+        was = self._entries.pop(session_id, None)
+        if was is not None:
+            self._unindex(session_id, was)
+        self._entries[session_id] = entry
+        if entry.ranges:
+            self._starts[entry.ranges[0][:2]] = session_id
+        while len(self._entries) > self.cap:
+            self._unindex(*self._entries.popitem(last=False))
+
+    def _unindex(self, session_id: str, entry: Hot) -> None:
+        if entry.ranges and self._starts.get(entry.ranges[0][:2]) == session_id:
+            del self._starts[entry.ranges[0][:2]]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._starts.clear()
