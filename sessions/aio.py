@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from sessions._handoff import Door, Outcome, door, hand_over
 from sessions._store import SessionStore
 
 T = TypeVar("T")
@@ -52,6 +53,22 @@ def _named(awaited: Awaited[P, T], verb: Verb[P, T]) -> Awaited[P, T]:
     return awaited
 
 
+def _answer(future: Outcome[T], gate: Door | None, job: Callable[[], T]) -> None:
+    """Run `job` on the worker and hand its outcome to the coroutine awaiting `future`."""
+    if future.cancelled():  # its caller gave up before the worker got here
+        return
+    try:
+        value = job()
+    except StopIteration as exc:  # a future refuses it, as a coroutine's return would
+        error = RuntimeError(f"{job!r} raised StopIteration")
+        error.__cause__ = exc
+        hand_over(future, gate, None, error)
+    except BaseException as exc:  # noqa: BLE001 - every outcome belongs to its caller
+        hand_over(future, gate, None, exc)
+    else:
+        hand_over(future, gate, value, None)
+
+
 def _new_worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionlog-aio")
 
@@ -78,11 +95,15 @@ class AsyncSessionStore:
         return cls(store, worker=worker)
 
     async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run `function(*args, **kwargs)` on the store's worker thread and await its result."""
+        """Run `function(*args, **kwargs)` on the store's worker thread and await its result.
+        The result comes back as a queued write's does (`sessions/_handoff.py`), waking the task
+        in the turn of the loop that receives it. Cancelled before the worker reaches it, the
+        call does not run."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._worker, functools.partial(function, *args, **kwargs)
-        )
+        future: Outcome[T] = Outcome(loop=loop)
+        job = functools.partial(function, *args, **kwargs)
+        self._worker.submit(_answer, future, door(loop), job)
+        return await future
 
     def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit: the

@@ -143,3 +143,87 @@ def test_a_forked_child_forgets_the_parents_pipes(store: SessionStore) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
 
     asyncio.run(main())
+
+
+# Reads and other calls on the worker (`AsyncSessionStore.run`), handed back the same way
+
+
+def test_a_read_hands_back_its_result_and_its_error(store: SessionStore) -> None:
+    store.inject("a", message("hello"))
+
+    def stops() -> None:
+        raise StopIteration  # a future cannot hold it: it must not stall the loop's other reads
+
+    async def main() -> None:
+        face = AsyncSessionStore(store)
+        try:
+            both = await asyncio.gather(face.messages("a"), face.length("a"), face.exists("zz"))
+            assert [m["content"] for m in both[0]] == ["hello"] and both[1:] == [1, False]
+            with pytest.raises(ValueError, match="bad"):
+                await face.run(lambda: int("bad"))
+            results = await asyncio.gather(
+                face.run(stops), face.length("a"), return_exceptions=True
+            )
+            assert isinstance(results[0], RuntimeError) and "StopIteration" in str(results[0])
+            assert results[1] == 1
+        finally:
+            face._worker.shutdown(wait=True)
+
+    asyncio.run(main())
+
+
+def test_a_read_cancelled_before_the_worker_reaches_it_does_not_run(store: SessionStore) -> None:
+    import threading
+
+    ran: list[str] = []
+    held = threading.Event()
+
+    async def main() -> None:
+        face = AsyncSessionStore(store)
+        try:
+            first = asyncio.create_task(face.run(held.wait, 30))  # keeps the worker busy
+            second = asyncio.create_task(face.run(ran.append, "ran"))
+            await asyncio.sleep(0.01)
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            held.set()
+            assert await first is True
+            await face.run(ran.append, "next")
+        finally:
+            face._worker.shutdown(wait=True)
+
+    asyncio.run(main())
+    assert ran == ["next"]
+
+
+class _CountingTurns(asyncio.SelectorEventLoop):
+    turns = 0
+
+    def _run_once(self) -> None:
+        self.turns += 1
+        super()._run_once()  # type: ignore[misc]
+
+
+def test_a_read_wakes_its_task_in_the_turn_that_receives_it(store: SessionStore) -> None:
+    """The worker's result reaches the awaiting task through the loop's door and wakes it in
+    that turn of the loop, not in a callback scheduled for the next: one turn per read."""
+    reads = 100
+
+    async def main(loop: _CountingTurns) -> int:
+        face = AsyncSessionStore(store)
+        try:
+            await face.length("a")  # the first opens the door
+            before = loop.turns
+            for _ in range(reads):
+                await face.length("a")
+            return loop.turns - before
+        finally:
+            face._worker.shutdown(wait=True)
+
+    loop = _CountingTurns()
+    try:
+        turns = loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+    assert reads <= turns < reads * 1.5, turns
