@@ -27,12 +27,15 @@ class Hot(NamedTuple):
 class HotTranscripts:
     """A least-recently-used map of session id to `Hot`, holding at most `cap` entries, with an
     index from where a transcript starts (its first segment and slot) to the session cached
-    last whose transcript starts there."""
+    last whose transcript starts there. Beside it, per session, the page of it read last (its
+    ranges, and its messages once the same page was asked for twice in a row: a reader polling
+    a session's tail keeps it, a reader paging through once never fills the cache)."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self._entries: OrderedDict[str, Hot] = OrderedDict()
         self._starts: dict[tuple[int, int], str] = {}
+        self._pages: OrderedDict[str, tuple[Ranges, list[ev.Message] | None]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -69,6 +72,28 @@ class HotTranscripts:
         if entry.ranges and self._starts.get(entry.ranges[0][:2]) == session_id:
             del self._starts[entry.ranges[0][:2]]
 
+    def page(self, session_id: str, window: Ranges) -> tuple[list[ev.Message] | None, bool]:
+        """The messages of the page `window` of the session when they are kept, else None; and
+        whether to keep them once read (the session's last page asked for was this one)."""
+        found = self._pages.get(session_id)
+        if found is not None and found[0] == window:
+            self._pages.move_to_end(session_id)
+            return found[1], True
+        self._keep_page(session_id, window, None)
+        return None, False
+
+    def keep_page(self, session_id: str, window: Ranges, messages: list[ev.Message]) -> None:
+        self._keep_page(session_id, window, messages)
+
+    def _keep_page(
+        self, session_id: str, window: Ranges, messages: list[ev.Message] | None
+    ) -> None:
+        self._pages[session_id] = (window, messages)
+        self._pages.move_to_end(session_id)
+        while len(self._pages) > self.cap:
+            self._pages.popitem(last=False)
+
     def clear(self) -> None:
         self._entries.clear()
         self._starts.clear()
+        self._pages.clear()

@@ -67,9 +67,9 @@ class QueryVerbs(SessionHost):
         last: int | None = None,
     ) -> tuple[list[ev.Message], bool]:
         """What `messages` reads, as the log's `Message` structs, and whether they are fresh
-        (decoded for this call alone: a page always is; the whole transcript may come from the
-        cache, and its structs' items must then be copied before anyone may change them). For
-        callers that want a field or two of each message without building every dict."""
+        (decoded for this call alone; the whole transcript or a page may come from the cache,
+        and its structs' items must then be copied before anyone may change them). For callers
+        that want a field or two of each message without building every dict."""
         skip = check_count(after, "after", "messages")
         count = None if limit is None else check_count(limit, "limit", "messages")
         tail = None if last is None else check_count(last, "last", "messages")
@@ -82,9 +82,36 @@ class QueryVerbs(SessionHost):
                 end = transcript.length if count is None else min(transcript.length, skip + count)
                 first = max(skip, end - tail)
                 skip, count = first, max(end - first, 0)
-            window = pj.ranges_window(transcript.ranges, skip, count)
-            opener = self._opener(view, state, "messages")
-            return pj.read_messages(view, transcript, ranges=window, opener=opener), True
+            return self._page(view, state, transcript, skip, count)
+
+    def _page(
+        self,
+        view: LogView,
+        state: pj.SessionState,
+        transcript: pj.Transcript,
+        skip: int,
+        count: int | None,
+    ) -> tuple[list[ev.Message], bool]:
+        """Messages `skip` .. `skip + count` of the transcript, and whether they are fresh: cut
+        from the session's cached transcript when that is current, else the page kept from the
+        last read of the same page, else read (see `HotTranscripts.page`)."""
+        window = pj.ranges_window(transcript.ranges, skip, count)
+        hot, session_id = self._hot, state.session_id
+        cacheable = hot.cap > 0 and not self.log.in_transaction  # as in `_messages`
+        keep = False
+        if cacheable and self._cache_usable(view, state):
+            whole = hot.get(session_id)
+            if whole is not None and whole.ranges == transcript.ranges:
+                end = None if count is None else skip + count
+                return whole.messages[skip:end], False
+            kept, keep = hot.page(session_id, window)
+            if kept is not None:
+                return kept, False
+        opener = self._opener(view, state, "messages")
+        found = pj.read_messages(view, transcript, ranges=window, opener=opener)
+        if keep:
+            hot.keep_page(session_id, window, found)
+        return found, not keep
 
     def _messages(self, view: LogView, state: pj.SessionState, verb: str) -> list[ev.Message]:
         session_id = state.session_id

@@ -964,12 +964,26 @@ def test_as_of_shows_the_past_and_refuses_writes(store: SessionStore) -> None:
         refused(store, InvalidArgumentError, "as_of", lambda bad=bad: store.as_of(bad))
 
 
+SHARING_VERBS = ["inject", "fork", "fork_at", "trim", "reset", "compact", "close", "summarize"]
+
+
+def pages(store: SessionStore, sid: str, count: int) -> list[list[Any]]:
+    """Pages of the transcript as `messages` reads them: the last `count`, and `count` after
+    the first."""
+    return [
+        [m["content"] for m in store.messages(sid, last=count)],
+        [m["content"] for m in store.messages(sid, after=1, limit=count)],
+    ]
+
+
+def pages_of(expected: list[Any], count: int) -> list[list[Any]]:
+    return [expected[len(expected) - min(count, len(expected)) :], expected[1 : 1 + count]]
+
+
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(
-                "inject fork fork_at trim reset compact close summarize pop rewind".split()
-            ),
+            st.sampled_from([*SHARING_VERBS, "pop", "rewind"]),
             st.integers(0, 3),
             st.integers(0, 4),
         ),
@@ -1022,6 +1036,8 @@ def test_transcripts_match_a_list_model(steps: list[tuple[str, int, int]], hot: 
             assert store.rewind(sid, count) == max(len(model[sid]) - count, 0)
             del model[sid][count:]
         for other, expected in model.items():
+            for _ in range(2):  # a page asked for twice is kept: the second read may be cached
+                assert pages(store, other, count) == pages_of(expected, count), other
             assert contents(store, other) == expected, (other, steps[: n + 1])
         history.append((store.log.head, {k: list(v) for k, v in model.items()}))
     before = dump(store)
@@ -1411,6 +1427,29 @@ def test_a_family_reads_its_shared_messages_from_the_cache(make_store: StoreFact
     cold = SessionStore(store.log, hot_sessions=0)
     for sid in "abc":
         assert contents(cold, sid) == contents(store, sid)
+
+
+def test_a_polled_page_is_read_once_then_kept(make_store: StoreFactory) -> None:
+    store = make_store(hot_sessions=8)
+    filled(store, "a", 6)
+    first, fresh = store.message_structs("a", last=3)
+    assert fresh and [m.content for m in first] == ["m3", "m4", "m5"]
+    second, fresh = store.message_structs("a", last=3)  # asked twice in a row: kept
+    assert not fresh and second == first and second[0] is not first[0]
+    third, fresh = store.message_structs("a", last=3)
+    assert not fresh and all(a is b for a, b in zip(third, second, strict=True))
+    handed = store.messages("a", last=3)
+    handed[0]["content"] = "changed"
+    assert [m["content"] for m in store.messages("a", last=3)] == ["m3", "m4", "m5"]
+    store.inject("a", user("m6"))  # the page moved: read again
+    moved, fresh = store.message_structs("a", last=3)
+    assert fresh and [m.content for m in moved] == ["m4", "m5", "m6"]
+    whole, _ = store.message_structs("a")  # the whole transcript cached: pages are cut from it
+    cut, fresh = store.message_structs("a", after=2, limit=2)
+    assert not fresh and cut[0] is whole[2] and cut[1] is whole[3]
+    with store.transaction():  # a transaction's reads never come from, nor go to, the cache
+        inside, fresh = store.message_structs("a", after=2, limit=2)
+        assert fresh and inside[0] is not whole[2]
 
 
 def test_a_cached_transcript_follows_every_change(make_store: StoreFactory) -> None:
