@@ -3,6 +3,8 @@ transactions, each on the durable LMDB store and on the in-memory reference stor
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -1450,6 +1452,42 @@ def test_a_polled_page_is_read_once_then_kept(make_store: StoreFactory) -> None:
     with store.transaction():  # a transaction's reads never come from, nor go to, the cache
         inside, fresh = store.message_structs("a", after=2, limit=2)
         assert fresh and inside[0] is not whole[2]
+
+
+def test_threads_share_the_cache_of_transcripts_and_pages(make_store: StoreFactory) -> None:
+    """Readers on many threads, whole transcripts and pages, over more sessions than the cache
+    holds (so entries are dropped while others are read): every read is right, none fails."""
+    store = make_store(hot_sessions=2)
+    family = {sid: [f"{sid}{i}" for i in range(5)] for sid in "abcd"}
+    for sid, texts in family.items():
+        store.open_session(sid)
+        store.inject_many(sid, [user(text) for text in texts])
+    store.fork("a", "e")
+    family["e"] = family["a"]
+    failures: list[BaseException] = []
+
+    def read(seed: int) -> None:
+        try:
+            for n in range(300):
+                sid = "abcde"[(seed + n) % 5]
+                if n % 3:
+                    assert [m["content"] for m in store.messages(sid, last=2)] == family[sid][-2:]
+                else:
+                    assert contents(store, sid) == family[sid]
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as the interpreter lets them
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
 
 
 def test_a_cached_transcript_follows_every_change(make_store: StoreFactory) -> None:
