@@ -275,10 +275,12 @@ class SessionlogSessionService(BaseSessionService):
             summary = store.summary(key)
             if summary is None or summary["status"] != pj.ACTIVE:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
-            if _stored_already(store, key, summary["length"], event.id, idempotency_key):
+            with store.log.view() as view:  # the transaction's view
+                before = pj.load_transcript(view, key)
+            if _stored_already(store, key, before, event, idempotency_key):
                 return str(summary["version"])
             pad = summary["scratchpad"] or {}
-            _check_fresh(session, summary, _update_time(store, key, pad))
+            _check_fresh(session, summary, _updated(before, pad))
             # The event's timestamp, the session's update time from now on, is kept by the
             # projection from the stored item (`Transcript.item_timestamp`): no record of its own.
             store.inject(key, {"item": item}, idempotency_key=idempotency_key)
@@ -295,7 +297,10 @@ class SessionlogSessionService(BaseSessionService):
                 state = {**pad.get("state", {}), **_storable(deltas["session"])}
                 stamp = {} if kept else {"update_time": event.timestamp}
                 store.set_scratchpad(key, {"state": state, **stamp})
-            return str(store.summary(key)["version"])  # type: ignore[index]
+                with store.log.view() as view:
+                    transcript = pj.load_transcript(view, key)
+            # The summary's `version`, read alone (the summary also lists children and clients).
+            return str(summary["version"] if transcript is None else transcript.version)
 
 
 _PRIVATE_DEFAULTS = {
@@ -325,18 +330,27 @@ def _first_three(row: tuple[float, str, str, dict[str, Any]]) -> tuple[float, st
 
 
 def _stored_already(
-    store: SessionStore, key: str, length: int, event_id: str, idempotency_key: str | None
+    store: SessionStore,
+    key: str,
+    transcript: pj.Transcript | None,
+    event: Event,
+    idempotency_key: str | None,
 ) -> bool:
     """Whether this event is a re-delivery of one already stored: the session's newest event
-    (a retried append, whose first try committed), or, under an idempotency key, any of them."""
+    (a retried append, whose first try committed), or, under an idempotency key, any of them.
+    An event newer than every event stored so far (the projection keeps the newest timestamp)
+    is none of them, and the newest is then not read."""
     if idempotency_key is not None:
         with store.log.view() as view:  # the transaction's view
             if view.kv_get(pj.idempotency_key(key, idempotency_key)) is not None:
                 return True
-    if length == 0:
+    if transcript is None or transcript.length == 0:
+        return False
+    newest_at = transcript.item_timestamp
+    if newest_at is not None and event.timestamp > newest_at:
         return False
     newest = store.messages(key, last=1)[0].get("item")
-    return isinstance(newest, Mapping) and newest.get("id") == event_id
+    return isinstance(newest, Mapping) and newest.get("id") == event.id
 
 
 def _check_fresh(session: Session, summary: Mapping[str, Any], updated: float) -> None:

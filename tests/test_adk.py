@@ -216,6 +216,26 @@ def test_a_redelivered_event_is_stored_once(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_events_at_one_time_or_out_of_order_are_each_stored(tmp_path: Path) -> None:
+    """Only the newest event is compared with the one appended, and only when that one is not
+    newer than it: events sharing a timestamp, or one stamped earlier, are distinct events."""
+
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for text, at in [("a", 100.0), ("b", 100.0), ("c", 50.0), ("d", 200.0)]:
+            await service.append_event(session, _event(text, at=at))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None
+        assert [e.content.parts[0].text for e in got.events] == ["a", "b", "c", "d"]
+        assert got.last_update_time == 200.0
+        await service.append_event(got, got.events[-1])  # the newest again: a re-delivery
+        again = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert again is not None and len(again.events) == 4
+
+    asyncio.run(main())
+
+
 def test_get_session_config_last_n_and_after_a_time(tmp_path: Path) -> None:
     async def main() -> None:
         service = SessionlogSessionService(tmp_path / "store")
