@@ -99,14 +99,16 @@ class QueryVerbs(SessionHost):
         hot, session_id = self._hot, state.session_id
         cacheable = hot.cap > 0 and not self.log.in_transaction  # as in `_messages`
         keep = False
-        if cacheable and self._cache_usable(view, state):
+        if cacheable:  # what is cached is asked whether it may be shown only once it is found
             whole = hot.get(session_id)
             if whole is not None and whole.ranges == transcript.ranges:
-                end = None if count is None else skip + count
-                return whole.messages[skip:end], False
-            kept, keep = hot.page(session_id, window)
-            if kept is not None:
-                return kept, False
+                if self._cache_usable(view, state):
+                    end = None if count is None else skip + count
+                    return whole.messages[skip:end], False
+            else:
+                kept, keep = hot.page(session_id, window)
+                if kept is not None and self._cache_usable(view, state):
+                    return kept, False
         opener = self._opener(view, state, "messages")
         found = pj.read_messages(view, transcript, ranges=window, opener=opener)
         if keep:

@@ -214,6 +214,25 @@ def test_forks_made_before_a_forget_keep_their_own_messages(tmp_path: Path) -> N
             store.messages(child)
 
 
+def test_what_this_process_cached_goes_when_another_forgets_the_parent(tmp_path: Path) -> None:
+    """A fork's whole transcript and a kept page of it, cached in this process (the second read
+    of a page keeps it), are not shown once the parent they share is forgotten elsewhere."""
+    with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+        parent = store.open_session()
+        store.inject_many(parent, [{"role": "user", "content": f"p{i}"} for i in range(3)])
+        child = store.fork(parent)
+        for _ in range(2):
+            assert [m["content"] for m in store.messages(child, last=2)] == ["p1", "p2"]
+        assert len(store.messages(child)) == 3
+        assert [m["content"] for m in store.messages(child, after=1, limit=1)] == ["p1"]
+        elsewhere = SessionStore(store.log, keys=KEY, hot_sessions=0)  # another process's view
+        elsewhere.forget(parent, "asked")
+        gone = {"role": "user", "metadata": {"forgotten": True}}
+        assert store.messages(child, last=2) == [gone, gone]
+        assert store.messages(child, after=1, limit=1) == [gone]
+        assert store.messages(child) == [gone, gone, gone]
+
+
 def test_rotation_rewraps_the_keys_and_the_old_key_opens_nothing(tmp_path: Path) -> None:
     path = tmp_path / "s"
     with SessionStore.open(path, keys=KEY) as store:
