@@ -66,21 +66,10 @@ def ranges_window(ranges: Ranges, skip: int, count: int | None) -> Ranges:
 
 def ranges_added(before: Ranges, after: Ranges) -> Ranges | None:
     """The ranges `after` holds beyond `before` when it is `before` with messages appended (the
-    last range grown and/or new ranges after it), else None. Filled slots of a segment never
-    change, so the messages of `before` are then still the first ones of `after`."""
-    if len(after) < len(before):
-        return None
-    if not before:
-        return after
-    last = len(before) - 1
-    if after[:last] != before[:last]:
-        return None
-    segment, start, end = before[last]
-    now_segment, now_start, now_end = after[last]
-    if (now_segment, now_start) != (segment, start) or now_end < end:
-        return None
-    grown = ((segment, end, now_end),) if now_end > end else ()
-    return grown + after[last + 1 :]
+    last range grown and/or new ranges after it), else None: `ranges_shared` when `after` shares
+    every message of `before`."""
+    shared, rest = ranges_shared(before, after)
+    return rest if shared == sum(end - start for _, start, end in before) else None
 
 
 def ranges_shared(before: Ranges, after: Ranges) -> tuple[int, Ranges]:
@@ -97,7 +86,7 @@ def ranges_shared(before: Ranges, after: Ranges) -> tuple[int, Ranges]:
             return shared, after[index:]
         common = min(end, was_end)
         shared += common - start
-        if common < end or end != was_end:
+        if end != was_end:  # one of the two stops inside this range: nothing after is shared
             rest = ((segment, common, end),) if common < end else ()
             return shared, rest + after[index + 1 :]
     return shared, ()
