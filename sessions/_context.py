@@ -139,10 +139,10 @@ class ContextVerbs(SessionHost):
             )
         # Reading a cached view is safe anywhere; keeping one only outside a transaction, whose
         # writes could still be rolled back.
-        if found is not hit and self._hot_cap > 0 and not self.log.in_transaction:
+        if found is not hit and self._keeps_reads():
             self._context_views[sid] = found
             self._context_views.move_to_end(sid)
-            while len(self._context_views) > self._hot_cap:
+            while len(self._context_views) > self._hot.cap:
                 self._context_views.popitem(last=False)
         return found
 

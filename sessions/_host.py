@@ -33,6 +33,7 @@ from eventlog import (
 )
 from eventlog import events as ev
 from eventlog.errors import ForgottenError
+from sessions._hot import HotTranscripts
 from sessions._ids import check_session_id, uuid7
 from sessions._keyring import Keyring
 from sessions._seal import Sealer
@@ -116,7 +117,8 @@ class SessionHost:
     readonly: bool
     readonly_at: int | None
     max_sessions: int | None
-    _hot_cap: int
+    _hot: HotTranscripts
+    """The transcripts (and polled pages) this process read last, kept decoded."""
     _valid_ids: set[str]
     _sealer: Sealer | None
     """Seals and opens the content of encrypted sessions; None in a store that has none."""
@@ -140,6 +142,11 @@ class SessionHost:
         `ForgottenError` for a forgotten session."""
         sealer = self._sealer
         return None if sealer is None else sealer.opener(view, state, verb)
+
+    def _keeps_reads(self) -> bool:
+        """Whether what is read now may be kept for later reads: there is a cache to keep it in,
+        and the read is not inside a transaction, whose writes could still be rolled back."""
+        return self._hot.cap > 0 and not self.log.in_transaction
 
     def _cache_usable(self, view: LogView, state: pj.SessionState) -> bool:
         """Whether what this process cached of `state`'s messages may still be shown: not when

@@ -1,7 +1,7 @@
 """The transcripts this process read last, kept decoded so the next read of one costs nothing.
 
-An entry is a session's transcript version, its ranges (which slots of which segments it is made
-of) and its messages. Filled slots of a segment never change, so an entry also serves any other
+An entry is a session's transcript ranges (which slots of which segments it is made of) and its
+messages. Filled slots of a segment never change, so an entry also serves any other
 transcript whose ranges start the same way: the same session after messages were appended or taken
 back, a fork of it, its parent, a sibling fork. Each such reader takes the messages the two share
 and reads only the rest from the log. Entries are filled only from committed views (see
@@ -20,7 +20,6 @@ Ranges = tuple[tuple[int, int, int], ...]
 
 
 class Hot(NamedTuple):
-    version: int
     ranges: Ranges
     messages: list[ev.Message]
 
@@ -41,9 +40,6 @@ class HotTranscripts:
         self._entries: OrderedDict[str, Hot] = OrderedDict()
         self._starts: dict[tuple[int, int], str] = {}
         self._pages: OrderedDict[str, tuple[Ranges, list[ev.Message] | None]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def get(self, session_id: str) -> Hot | None:
         with self._lock:

@@ -17,7 +17,7 @@ from eventlog import events as ev
 from eventlog.errors import ForgottenError
 from sessions._checks import check_count, client_dict, iso
 from sessions._host import SessionHost, readable
-from sessions._hot import Hot, HotTranscripts
+from sessions._hot import Hot
 from sessions._ids import check_session_id
 from sessions._messages import to_dicts
 from sessions._seal import SEALED_TEXT, Sealer
@@ -25,8 +25,6 @@ from sessions._seal import SEALED_TEXT, Sealer
 
 class QueryVerbs(SessionHost):
     """The queries; `SessionStore` fills the cache of hot transcripts."""
-
-    _hot: HotTranscripts
 
     def exists(self, session_id: object) -> bool:
         """Whether `session_id` names an open session (never raises for unknown ids)."""
@@ -97,9 +95,8 @@ class QueryVerbs(SessionHost):
         last read of the same page, else read (see `HotTranscripts.page`)."""
         window = pj.ranges_window(transcript.ranges, skip, count)
         hot, session_id = self._hot, state.session_id
-        cacheable = hot.cap > 0 and not self.log.in_transaction  # as in `_messages`
         keep = False
-        if cacheable:  # what is cached is asked whether it may be shown only once it is found
+        if self._keeps_reads():  # what is cached is asked whether it may be shown once found
             whole = hot.get(session_id)
             if whole is not None and whole.ranges == transcript.ranges:
                 if self._cache_usable(view, state):
@@ -119,21 +116,21 @@ class QueryVerbs(SessionHost):
         session_id = state.session_id
         opener = self._opener(view, state, verb)
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
-        hot = self._hot
-        if hot.cap == 0 or self.log.in_transaction:  # a transaction's view may yet roll back
+        if not self._keeps_reads():
             return pj.read_messages(view, transcript, opener=opener)
+        hot = self._hot
         own = hot.get(session_id)
         hit = hot.kin(transcript.ranges) if own is None else own
         messages: list[ev.Message] = []
         rest = transcript.ranges
         if hit is not None and self._cache_usable(view, state):
-            if hit is own and hit.version == transcript.version:
+            if hit is own and hit.ranges == transcript.ranges:  # no message changed since
                 return hit.messages
             shared, rest = pj.ranges_shared(hit.ranges, transcript.ranges)
             messages = hit.messages[:shared]
         if rest:
             messages += pj.read_messages(view, transcript, ranges=rest, opener=opener)
-        hot.put(session_id, Hot(transcript.version, transcript.ranges, messages))
+        hot.put(session_id, Hot(transcript.ranges, messages))
         return messages
 
     def snapshot(self, session_id: object) -> dict[str, Any] | None:

@@ -144,7 +144,6 @@ class SessionStore(
         self._context_views: OrderedDict[str, ContextView] = OrderedDict()
         self.readonly_at = readonly_at
         self.readonly = readonly or readonly_at is not None
-        self._hot_cap = hot_sessions
         self._hot = HotTranscripts(hot_sessions)
         self._subscribers: dict[str, list[SessionSubscription]] = {}
         self._log_subscription: Subscription | None = None
