@@ -72,6 +72,10 @@ class Outcome(asyncio.Future[_T]):
         outside any task (a task woken here must not be entered from inside another)."""
         if self.done():  # the waiter went away (cancelled, or its loop is closing)
             return
+        if isinstance(error, StopIteration):  # a future refuses it, as a coroutine's return would
+            converted = RuntimeError(f"the call raised StopIteration: {error!r}")
+            converted.__cause__ = error
+            error = converted
         if error is not None:
             super().set_exception(error)
         else:

@@ -59,10 +59,6 @@ def _answer(future: Outcome[T], gate: Door | None, job: Callable[[], T]) -> None
         return
     try:
         value = job()
-    except StopIteration as exc:  # a future refuses it, as a coroutine's return would
-        error = RuntimeError(f"{job!r} raised StopIteration")
-        error.__cause__ = exc
-        hand_over(future, gate, None, error)
     except BaseException as exc:  # noqa: BLE001 - every outcome belongs to its caller
         hand_over(future, gate, None, exc)
     else:
