@@ -275,8 +275,7 @@ class SessionlogSessionService(BaseSessionService):
             summary = store.summary(key)
             if summary is None or summary["status"] != pj.ACTIVE:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
-            with store.log.view() as view:  # the transaction's view
-                before = pj.load_transcript(view, key)
+            before = _transcript(store, key)
             if _stored_already(store, key, before, event, idempotency_key):
                 return str(summary["version"])
             pad = summary["scratchpad"] or {}
@@ -290,17 +289,13 @@ class SessionlogSessionService(BaseSessionService):
             # An encrypted session's items are sealed from the projection: there the scratchpad
             # keeps the update time, as it did for every session before.
             # Asked of the projection alone: a last activity equal to the timestamp is no keeping.
-            with store.log.view() as view:
-                transcript = pj.load_transcript(view, key)
-            kept = transcript is not None and transcript.item_timestamp == event.timestamp
+            kept = _transcript(store, key).item_timestamp == event.timestamp
             if deltas["session"] or not kept:
                 state = {**pad.get("state", {}), **_storable(deltas["session"])}
                 stamp = {} if kept else {"update_time": event.timestamp}
                 store.set_scratchpad(key, {"state": state, **stamp})
-                with store.log.view() as view:
-                    transcript = pj.load_transcript(view, key)
             # The summary's `version`, read alone (the summary also lists children and clients).
-            return str(summary["version"] if transcript is None else transcript.version)
+            return str(_transcript(store, key).version)
 
 
 _PRIVATE_DEFAULTS = {
@@ -332,7 +327,7 @@ def _first_three(row: tuple[float, str, str, dict[str, Any]]) -> tuple[float, st
 def _stored_already(
     store: SessionStore,
     key: str,
-    transcript: pj.Transcript | None,
+    transcript: pj.Transcript,
     event: Event,
     idempotency_key: str | None,
 ) -> bool:
@@ -344,7 +339,7 @@ def _stored_already(
         with store.log.view() as view:  # the transaction's view
             if view.kv_get(pj.idempotency_key(key, idempotency_key)) is not None:
                 return True
-    if transcript is None or transcript.length == 0:
+    if transcript.length == 0:
         return False
     newest_at = transcript.item_timestamp
     if newest_at is not None and event.timestamp > newest_at:
@@ -369,8 +364,14 @@ def _check_fresh(session: Session, summary: Mapping[str, Any], updated: float) -
 
 
 def _update_time(store: SessionStore, key: str, pad: Mapping[str, Any]) -> float:
-    with store.log.view() as view:  # inside a transaction, the transaction's view
-        return _updated(pj.load_transcript(view, key), pad)
+    return _updated(_transcript(store, key), pad)
+
+
+def _transcript(store: SessionStore, key: str) -> pj.Transcript:
+    """The session's transcript projection (an empty one for a session never opened); inside a
+    transaction, as the transaction sees it, from its cache after the first read."""
+    with store.log.view() as view:
+        return pj.load_transcript(view, key) or pj.Transcript()
 
 
 def _updated(transcript: pj.Transcript | None, pad: Mapping[str, Any]) -> float:
