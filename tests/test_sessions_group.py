@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import projections as pj
+import sessions._group as group_module
 from sessions import LengthConflictError, SessionStore, UnknownSessionError
 from tests._killer import KillPlan, kill_at_random_moment, start_writer
 from tests.conftest import PROFILE, STORE_KINDS
@@ -235,6 +236,45 @@ def test_sixteen_threads_all_land_in_order(store: SessionStore) -> None:
         assert contents(store, sid) == [f"{sid}:{index}" for index in range(25)]
     assert store.log.head == 2 + THREADS + THREADS * 25
     assert store.verify(projections=True).ok
+
+
+def test_a_leader_waits_for_the_last_batchs_writers_before_it_runs_a_command(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four writers share a commit, then each writes again: the first back leads and must not run
+    # its command until the other three (held back here) have queued theirs. A command run while
+    # writers are still on their way back competes with them for the interpreter's lock.
+    monkeypatch.setattr(group_module, "GATHER_S", 10.0)  # the wait ends when all are back
+    sids = [f"g{k}" for k in range(4)]
+    for sid in sids:
+        store.open_session(sid)
+    queued: list[str] = []
+    seen: dict[str, int] = {}
+
+    def twice(k: int, sid: str) -> Callable[[], Any]:
+        def second() -> None:
+            seen[sid] = len(queued)  # how many of the second round had queued when this ran
+            store.inject(sid, message("second"))
+
+        def run() -> None:
+            store.inject(sid, message("first"))
+            if k:
+                time.sleep(0.05)  # the first of them is back well before the others
+            queued.append(sid)
+            store._group.run(second)
+
+        return run
+
+    batch = hold_first_commit(store)
+    for k, sid in enumerate(sids):
+        batch.start(sid, twice(k, sid))
+    commits, shared = store._group.commits, store._group.shared
+    outcomes = batch.finish()
+    assert all(outcome == ("ok", None) for outcome in outcomes.values()), outcomes
+    assert seen == dict.fromkeys(sids, 4), seen
+    assert (store._group.commits - commits, store._group.shared - shared) == (2, 8)
+    for sid in sids:
+        assert contents(store, sid) == ["first", "second"]
 
 
 def acknowledged(lines: list[str]) -> dict[int, int]:
