@@ -9,7 +9,6 @@ A failing summarizer is recorded as `context_compaction_failed` and never raised
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -28,6 +27,7 @@ from sessions._context_policy import (
     pruned_results_per_event_max,
 )
 from sessions._host import Command, SessionHost
+from sessions._hot import Kept
 from sessions._messages import to_dicts
 
 logger = logging.getLogger("sessionlog.sessions")
@@ -97,8 +97,8 @@ class ContextVerbs(SessionHost):
 
     token_counter: TokenCounter
     context_policy: ContextPolicy
-    _context_views: OrderedDict[str, ContextView]
-    """Session id -> its latest context view, least recently used first."""
+    _context_views: Kept[ContextView]
+    """Session id -> its latest context view."""
 
     def context(self, session_id: str) -> list[dict[str, Any]]:
         """The messages the next model call should see, as fresh dicts: the transcript from its
@@ -140,10 +140,7 @@ class ContextVerbs(SessionHost):
         # Reading a cached view is safe anywhere; keeping one only outside a transaction, whose
         # writes could still be rolled back.
         if found is not hit and self._keeps_reads():
-            self._context_views[sid] = found
-            self._context_views.move_to_end(sid)
-            while len(self._context_views) > self._hot.cap:
-                self._context_views.popitem(last=False)
+            self._context_views.put(sid, found)
         return found
 
     def _decide(

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from eventlog import events as ev
 
 Ranges = tuple[tuple[int, int, int], ...]
+_V = TypeVar("_V")
 
 
 class Hot(NamedTuple):
@@ -104,3 +105,28 @@ class HotTranscripts:
             self._entries.clear()
             self._starts.clear()
             self._pages.clear()
+
+
+class Kept(Generic[_V]):
+    """A least-recently-used map of session id to a value derived from its transcript (a
+    context view), holding at most `cap`; safe to share between threads, as `HotTranscripts`."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, _V] = OrderedDict()
+
+    def get(self, session_id: str) -> _V | None:
+        with self._lock:
+            return self._entries.get(session_id)
+
+    def put(self, session_id: str, value: _V) -> None:
+        with self._lock:
+            self._entries[session_id] = value
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self.cap:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -37,7 +36,7 @@ from sessions._context import ContextVerbs, ContextView
 from sessions._context_policy import ContextPolicy
 from sessions._group import GroupCommit, grouped
 from sessions._host import Command, append, transact
-from sessions._hot import HotTranscripts
+from sessions._hot import HotTranscripts, Kept
 from sessions._ids import check_session_id, pop_current, push_current, uuid7
 from sessions._keys import KeyProvider
 from sessions._live import LiveVerbs
@@ -141,7 +140,7 @@ class SessionStore(
         self.summarizer = summarizer
         self.context_policy = context_policy or ContextPolicy()
         """The default policy of `maintain_context` (see `sessions/_context.py`)."""
-        self._context_views: OrderedDict[str, ContextView] = OrderedDict()
+        self._context_views: Kept[ContextView] = Kept(hot_sessions)
         self.readonly_at = readonly_at
         self.readonly = readonly or readonly_at is not None
         self._hot = HotTranscripts(hot_sessions)
@@ -370,7 +369,7 @@ class SessionStore(
         """Recompute every projection from the log; returns the position it reflects.
         `progress(done, head)` is called as pages of events are applied."""
         self._writable("rebuild")
-        self._hot.clear()
+        self._forget_cached()
         return pj.rebuild(self.log, progress=progress)
 
     def verify(

@@ -1455,8 +1455,9 @@ def test_a_polled_page_is_read_once_then_kept(make_store: StoreFactory) -> None:
 
 
 def test_threads_share_the_cache_of_transcripts_and_pages(make_store: StoreFactory) -> None:
-    """Readers on many threads, whole transcripts and pages, over more sessions than the cache
-    holds (so entries are dropped while others are read): every read is right, none fails."""
+    """Readers on many threads, whole transcripts, pages and context views, over more sessions
+    than the cache holds (so entries are dropped while others are read): every read is right,
+    none fails."""
     store = make_store(hot_sessions=2)
     family = {sid: [f"{sid}{i}" for i in range(5)] for sid in "abcd"}
     for sid, texts in family.items():
@@ -1470,8 +1471,10 @@ def test_threads_share_the_cache_of_transcripts_and_pages(make_store: StoreFacto
         try:
             for n in range(300):
                 sid = "abcde"[(seed + n) % 5]
-                if n % 3:
+                if n % 3 == 1:
                     assert [m["content"] for m in store.messages(sid, last=2)] == family[sid][-2:]
+                elif n % 3 == 2:
+                    assert [m["content"] for m in store.context(sid)] == family[sid]
                 else:
                     assert contents(store, sid) == family[sid]
         except BaseException as exc:  # reported by the test's thread
