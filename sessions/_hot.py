@@ -30,7 +30,8 @@ class HotTranscripts:
     index from where a transcript starts (its first segment and slot) to the session cached
     last whose transcript starts there. Beside it, per session, the page of it read last (its
     ranges, and its messages once the same page was asked for twice in a row: a reader polling
-    a session's tail keeps it, a reader paging through once never fills the cache).
+    a session's tail keeps it, a reader paging through once never fills the cache, nor pushes
+    a kept page out of it).
 
     Safe to share between threads: each method holds a lock for its few dictionary steps (an
     uncontended lock costs a fraction of a microsecond; a read costs tens)."""
@@ -40,7 +41,11 @@ class HotTranscripts:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, Hot] = OrderedDict()
         self._starts: dict[tuple[int, int], str] = {}
-        self._pages: OrderedDict[str, tuple[Ranges, list[ev.Message] | None]] = OrderedDict()
+        self._pages: OrderedDict[str, tuple[Ranges, list[ev.Message]]] = OrderedDict()
+        """Session id -> the page of it kept (asked for twice in a row) and its messages."""
+        self._asked: OrderedDict[str, Ranges] = OrderedDict()
+        """Session id -> the page of it asked for last, not kept: a reader that asks once for a
+        page of each of many sessions churns this map, never the kept pages."""
 
     def get(self, session_id: str) -> Hot | None:
         with self._lock:
@@ -85,26 +90,29 @@ class HotTranscripts:
             if found is not None and found[0] == window:
                 self._pages.move_to_end(session_id)
                 return found[1], True
-            self._keep_page(session_id, window, None)
+            asked = self._asked
+            if asked.get(session_id) == window:
+                del asked[session_id]  # asked twice in a row: kept once read (`keep_page`)
+                return None, True
+            asked[session_id] = window
+            asked.move_to_end(session_id)
+            while len(asked) > self.cap:
+                asked.popitem(last=False)
             return None, False
 
     def keep_page(self, session_id: str, window: Ranges, messages: list[ev.Message]) -> None:
         with self._lock:
-            self._keep_page(session_id, window, messages)
-
-    def _keep_page(
-        self, session_id: str, window: Ranges, messages: list[ev.Message] | None
-    ) -> None:
-        self._pages[session_id] = (window, messages)
-        self._pages.move_to_end(session_id)
-        while len(self._pages) > self.cap:
-            self._pages.popitem(last=False)
+            self._pages[session_id] = (window, messages)
+            self._pages.move_to_end(session_id)
+            while len(self._pages) > self.cap:
+                self._pages.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._starts.clear()
             self._pages.clear()
+            self._asked.clear()
 
 
 class Kept(Generic[_V]):

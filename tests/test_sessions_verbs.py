@@ -1454,6 +1454,22 @@ def test_a_polled_page_is_read_once_then_kept(make_store: StoreFactory) -> None:
         assert fresh and inside[0] is not whole[2]
 
 
+def test_pages_asked_for_once_do_not_push_a_kept_page_out(make_store: StoreFactory) -> None:
+    """A reader that asks once for the tail of each of many sessions (a list of previews)
+    leaves the page a poller keeps where it is."""
+    store = make_store(hot_sessions=2)
+    for sid in "abcdef":
+        filled(store, sid, 4)
+    store.message_structs("a", last=2)
+    kept, fresh = store.message_structs("a", last=2)
+    assert not fresh
+    for sid in "bcdef":  # more sessions than the cache holds, each asked once
+        preview, fresh = store.message_structs(sid, last=2)
+        assert fresh and [m.content for m in preview] == ["m2", "m3"]
+    again, fresh = store.message_structs("a", last=2)
+    assert not fresh and all(a is b for a, b in zip(again, kept, strict=True))
+
+
 def test_threads_share_the_cache_of_transcripts_and_pages(make_store: StoreFactory) -> None:
     """Readers on many threads, whole transcripts, pages and context views, over more sessions
     than the cache holds (so entries are dropped while others are read): every read is right,
