@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import projections as pj
+from eventlog import events as ev
 from integrations._common import async_store, require
 from sessions import SessionStore, UnknownSessionError
 from sessions._collector import collector_paused
-from sessions._messages import check_item
+from sessions._messages import check_item, item_copy
 
 require("google.adk", "adk")
 
@@ -131,8 +132,7 @@ class SessionlogSessionService(BaseSessionService):
         if summary is None or summary["status"] != pj.ACTIVE:
             return None
         with collector_paused():  # thousands of events hold no cycle
-            entries = _entries(store, key, summary["length"], config)
-            events = [Event.model_validate(entry["item"]) for entry in entries]
+            events = _events(store, key, summary["length"], config)
         pad = summary["scratchpad"] or {}
         session = Session(
             id=sid,
@@ -387,29 +387,43 @@ def _updated(transcript: pj.Transcript | None, pad: Mapping[str, Any]) -> float:
     return 0.0 if at is None else at.timestamp()
 
 
-def _entries(
+def _events(
     store: SessionStore, key: str, length: int, config: GetSessionConfig | None
-) -> list[dict[str, Any]]:
-    """The stored events a `GetSessionConfig` asks for, reading no more than it needs."""
+) -> list[Event]:
+    """The session's events a `GetSessionConfig` asks for, reading no more than it needs."""
     last = None if config is None else config.num_recent_events
     after = None if config is None else config.after_timestamp
     if last == 0:
         return []
     if after is None:
-        return store.messages(key, last=last)
+        return _built(*store.message_structs(key, last=last))
     window = length if last is None else min(last, length)
     # Events are appended in time order: read back from the end until one is older than `after`.
-    kept: list[dict[str, Any]] = []
+    kept: list[Event] = []
     end = length
     while end > length - window:
         start = max(end - _PAGE, length - window)
-        page = store.messages(key, after=start, limit=end - start)
-        newer = [e for e in page if e["item"].get("timestamp", 0.0) >= after]
-        kept[:0] = newer
+        page, fresh = store.message_structs(key, after=start, limit=end - start)
+        newer = [m for m in page if m.item is not None and m.item.get("timestamp", 0.0) >= after]
+        kept[:0] = _built(newer, fresh)
         if len(newer) < len(page):
             break
         end = start
     return kept
+
+
+def _built(stored: list[ev.Message], fresh: bool) -> list[Event]:
+    """ADK's events of the stored items, straight from the structs the store read, without the
+    message dicts around them. Items from the store's cache are shared with other readers, and
+    an `Event` keeps the values of its free-form fields (a state delta's) as it is given them,
+    so those items are copied first; items decoded for this read alone are not. A message that
+    holds no item (written into the session by other code) is no event of ADK's."""
+    copy = _as_is if fresh else item_copy
+    return [Event.model_validate(copy(m.item)) for m in stored if m.item is not None]
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _scratch_state(store: SessionStore, key: str) -> dict[str, Any]:

@@ -265,6 +265,36 @@ def test_get_session_config_last_n_and_after_a_time(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_changing_a_returned_event_changes_no_later_read(tmp_path: Path) -> None:
+    """Reads are served from decoded events the store keeps; an `Event` holds the values of its
+    free-form fields as it is given them, so each read must hand out its own."""
+
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for i in range(3):
+            await service.append_event(
+                session, _event(f"e{i}", at=1_000.0 + i, state_delta={"seen": [i]})
+            )
+        configs = [
+            None,
+            GetSessionConfig(num_recent_events=2),
+            GetSessionConfig(after_timestamp=1_001.0),
+        ]
+        for config in configs * 3:  # read each more than once: later reads come from the cache
+            got = await service.get_session(
+                app_name=APP, user_id=USER, session_id="s", config=config
+            )
+            assert got is not None
+            for event in got.events:
+                assert event.actions.state_delta["seen"] == [int(event.content.parts[0].text[1:])]
+                event.actions.state_delta["seen"].append("changed")
+        forked = await service.fork_session(app_name=APP, user_id=USER, session_id="s")
+        assert [e.actions.state_delta["seen"] for e in forked.events] == [[0], [1], [2]]
+
+    asyncio.run(main())
+
+
 def test_list_and_delete_sessions(tmp_path: Path) -> None:
     async def main() -> None:
         service = SessionlogSessionService(tmp_path / "store")
