@@ -118,9 +118,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+DEEP_TIMEOUT_S = 6 * 3600
+"""A test's time limit under the `deep` profile: its thousands of examples, each up to 200 steps
+long, take far longer than the 900 s that catch a hung test in the other profiles (the session
+state machine ran into that limit mid-example)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the tests needing what this machine lacks and the run does not require."""
+    """Deselect the tests needing what this machine lacks and the run does not require; under the
+    `deep` profile, give every test that did not set its own limit `DEEP_TIMEOUT_S`."""
     _deselected.update(_require.deselect_missing(config, items, MACHINE_PROBES))
+    if PROFILE == "deep":
+        for item in items:
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(DEEP_TIMEOUT_S))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
