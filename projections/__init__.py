@@ -16,9 +16,9 @@ from projections._fold import (
     load_session,
     load_state,
     load_transcript,
-    project,
 )
 from projections._keys import KEY_PREFIXES, KEYS, kind_of
+from projections._project import project
 from projections._queries import (
     active_count,
     catch_up,

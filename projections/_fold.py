@@ -1,9 +1,10 @@
 """The session projection: a fold from each committed event to key-value state, in its transaction.
 
-`project(tx, envelopes)` is installed as the log's projector, so every append, from the engine or
-from anyone else, updates the state in the same commit. It is total: an event that makes no sense
-for the current state (a message to a session that does not exist) changes nothing, so a rebuild
-can never fail half way. It reads no clock; times come from the events.
+`project(tx, envelopes)` (`projections/_project.py`) is installed as the log's projector, so
+every append, from the engine or from anyone else, updates the state in the same commit. It is
+total: an event that makes no sense for the current state (a message to a session that does not
+exist) changes nothing, so a rebuild can never fail half way. It reads no clock; times come from
+the events.
 """
 
 from __future__ import annotations
@@ -103,16 +104,7 @@ def highest_key_slot(view: LogView) -> int:
     return int.from_bytes(value, "big") if value else 0
 
 
-def project(tx: Transaction, envelopes: list[Envelope]) -> None:
-    """Apply `envelopes` (just appended, in order) to the projection state in `tx`."""
-    if len(envelopes) == 1:
-        apply(tx, envelopes[0])
-    else:
-        _apply_runs(tx, envelopes)
-    _kv.defer(tx, keys.POSITION_KEY, envelopes[-1].position, _int8)
-
-
-def _apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
+def apply_runs(tx: Transaction, envelopes: list[Envelope]) -> None:
     """`apply` each envelope, except that a run of one-message events on one session (a batch of
     injected messages) is folded in one step; the result is the same as one event at a time."""
     index, count = 0, len(envelopes)

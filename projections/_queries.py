@@ -213,6 +213,8 @@ def _apply_after(
 
 def catch_up(log: EventLog) -> int:
     """Apply the events the projection has not seen (appended while no projector was installed).
+    A store that is open meanwhile folds them in its next commit (`projections/_project.py`);
+    this is for those appended while none was.
 
     Returns how many were applied; on a store written only through the engine that is zero, so
     opening a store never replays the log.
