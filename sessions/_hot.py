@@ -94,18 +94,12 @@ class HotTranscripts:
             if asked.get(session_id) == window:
                 del asked[session_id]  # asked twice in a row: kept once read (`keep_page`)
                 return None, True
-            asked[session_id] = window
-            asked.move_to_end(session_id)
-            while len(asked) > self.cap:
-                asked.popitem(last=False)
+            _put_bounded(asked, session_id, window, self.cap)
             return None, False
 
     def keep_page(self, session_id: str, window: Ranges, messages: list[ev.Message]) -> None:
         with self._lock:
-            self._pages[session_id] = (window, messages)
-            self._pages.move_to_end(session_id)
-            while len(self._pages) > self.cap:
-                self._pages.popitem(last=False)
+            _put_bounded(self._pages, session_id, (window, messages), self.cap)
 
     def clear(self) -> None:
         with self._lock:
@@ -130,11 +124,16 @@ class Kept(Generic[_V]):
 
     def put(self, session_id: str, value: _V) -> None:
         with self._lock:
-            self._entries[session_id] = value
-            self._entries.move_to_end(session_id)
-            while len(self._entries) > self.cap:
-                self._entries.popitem(last=False)
+            _put_bounded(self._entries, session_id, value, self.cap)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def _put_bounded(entries: OrderedDict[str, _V], key: str, value: _V, cap: int) -> None:
+    """Set `key` as the most recently used entry, dropping the least recently used past `cap`."""
+    entries[key] = value
+    entries.move_to_end(key)
+    while len(entries) > cap:
+        entries.popitem(last=False)
