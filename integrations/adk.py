@@ -23,7 +23,7 @@ from eventlog import events as ev
 from integrations._common import async_store, require
 from sessions import SessionStore, UnknownSessionError
 from sessions._collector import collector_paused
-from sessions._messages import check_item, item_copy
+from sessions._messages import check_item, item_copier
 
 require("google.adk", "adk")
 
@@ -418,12 +418,8 @@ def _built(stored: list[ev.Message], fresh: bool) -> list[Event]:
     an `Event` keeps the values of its free-form fields (a state delta's) as it is given them,
     so those items are copied first; items decoded for this read alone are not. A message that
     holds no item (written into the session by other code) is no event of ADK's."""
-    copy = _as_is if fresh else item_copy
+    copy = item_copier(fresh)
     return [Event.model_validate(copy(m.item)) for m in stored if m.item is not None]
-
-
-def _as_is(value: Any) -> Any:
-    return value
 
 
 def _scratch_state(store: SessionStore, key: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import msgspec
 from eventlog import OutcomeUnknownError
 from integrations._common import async_store, require
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore, UnknownSessionError
-from sessions._messages import item_copy
+from sessions._messages import item_copier
 from sessions.aio import AsyncSessionStore
 
 if TYPE_CHECKING:
@@ -194,15 +194,11 @@ def _items(store: SessionStore, sid: str, last: int | None) -> list[Any]:
     """The SDK items of the session's last `last` entries (all without it), taken from the
     stored messages as `_item_of` takes them from message dicts, without building those dicts."""
     found, fresh = store.message_structs(sid, last=last)
-    copy = _as_is if fresh else item_copy  # cached structs are shared: hand out copies
+    copy = item_copier(fresh)
     return [
         copy(m.item) if m.item is not None else {"role": m.role, "content": copy(m.content or "")}
         for m in found
     ]
-
-
-def _as_is(value: Any) -> Any:
-    return value
 
 
 def _item_of(entry: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ mapping and nothing else.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -225,6 +225,16 @@ def item_copy(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float)):
         return value
     return _ITEM_DECODER.decode(_ITEM_ENCODER.encode(value))
+
+
+def item_copier(fresh: bool) -> Callable[[Any], Any]:
+    """How to hand out the items of structs `message_structs` returned: as they are when they were
+    decoded for that read alone (`fresh`), else copied (structs from the cache are shared)."""
+    return _as_is if fresh else item_copy
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def to_dict(message: ev.Message) -> dict[str, Any]:
