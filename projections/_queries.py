@@ -195,12 +195,23 @@ def dump(view: LogView) -> list[tuple[bytes, bytes]]:
 
 
 def _apply_after(
-    tx: Transaction, after: int, progress: Callable[[int, int], object] | None = None
+    tx: Transaction,
+    after: int,
+    progress: Callable[[int, int], object] | None = None,
+    *,
+    before: int | None = None,
 ) -> int:
+    """Apply the events after `after` (those before `before` only, when given), recording the
+    position reached after each page; returns it."""
     position = after
     head = tx.head
     while True:
-        page = tx.read(after=position, limit=limits.read_page_events_max)
+        limit = limits.read_page_events_max
+        if before is not None:
+            limit = min(limit, before - 1 - position)
+            if limit <= 0:
+                return position
+        page = tx.read(after=position, limit=limit)
         if not page:
             return position
         for envelope in page:
@@ -234,6 +245,22 @@ def catch_up(log: EventLog) -> int:
             return _rebuild_in(tx)
         start = projected_position(tx)
         return _apply_after(tx, start) - start
+
+
+def catch_up_before(tx: Transaction, done: int, first: int) -> None:
+    """Apply, in `tx`, the committed events after `done` (the position the projection reflects)
+    and before `first`, the first event `tx` appended: appended by a process that wrote to the
+    log without a projector (a bare `EventLog`) while a store was open on it. The store's next
+    commit folds them before its own events (`projections/_project.py`), so the projection never
+    skips them, nor marks them seen with its position. What a truncation took away cannot be
+    folded: a truncated log is caught up from its anchor."""
+    if done > first - 1:
+        raise IntegrityError(
+            f"the projection reflects position {done}, but the log before this commit ends at "
+            f"{first - 1}",
+            first,
+        )
+    _apply_after(tx, max(done, tx.anchor[0]), before=first)
 
 
 def check_current(log: EventLog) -> None:

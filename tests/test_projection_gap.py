@@ -1,6 +1,6 @@
 """Events appended by a bare `EventLog` (no projector) while a `SessionStore` is open on the same
 log, in another process: the store's next commit folds them before its own, so the projection
-neither skips them nor marks them seen (`projections._fold._fold_gap`)."""
+neither skips them nor marks them seen (`projections._queries.catch_up_before`)."""
 
 from __future__ import annotations
 
