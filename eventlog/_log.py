@@ -27,6 +27,7 @@ from eventlog._handles import FORK_ADVICE, open_logs, open_on
 from eventlog._lease import Lease
 from eventlog._lease import check_name as check_lease_name
 from eventlog._memory import MemoryStorage
+from eventlog._open import open_storage
 from eventlog._scratch import ScratchTxn
 from eventlog._storage import Storage
 from eventlog._subscribe import Subscription, Subscriptions, tail
@@ -34,7 +35,6 @@ from eventlog._transaction import ENDED, Carried, Projector, ScratchTransaction,
 from eventlog._verify import VerifyReport
 from eventlog._view import LogView
 from eventlog.errors import (
-    ConfigurationError,
     InvalidArgumentError,
     LogClosedError,
     StorageError,
@@ -68,7 +68,7 @@ class EventLog:
 
     def set_projector(self, projector: Projector | None) -> None:
         """Run `projector(tx, envelopes)` inside the transaction of every append, right after the
-        events are written, so projection state commits (or aborts) together with them."""
+        events are written, so projection state commits (or aborts) with them (see `Projector`)."""
         with self._writer:
             self._projector, self._carried = projector, None
 
@@ -99,37 +99,15 @@ class EventLog:
         A `postgresql://` URL opens the PostgreSQL log instead (see `eventlog/_postgres.py`):
         `?schema=` picks the schema, `sync=False` commits without waiting for the server's flush.
         """
-        if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
-            try:
-                from eventlog._postgres import PostgresStorage  # only PostgreSQL needs psycopg
-            except ModuleNotFoundError as exc:
-                if exc.name is None or not exc.name.startswith("psycopg"):
-                    raise
-                raise ConfigurationError(
-                    f"a postgresql:// store needs the PostgreSQL driver, which is not installed "
-                    f"(no module `{exc.name}`): install the extra with "
-                    f"pip install 'sessionlog-engine[postgres]'"
-                ) from exc
-
-            pg = PostgresStorage(path, sync=sync, readonly=readonly)
-            log = cls(pg, f"postgresql:{pg.where}")
-        else:
-            from eventlog._lmdb import LmdbStorage  # imported here: the memory log needs no LMDB
-
-            if open_on(path, forked=True) is not None:
-                raise StorageError(
-                    f"the store `{path}` was open when this process forked: {FORK_ADVICE}"
-                )
-
-            storage = LmdbStorage(
-                path,
-                map_size=map_size,
-                sync=sync,
-                readonly=readonly,
-                headroom_bytes=headroom_bytes,
-                format_version=format_version,
-            )
-            log = cls(storage, f"lmdb:{path}")
+        storage, description = open_storage(
+            path,
+            map_size=map_size,
+            sync=sync,
+            readonly=readonly,
+            headroom_bytes=headroom_bytes,
+            format_version=format_version,
+        )
+        log = cls(storage, description)
         try:
             log._check_tail()
         except BaseException:
@@ -201,12 +179,15 @@ class EventLog:
     # Transactions
 
     @contextmanager
-    def transaction(self, *, join: bool = False) -> Iterator[Transaction]:
+    def transaction(self, *, join: bool = False, fold: bool = True) -> Iterator[Transaction]:
         """Group appends and projection writes into one atomic, durable commit.
 
         Nested blocks are savepoints: an exception leaving an inner block undoes only that block.
         With `join=True` a nested block simply runs in the enclosing transaction (no savepoint):
         for callers, like the engine's commands, that raise before they write anything.
+        `fold=False` skips the projector's catch-up as an outermost transaction starts (see
+        `_begin_outermost`): for the projection's own catch-up and rebuild, which must run on a
+        projection of another layout, or a damaged one.
         """
         self._check_usable()
         current = self._current()
@@ -220,12 +201,32 @@ class EventLog:
             child._merge_into_parent()
             return
         with self._writer:
-            tx = Transaction(self._storage.begin_write(), None, self._projector)
-            sequence, self._carried = tx.resume(self._carried), None
+            tx, sequence = self._begin_outermost(fold)
             with self._running(tx):
                 yield tx
             self._carried = tx.carried(sequence)  # committed: the next may start from it
             self._deliver(tx)
+
+    def _begin_outermost(self, fold: bool) -> tuple[Transaction, int | None]:
+        """A new outermost write transaction (resumed from this process's last commit when that
+        is the store's last) and its commit sequence. After another writer's commit (a bare log's,
+        say) the projector first folds what it has not seen, in a commit of its own: commands
+        decide on it, and one that is refused does not undo the fold."""
+        while True:
+            tx = Transaction(self._storage.begin_write(), None, self._projector)
+            sequence, self._carried = tx.resume(self._carried), None
+            if self._projector is None or tx.resumed or not fold:
+                return tx, sequence
+            try:
+                self._projector(tx, [])
+            except BaseException:
+                tx._txn.abort()
+                raise
+            if not tx.writes:
+                return tx, sequence  # nothing to fold: the block runs in this transaction
+            with self._running(tx):
+                pass  # commits the fold
+            self._carried = tx.carried(sequence)
 
     @contextmanager
     def _running(self, tx: Transaction) -> Iterator[None]:

@@ -39,6 +39,9 @@ from eventlog.errors import (
 from eventlog.events import Event
 
 Projector = Callable[["Transaction", list[Envelope]], None]
+"""Called with the events of every append, in its transaction, right after they are written; and
+with none at the start of an outermost write transaction that does not follow this process's own
+last commit (`Transaction.resumed`), to fold what other writers committed meanwhile."""
 
 CARRIED_STREAMS_MAX = 4096
 """Stream versions a commit hands to the next transaction at most (see `Transaction.resume`)."""
@@ -93,6 +96,9 @@ class Transaction(LogView):
         self._head: int = parent._head if parent else -1
         self._head_hash: bytes = parent._head_hash if parent else b""
         self._broken = False
+        self.resumed = False
+        """Whether this outermost transaction started from this process's last commit, the
+        store's last (`resume`): then no other writer has committed since."""
         self._stored: bool = parent._stored if parent else False
         """Whether a write that surely changes the store has been made (see `carried`)."""
         self._stamp: dict[str, Any] | None = parent._stamp if parent else None
@@ -433,6 +439,7 @@ class Transaction(LogView):
         if carried is not None and sequence is not None and sequence == carried.sequence + 1:
             self._versions, self._head, self._head_hash = carried[1:4]
             self.projector_state = carried.projector_state
+            self.resumed = True
         return sequence
 
     def carried(self, sequence: int | None) -> Carried | None:

@@ -13,12 +13,17 @@ from projections._queries import catch_up_before
 
 def project(tx: Transaction, envelopes: list[Envelope]) -> None:
     """Apply `envelopes` (just appended, in order) to the projection state in `tx`, after any
-    events before them that the projection has not seen (`catch_up_before`). Only a transaction
-    that starts from another process's commit reads the position the projection reflects; one
-    that follows this process's own commit has it cached."""
+    events before them that the projection has not seen (`catch_up_before`). With none, as a
+    write transaction starts after another writer's commit, only catch up: a command then decides
+    on every committed event, those a bare `EventLog` appended included. Only a transaction that
+    starts from another process's commit reads the position the projection reflects; one that
+    follows this process's own commit has it cached."""
     done = _kv.cached(tx, keys.POSITION_KEY, _from_int8) or 0
-    if done != envelopes[0].position - 1:
-        catch_up_before(tx, done, envelopes[0].position)
+    first = envelopes[0].position if envelopes else tx.head + 1
+    if done != first - 1:
+        catch_up_before(tx, done, first)
+    if not envelopes:
+        return
     if len(envelopes) == 1:
         apply(tx, envelopes[0])
     else:

@@ -239,7 +239,7 @@ def catch_up(log: EventLog) -> int:
         raise IntegrityError(
             f"the projection reflects position {done}, but the log ends at {head}", head
         )
-    with log.transaction() as tx:
+    with log.transaction(fold=False) as tx:
         if _kv.get(tx, keys.LAYOUT_KEY) != st.LAYOUT_VERSION:
             # Written by another version of this code (or never): its keys mean something else.
             return _rebuild_in(tx)
@@ -281,7 +281,7 @@ def rebuild(log: EventLog, *, progress: Callable[[int, int], object] | None = No
     """Recompute the whole projection from position 1, in one transaction. Returns the position.
 
     `progress(done, head)` is called after each page of events applied."""
-    with log.transaction() as tx:
+    with log.transaction(fold=False) as tx:
         return _rebuild_in(tx, progress)
 
 

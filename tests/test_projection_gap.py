@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog import EventLog
+from eventlog import EventLog, LengthConflictError, UnknownSessionError
 from eventlog import events as ev
 from sessions import SessionStore
 from tests.conftest import STORE_KINDS, run_processes
@@ -55,3 +55,38 @@ def test_a_transaction_of_several_commands_folds_the_gap_once(
     assert contents(store, sid) == ["bare", "y"]
     assert contents(store, other) == ["x"]
     assert store.verify(projections=True).ok
+
+
+def delete_bare(target: str, sid: str) -> None:
+    """In a process of its own: delete the session with no projector."""
+    with EventLog.open(target) as log:
+        log.append(
+            sid, [ev.SessionDeleted(reason="bare")], expected_version=log.stream_version(sid)
+        )
+
+
+def test_a_command_decides_on_what_a_bare_log_appended(
+    store: SessionStore, store_target: str
+) -> None:
+    """The bare writer's events are folded as the store's next write transaction starts, before
+    its command reads the transcript: the length it checks counts them."""
+    sid = store.open_session()
+    store.inject(sid, {"role": "user", "content": "a"})
+    run_processes(append_bare, [(store_target, sid, ["bare"])])
+    with pytest.raises(LengthConflictError):
+        store.inject(sid, {"role": "user", "content": "stale"}, expected_length=1)
+    store.inject(sid, {"role": "user", "content": "b"}, expected_length=2)
+    assert contents(store, sid) == ["a", "bare", "b"]
+    assert store.verify(projections=True).ok
+
+
+def test_a_session_a_bare_log_deleted_refuses_the_next_command(
+    store: SessionStore, store_target: str
+) -> None:
+    sid = store.open_session()
+    store.inject(sid, {"role": "user", "content": "a"})
+    run_processes(delete_bare, [(store_target, sid)])
+    with pytest.raises(UnknownSessionError):
+        store.inject(sid, {"role": "user", "content": "after"})
+    assert store.verify(projections=True).ok
+    assert sid not in store.list_sessions()
