@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eventlog import InvalidArgumentError, UnknownSessionError
+from eventlog import InvalidArgumentError, SessionExistsError, UnknownSessionError
 from service._problems import HTTPProblem
 from sessions import SessionStore
+from sessions._ids import check_session_id
 from sessions.asgi import AUTH_METHOD, PRINCIPAL, SESSION
 
 OWNER_KEY = "sessionlog.owner"
@@ -89,3 +90,27 @@ def owned_metadata(caller: Caller, metadata: dict[str, Any] | None) -> dict[str,
         return given or None
     given[OWNER_KEY] = caller.principal
     return given
+
+
+def check_new_id(store: SessionStore, caller: Caller, session_id: str | None, verb: str) -> None:
+    """Refuse an id a session is to be made under (opened, or forked into) that the caller may
+    not take. An id must be one path segment of a URL (no `/`, not `.` or `..`), or no route
+    could name the session. A caller that is not an admin takes only an id never used, or one
+    whose history it owns: reopening another principal's closed or deleted session would hand
+    it that history (the events page, `as_of`). The ids are one namespace, so the refusal says
+    the id is taken, never whose it is nor what it holds. Run inside the command's transaction,
+    where nobody else can take the id between this check and the write."""
+    if session_id is None:
+        return
+    sid = check_session_id(session_id, where=verb)
+    if "/" in sid or sid in (".", ".."):
+        raise InvalidArgumentError(
+            f"{verb}: session id {sid!r} cannot be one segment of a URL path (it holds `/`, or "
+            f"is `.` or `..`): the service could never address it"
+        )
+    if caller.admin:
+        return
+    tx = store.log.current_transaction()
+    used = (tx or store.log).stream_version(sid) > 0
+    if used and owner_of(store, sid) != caller.principal:
+        raise SessionExistsError(f"{verb}: the session id `{sid}` is taken; choose another")

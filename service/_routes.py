@@ -18,7 +18,14 @@ from eventlog import InvalidArgumentError, UnknownSessionError
 from eventlog.limits import check_at_most
 from service import _limits
 from service import _schemas as sc
-from service._access import OWNER_KEY, Caller, check_visible, may_see, owned_metadata
+from service._access import (
+    OWNER_KEY,
+    Caller,
+    check_new_id,
+    check_visible,
+    may_see,
+    owned_metadata,
+)
 from service._request import Answer, Found, caller, read, read_json, respond, service, write
 from sessions import SessionStore
 
@@ -57,10 +64,11 @@ def _int_query(request: Request, name: str, default: int | None, low: int, high:
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidArgumentError(f"query `{name}`: expected an integer, got {text!r}") from None
+    digits = text[1:] if text[:1] == "-" else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
+        # (int() would also take "+5", "1_0", " 5" and digits of other scripts)
+        raise InvalidArgumentError(f"query `{name}`: expected an integer, got {text!r}")
+    value = int(text)
     if not low <= value <= high:
         raise InvalidArgumentError(f"query `{name}`: expected {low} to {high}, got {value}")
     return value
@@ -161,6 +169,7 @@ async def create_session(request: Request) -> Response:
         del options["metadata"]
 
     def act() -> Answer:
+        check_new_id(store, who, body.id, "open_session")
         sid = store.open_session(body.id, **options)
         return 201, _resource(store, sid)
 
@@ -246,7 +255,7 @@ async def delete_session(request: Request) -> Response:
 
 
 async def fork_session(request: Request) -> Response:
-    store, _, sid = await _visible(request, "fork")
+    store, who, sid = await _visible(request, "fork")
     body, raw = await read_json(request, sc.ForkSession)
     if body.keep_first is not None and body.at_event_id is not None:
         raise InvalidArgumentError("fork: give `keep_first` or `at_event_id`, not both")
@@ -255,6 +264,7 @@ async def fork_session(request: Request) -> Response:
         keep = await read(_length_at, store, sid, body.at_event_id)
 
     def act() -> Answer:
+        check_new_id(store, who, body.child_id, "fork")
         child = (
             store.fork(sid, body.child_id)
             if keep is None

@@ -433,11 +433,13 @@ def _check_same_options(
     for name, wanted in fields.items():
         held = getattr(opened if isinstance(opened, ev.SessionOpened) else state, name, None)
         if to_builtins(held) != to_builtins(wanted):
-            differing.append(f"{name} {to_builtins(held)!r}, not {to_builtins(wanted)!r}")
+            differing.append(name)
     if differing:
+        # Named, never quoted: what the session holds is its owner's (a prompt, metadata), and
+        # the caller may be someone else, or the message may land in a log.
         raise SessionExistsError(
-            f"open_session: session `{state.session_id}` is already open with "
-            f"{'; '.join(differing)} (give no options to reuse it, or another id)"
+            f"open_session: session `{state.session_id}` is already open with another "
+            f"{', '.join(differing)} (give no options to reuse it, or another id)"
         )
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from eventlog import StorageError
-from sessions import SessionExistsError, SessionStore
+from sessions import SessionExistsError, SessionStore, UnknownSessionError
 from tests._raw_lmdb import raw_log
 from tests.test_cli import SAMPLE, SCRIPT, on_terminal, run, seed
 
@@ -229,7 +229,7 @@ def test_a_closed_session_is_read_by_the_library_and_refuses_writes(closed_famil
     shutil.copytree(closed_family, scratch)
     with SessionStore.open(scratch) as store:
         head = store.log.head
-        with pytest.raises(UnknownSessionError, match="inject: no session `p`"):
+        with pytest.raises(UnknownSessionError, match="inject: session `p` is closed"):
             store.inject("p", {"role": "user", "content": "late"})
         assert store.log.head == head
 
@@ -470,8 +470,23 @@ def test_open_session_with_other_options_is_a_conflict_through_the_api(tmp_path:
     with SessionStore.open(tmp_path / "store") as store:
         store.open_session("a", system_prompt="You are terse.")
         assert store.open_session("a", system_prompt="You are terse.") == "a"
-        with pytest.raises(SessionExistsError, match=r"system_prompt 'You are terse\.', not 'Be"):
+        with pytest.raises(
+            SessionExistsError, match=r"already open with another system_prompt"
+        ) as e:
             store.open_session("a", system_prompt="Be verbose.")
+        assert "terse" not in str(e.value)  # what it holds is named, never quoted
+
+
+def test_a_write_to_a_closed_session_says_it_is_closed(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path / "store") as store:
+        store.open_session("a")
+        store.close_session("a")
+        with pytest.raises(UnknownSessionError, match=r"inject: session `a` is closed") as e:
+            store.inject("a", {"role": "user", "content": "late"})
+        assert e.value.closed and store.length("a") == 0
+        with pytest.raises(UnknownSessionError, match=r"inject: no session `b`") as never:
+            store.inject("b", {"role": "user", "content": "x"})
+        assert not never.value.closed
 
 
 # docs/seeds.md

@@ -343,6 +343,77 @@ def test_principals_see_only_their_own_sessions(server: Server, admin: Client) -
         assert auditor.snapshot(mine) is not None and auditor.snapshot(bobs) is not None
 
 
+def test_an_id_holding_another_principals_history_is_not_taken(
+    server: Server, admin: Client
+) -> None:
+    """Reopening another principal's closed or deleted session, or forking into it, would hand
+    the taker that history (the events page, `as_of`): refused as a taken id, saying nothing of
+    what it holds. The owner may reopen its own closed session."""
+    alice_token, bob_token = tokens_for(admin, "alice", "bob")
+    with server.client(alice_token) as alice, server.client(bob_token) as bob:
+        for sid in ("alice-closed", "alice-deleted", "alice-open"):
+            alice.open_session(sid, system_prompt="ALICE PROMPT", metadata={"crm": "ALICE META"})
+            alice.inject(sid, {"role": "user", "content": "ALICE SECRET"})
+        alice.close_session("alice-closed")
+        alice.delete("alice-deleted")
+        own = bob.open_session("bob-own")
+        for sid in ("alice-closed", "alice-deleted", "alice-open"):
+            for call in (
+                lambda s=sid: bob.open_session(s),
+                lambda s=sid: bob.open_session(s, system_prompt="guess"),
+                lambda s=sid: bob.fork(own, s),
+                lambda s=sid: bob.fork_at(own, 0, s),
+            ):
+                with pytest.raises(ServiceError) as taken:
+                    call()
+                assert taken.value.status == 409 and taken.value.kind == "session-exists"
+                assert "ALICE" not in str(taken.value.problem)
+            assert bob.snapshot(sid) is None
+            with pytest.raises(ServiceError) as hidden:
+                bob.events(sid)
+            assert hidden.value.status == 404
+        assert not {s["id"] for s in bob.list_sessions()["data"]} & {"alice-closed", "alice-open"}
+        with pytest.raises(ServiceError) as other:
+            alice.open_session("alice-open", system_prompt="another")
+        assert other.value.status == 409 and "ALICE" not in str(other.value.problem)
+        assert alice.open_session("alice-closed") == "alice-closed"  # its own: reopened
+        for bad in ("team/alpha", ".", ".."):
+            with pytest.raises(ServiceError) as unaddressable:
+                alice.open_session(bad)
+            assert unaddressable.value.status == 422 and "URL" in str(unaddressable.value)
+            with pytest.raises(ServiceError) as child:
+                alice.fork("alice-closed", bad)
+            assert child.value.status == 422
+
+
+def test_odd_input_gets_a_typed_answer_never_a_server_error(
+    server: Server, http: httpx.Client
+) -> None:
+    """A lone surrogate where a string is not wanted (or as a field name), an integer too big for
+    a float, and digits of other scripts in a number: 422 naming the input, and nothing
+    written."""
+    http.post("/v1/sessions", json={"id": "odd"}).raise_for_status()
+    head = http.get("/v1/events", params={"limit": 1}).json()
+    before = len(http.get("/v1/events", params={"limit": 1000}).json()["data"])
+    raw = {"content-type": "application/json"}
+    for method, path, body in (
+        ("POST", "/v1/sessions", '{"metadata": "\\ud800"}'),
+        ("POST", "/v1/sessions", '{"\\ud800": 1}'),
+        ("POST", "/v1/sessions/odd/messages", '{"messages": ["\\ud800"]}'),
+        ("POST", "/v1/sessions", '{"metadata": {"n": 1' + "0" * 400 + "}}"),
+        ("PATCH", "/v1/sessions/odd", '{"metadata": {"n": -1' + "0" * 400 + "}}"),
+    ):
+        sent = http.request(method, path, content=body, headers=raw)
+        answer = problem(sent, 422, "invalid-argument")
+        assert "surrogate" in str(answer["detail"]) or "64 bits" in str(answer["detail"])
+    for query in ({"after": "\u00b2"}, {"after": "\u0661"}):
+        problem(http.get("/v1/events/stream", params=query), 422, "invalid-argument")
+    for limit in ("\u0661", "+5", "1_0"):
+        problem(http.get("/v1/events", params={"limit": limit}), 422, "invalid-argument")
+    assert len(http.get("/v1/events", params={"limit": 1000}).json()["data"]) == before
+    assert head["data"]
+
+
 def test_tokens_are_shown_once_and_revocable(
     server: Server, admin: Client, http: httpx.Client
 ) -> None:
