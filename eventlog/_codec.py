@@ -202,6 +202,11 @@ def convert(value: object, type_: type[T], *, what: str) -> T:
         return msgspec.convert(value, type_, strict=True)
     except msgspec.ValidationError as exc:
         raise InvalidArgumentError(f"{what}: {exc}") from exc
+    except UnicodeEncodeError as exc:  # msgspec naming a value or key that is no valid UTF-8
+        raise InvalidArgumentError(
+            f"{what}: a string holds a lone surrogate ({exc.object[exc.start : exc.end]!r}), "
+            f"which is not valid Unicode"
+        ) from exc
 
 
 def to_builtins(value: object) -> Any:

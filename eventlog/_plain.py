@@ -28,7 +28,7 @@ def _refuse(value: object) -> str | None:
     if isinstance(value, int):
         if _INT_MIN <= value <= _INT_MAX:
             return None
-        return f"the integer {value:.3g} does not fit in 64 bits"
+        return f"an integer of {value.bit_length()} bits does not fit in 64 bits"
     if isinstance(value, (set, frozenset)):
         return "a set would come back as a list; pass a list"
     if isinstance(value, (date, time)):

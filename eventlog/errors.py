@@ -178,11 +178,18 @@ class LeaseLostError(SessionLogError):
 class UnknownSessionError(SessionLogError, KeyError):
     """A lifecycle verb named a session id that does not exist."""
 
-    def __init__(self, session_id: str, verb: str | None = None) -> None:
+    def __init__(self, session_id: str, verb: str | None = None, *, closed: bool = False) -> None:
         self.session_id = session_id
         self.verb = verb
+        self.closed = closed
+        """The session exists but is closed: it can be read, not written, nor followed."""
         shown = f"{verb}: " if verb else ""
-        super().__init__(f"{shown}no session `{session_id}`", where=verb)
+        what = (
+            f"session `{session_id}` is closed (`open_session` opens it again)"
+            if closed
+            else f"no session `{session_id}`"
+        )
+        super().__init__(shown + what, where=verb)
 
     def __str__(self) -> str:  # KeyError would quote the message otherwise
         return str(self.args[0])

@@ -118,7 +118,7 @@ async def log_stream(request: Request) -> Response:
 
 def _cursor(request: Request) -> int:
     text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if not text.isdigit() or len(text) > 19:
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
         raise InvalidArgumentError(
             f"the stream cursor (Last-Event-ID or ?after=) must be a log position, got {text!r}"
         )

@@ -211,7 +211,9 @@ class SessionHost:
     def _decide_on(self, tx: Transaction, verb: str, sid: str, decide: Callable[[Command], R]) -> R:
         state, transcript = pj.load_session(tx, sid)
         if state is None or state.status != pj.ACTIVE or transcript is None:
-            raise UnknownSessionError(sid, verb)
+            raise UnknownSessionError(
+                sid, verb, closed=state is not None and state.status == pj.CLOSED
+            )
         if state.forgotten:
             raise ForgottenError(sid, verb, state.forgotten_reason)
         return decide(Command(tx, state, transcript, self._sealer))
@@ -224,7 +226,9 @@ class SessionHost:
         sid = check_session_id(session_id, where=verb)
         state = pj.load_state(view, sid)
         if state is None or not readable(state, closed):
-            raise UnknownSessionError(sid, verb)
+            raise UnknownSessionError(
+                sid, verb, closed=state is not None and state.status == pj.CLOSED
+            )
         return state
 
     def _check_capacity(self, tx: Transaction, verb: str) -> None:

@@ -241,3 +241,9 @@ def test_past_states_are_bounded(server: Server) -> None:
         with pytest.raises(ServiceError) as far:
             admin.snapshot(sid, as_of=_limits.as_of_position_max + 1)
         assert far.value.status == 413 and far.value.problem["limit_name"] == "as_of_position_max"
+    viewer = httpx.get(  # the viewer's past states keep the same bound
+        f"{server.url}/v1/viewer/sessions/{sid}/messages",
+        params={"as_of": _limits.as_of_position_max + 1},
+        headers={"authorization": f"Bearer {server.admin_key}"},
+    )
+    assert viewer.status_code == 413 and viewer.json()["limit_name"] == "as_of_position_max"

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from eventlog import InvalidArgumentError, UnknownSessionError
+from eventlog.limits import check_at_most
 from service import _limits
 from service._access import OWNER_KEY, Caller, check_visible, may_see, owner_of
 from service._request import caller, read, respond, service
@@ -109,7 +110,7 @@ async def get_session(request: Request) -> Response:
             answer["as_of"] = None
         else:
             position = _position_of(store, sid, version, events)
-            answer = _header(_past(request, store, position), sid)
+            answer = _header(_past(request, store, position, "viewer: `version`"), sid)
             answer["as_of"] = position
             answer["as_of_version"] = version
         answer["events"] = events
@@ -149,7 +150,10 @@ class _PastStores:
         return past
 
 
-def _past(request: Request, store: SessionStore, position: int) -> SessionStore:
+def _past(request: Request, store: SessionStore, position: int, what: str) -> SessionStore:
+    """The store as of `position`, within the limit the service's own `as_of` keeps: a past
+    state is rebuilt from the log up to there, in memory."""
+    check_at_most(position, _limits.as_of_position_max, "as_of_position_max", what)
     return _cache(request, "viewer_past", _PastStores).get(store, position)
 
 
@@ -163,7 +167,7 @@ async def list_messages(request: Request) -> Response:
     as_of = _int_query(request, "as_of", None, 0, 2**62)
 
     def page() -> dict[str, Any]:
-        source = store if as_of is None else _past(request, store, as_of)
+        source = store if as_of is None else _past(request, store, as_of, "viewer: `as_of`")
         if source.summary(sid) is None:
             raise UnknownSessionError(sid, "messages")
         data = source.messages(sid, after=after, limit=limit)
