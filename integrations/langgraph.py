@@ -7,8 +7,10 @@ checkpoint. A list channel whose new value extends the value at the parent check
 channel) stores only the new suffix, so a checkpoint costs what changed, not the whole list.
 
 Deleting runs and pruning hide checkpoints (the log keeps them); `delete_thread` deletes the
-session. Items are indexed in memory per thread as they are read, and an append names the length
-it expects, so a second writer (another process) is noticed and read before writing again.
+session. Items are indexed in memory per thread as they are read (`_langgraph_index`). An append
+reads what other writers (other processes) added and decides its item inside the store's write
+transaction, so it never fails because another writer was active, and a decision that depends on
+the whole thread (which checkpoint `prune` keeps) sees everything written before it.
 Needs ``pip install 'sessionlog-engine[langgraph]'``.
 """
 
@@ -16,16 +18,27 @@ from __future__ import annotations
 
 import builtins
 import os
+import random
 import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
 import projections as pj
+from eventlog import limits
 from integrations._common import async_store, require
-from sessions import LengthConflictError, SessionStore, UnknownSessionError
+from integrations._langgraph_index import (
+    CyclicValueError,
+    Doomed,
+    Name,
+    Stored,
+    Thread,
+    Typed,
+    all_but_newest,
+    elements_of,
+    prefixed,
+)
+from sessions import LimitExceededError, SessionStore, UnknownSessionError
 from sessions.aio import AsyncSessionStore
 
 require("langgraph.checkpoint.base", "langgraph")
@@ -44,10 +57,9 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
+__all__ = ["CyclicValueError", "SessionlogSaver", "THREAD_PREFIX", "thread_key"]
+
 THREAD_PREFIX = "lg:"
-_RETRIES = 5
-_VALUES_KEPT = 16
-Typed = tuple[str, bytes]
 
 
 def thread_key(thread_id: str) -> str:
@@ -55,70 +67,22 @@ def thread_key(thread_id: str) -> str:
     return THREAD_PREFIX + quote(str(thread_id), safe="")
 
 
-@dataclass
-class _Stored:
-    """One checkpoint as stored: serialized checkpoint (without values) and metadata."""
-
-    checkpoint: Typed
-    metadata: Typed
-    parent: str | None
-    hidden: bool = False
-    decoded_metadata: Any = None
+def _key_bytes(key: str) -> int:
+    return len(key.encode("utf-8"))
 
 
-@dataclass
-class _Thread:
-    """What one thread's items say, folded in order; `length` items of incarnation `created`."""
-
-    created: str | None = None
-    length: int = 0
-    checkpoints: dict[str, dict[str, _Stored]] = field(default_factory=dict)
-    # (ns, channel, version) -> ("v", typed) | ("e",) | ("x", base_version, typed suffix)
-    blobs: dict[tuple[str, str, Any], tuple[Any, ...]] = field(default_factory=dict)
-    writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, Typed, str]]] = field(
-        default_factory=dict
-    )
-    values: OrderedDict[tuple[str, str, Any], list[Any]] = field(default_factory=OrderedDict)
-
-    def remember(self, key: tuple[str, str, Any], value: list[Any]) -> None:
-        self.values[key] = value
-        self.values.move_to_end(key)
-        while len(self.values) > _VALUES_KEPT:
-            self.values.popitem(last=False)
-
-    def fold(self, entry: dict[str, Any]) -> None:
-        kind = entry.get("k")
-        if kind == "cp":
-            ns = entry["ns"]
-            self.checkpoints.setdefault(ns, {})[entry["id"]] = _Stored(
-                _typed(entry["cp"]), _typed(entry["md"]), entry.get("parent")
-            )
-            for blob in entry["blobs"]:
-                self.blobs[(ns, blob[0], blob[1])] = tuple(blob[2:])
-        elif kind == "w":
-            stored = self.writes.setdefault((entry["ns"], entry["cp"]), {})
-            for idx, channel, type_, data in entry["w"]:
-                key = (entry["task"], idx)
-                if idx >= 0 and key in stored:
-                    continue
-                stored[key] = (entry["task"], channel, (type_, data), entry["path"])
-        elif kind == "hide":
-            for ns, checkpoint_id in entry["ids"]:
-                found = self.checkpoints.get(ns, {}).get(checkpoint_id)
-                if found is not None:
-                    found.hidden = True
-                self.writes.pop((ns, checkpoint_id), None)
-
-
-def _typed(value: Sequence[Any]) -> Typed:
-    return (str(value[0]), bytes(value[1]))
-
-
-class SessionlogSaver(BaseCheckpointSaver[int]):
+class SessionlogSaver(BaseCheckpointSaver[Any]):
     """`BaseCheckpointSaver` on a sessionlog store (a `SessionStore`, its asyncio face, or a
     path): `put`, `put_writes`, `get_tuple`, `list`, `delete_thread`, `delete_for_runs`,
     `copy_thread` (a fork) and `prune`, each with its async twin. Blocking work runs on the
-    store's worker thread, never on the event loop."""
+    store's worker thread, never on the event loop.
+
+    Limits, both the store's: one `put` (its new channel values, checkpoint and metadata) or one
+    `put_writes` is one event of at most `eventlog.limits.event_bytes_max` (4 MiB) encoded, and a
+    thread id must fit a session id of `session_id_bytes_max` (128) bytes once percent-encoded
+    after the `lg:` prefix: about 125 bytes of letters and digits, a third of that in other
+    characters. Either refusal is a `LimitExceededError` naming the limit, and writes nothing
+    (not even the thread's session)."""
 
     def __init__(
         self,
@@ -128,29 +92,43 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
     ) -> None:
         super().__init__(serde=serde)
         self.face = async_store(store)
-        self._threads: dict[str, _Thread] = {}
+        self._threads: dict[str, Thread] = {}
         self._lock = threading.RLock()
 
     @property
     def store(self) -> SessionStore:
         return self.face.store
 
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        """The next version: its count and a random part, as LangGraph's own savers make them,
+        so a branch resumed from an older checkpoint never reuses a version the abandoned
+        branch stored. A thread begun with integer versions (this saver's before) goes on with
+        integers, since LangGraph compares versions of different channels with each other; the
+        index keeps the values of branches reusing one integer version apart."""
+        if isinstance(current, int):
+            return current + 1
+        count = 0 if current is None else int(str(current).split(".")[0])
+        return f"{count + 1:032}.{random.random():016}"
+
     # Reading a thread
 
-    def _thread(self, thread_id: str) -> _Thread:
-        """The thread's index, brought up to date with the store."""
+    def _thread(self, thread_id: str) -> Thread:
+        """The thread's index, brought up to date with the store (inside a transaction: with
+        what it holds, which no other writer can change until it ends)."""
         key = thread_key(thread_id)
+        if _key_bytes(key) > limits.session_id_bytes_max:
+            return Thread()  # an id no session can have: nothing was ever stored under it
         summary = self.store.summary(key)
         cached = self._threads.get(key)
         if summary is None or summary["status"] != pj.ACTIVE:
             self._threads.pop(key, None)
-            return _Thread()
+            return Thread()
         if (
             cached is None
             or cached.created != summary["created_at"]
             or (cached.length > summary["length"])
         ):
-            cached = self._threads[key] = _Thread(created=summary["created_at"])
+            cached = self._threads[key] = Thread(key, created=summary["created_at"])
         if cached.length < summary["length"]:
             entries = self.store.messages(key, after=cached.length)
             for entry in entries:  # (another writer may have added more since the summary)
@@ -158,66 +136,110 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             cached.length += len(entries)
         return cached
 
-    def _append(self, thread_id: str, make: Any) -> None:
-        """Append the item `make(thread)` returns (None: nothing to write) at the length the
-        index has read; another writer in between makes it read and decide again."""
+    def _append(self, thread_id: str, make: Callable[[Thread], dict[str, Any] | None]) -> None:
+        """Append the item `make(thread)` returns (None: nothing to write). It is made first on
+        what this index has read, outside the store's write lock; inside the write transaction
+        the index reads what other writers added meanwhile and, if there was any, the item is
+        made again on that. Opening the thread's session and the append are one commit, so a
+        refused item leaves nothing behind."""
         key = thread_key(thread_id)
-        for _ in range(_RETRIES):
-            thread = self._thread(thread_id)
-            entry = make(thread)
-            if entry is None:
-                return
-            if thread.created is None:
-                self.store.open_session(key)
-                thread = self._thread(thread_id)
-            try:
-                self.store.inject(key, {"item": entry}, expected_length=thread.length)
-            except LengthConflictError:
-                continue
-            thread.fold(entry)
-            thread.length += 1
+        size = _key_bytes(key)
+        if size > limits.session_id_bytes_max:
+            raise LimitExceededError(
+                f"SessionlogSaver: thread id {thread_id[:40]!r}, percent-encoded after `lg:`",
+                "session_id_bytes_max",
+                limits.session_id_bytes_max,
+                size,
+            )
+        thread = self._thread(thread_id)
+        seen = (thread.created, thread.length)
+        entry = make(thread)
+        if entry is None:
             return
-        raise LengthConflictError(key, thread.length, self.store.length(key), "langgraph put")
+        kind = _KINDS.get(entry["k"], "item")
+        try:
+            with self.store.transaction():
+                thread = self._thread(thread_id)
+                if (thread.created, thread.length) != seen:
+                    entry = make(thread)
+                    if entry is None:
+                        return
+                if thread.created is None:
+                    self.store.open_session(key)
+                self.store.inject(key, {"item": entry}, expected_length=thread.length)
+        except LimitExceededError as exc:
+            if exc.limit_name != "event_bytes_max":
+                raise
+            raise LimitExceededError(
+                f"SessionlogSaver: one {kind} for thread {thread_id!r}, encoded",
+                exc.limit_name,
+                exc.limit,
+                exc.actual,
+            ) from exc
+        if thread.created is None or self._threads.get(key) is not thread:
+            self._thread(thread_id)  # a new session: read it (one item) to learn its incarnation
+            return
+        thread.fold(entry)
+        thread.length += 1
 
-    def _value(self, thread: _Thread, ns: str, channel: str, version: Any) -> Any:
-        """The value of `channel` at `version`: a whole stored value, or the stored suffixes
-        joined to the value they extend. List values are kept at hand (a few per thread) for
-        the next checkpoint's comparison; callers get their own copy."""
-        key = (ns, channel, version)
-        suffixes: builtins.list[tuple[Any, ...]] = []
-        while key not in thread.values:
-            blob = thread.blobs.get(key)
-            if blob is None or blob[0] == "e":
-                return _MISSING
+    def _value(
+        self, thread: Thread, ns: str, channel: str, version: Any, at: str | None
+    ) -> tuple[str, Any]:
+        """The value checkpoint `at` sees for `channel` at `version`: ("list", its elements
+        serialized), ("value", a fresh decoding), or ("missing", None). A list is a whole stored
+        value or stored suffixes joined to the value each extends; lists are kept at hand (a few
+        per thread, serialized, so no caller's change reaches them) for the next checkpoint's
+        comparison and the next reads."""
+        name = thread.source(ns, channel, version, at)
+        chain: builtins.list[tuple[Name, tuple[Any, ...]]] = []
+        seen: set[Name] = set()
+        while True:
+            if name is None:
+                return ("missing", None)
+            if name in seen:
+                raise CyclicValueError(thread.key, ns, channel, version)
+            seen.add(name)
+            cached = thread.values.get(name)
+            if cached is not None:
+                elements = cached
+                break
+            blob = thread.blobs[name]
+            if blob[0] == "e":
+                return ("missing", None)
             if blob[0] == "v":
                 value = self.serde.loads_typed((blob[1], blob[2]))
+                if not isinstance(value, list):
+                    if chain:  # a suffix of what is not a list: not written by this saver
+                        return ("missing", None)
+                    return ("value", value)
+                elements = tuple(self.serde.dumps_typed(e) for e in value)
+                thread.remember(name, elements)
                 break
-            suffixes.append(blob)
-            key = (ns, channel, blob[1])
-        else:
-            value = thread.values[key]
-        for blob in reversed(suffixes):
-            value = [*value, *self.serde.loads_typed((blob[2], blob[3]))]
-        if isinstance(value, list):
-            thread.remember((ns, channel, version), value)
-            return list(value)
-        return value
+            chain.append((name, blob))
+            name = thread.source(ns, channel, blob[1], thread.origin[name][1])
+        for name, blob in reversed(chain):
+            suffix = self.serde.loads_typed((blob[2], blob[3]))
+            elements = (*elements, *(self.serde.dumps_typed(e) for e in suffix))
+            thread.remember(name, elements)
+        return ("list", elements)
 
     def _tuple(
-        self, thread_id: str, thread: _Thread, ns: str, checkpoint_id: str, stored: _Stored
+        self, thread_id: str, thread: Thread, ns: str, checkpoint_id: str, stored: Stored
     ) -> CheckpointTuple:
         checkpoint: Checkpoint = self.serde.loads_typed(stored.checkpoint)
         values = {}
         for channel, version in checkpoint["channel_versions"].items():
-            value = self._value(thread, ns, channel, version)
-            if value is not _MISSING:
-                values[channel] = value
+            kind, found = self._value(thread, ns, channel, version, checkpoint_id)
+            if kind == "list":
+                values[channel] = [self.serde.loads_typed(e) for e in found]
+            elif kind == "value":
+                values[channel] = found
         writes = thread.writes.get((ns, checkpoint_id), {})
         ordered = sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
         return CheckpointTuple(
             config=_config(thread_id, ns, checkpoint_id),
             checkpoint={**checkpoint, "channel_values": values},
-            metadata=self._metadata(stored),
+            metadata=self.serde.loads_typed(stored.metadata),  # the caller's own copy
             parent_config=_config(thread_id, ns, stored.parent) if stored.parent else None,
             pending_writes=[
                 (task, channel, self.serde.loads_typed(value))
@@ -225,7 +247,8 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             ],
         )
 
-    def _metadata(self, stored: _Stored) -> Any:
+    def _metadata(self, stored: Stored) -> Any:
+        """The decoded metadata, for filtering only: never handed to a caller."""
         if stored.decoded_metadata is None:
             stored.decoded_metadata = self.serde.loads_typed(stored.metadata)
         return stored.decoded_metadata
@@ -294,7 +317,7 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         with self.store.log.view() as view:
             return [
                 unquote(state.session_id[len(THREAD_PREFIX) :])
-                for state in _prefixed(view, THREAD_PREFIX)
+                for state in prefixed(view, THREAD_PREFIX)
                 if state.status == pj.ACTIVE
             ]
 
@@ -321,11 +344,22 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         full_metadata = get_checkpoint_metadata(config, metadata)
 
-        def entry(thread: _Thread) -> dict[str, Any]:
-            blobs = [
-                [channel, version, *self._blob(thread, ns, parent_id, channel, values)]
-                for channel, version in new_versions.items()
-            ]
+        # Serialized once, before the item is made (perhaps twice): each list element on its
+        # own, to find the prefix the parent's list shares by what is stored, not by `==` (under
+        # which 1, 1.0 and True, or one instant in two time zones, are all alike).
+        elements = {
+            channel: elements_of(self.serde, values[channel])
+            for channel in new_versions
+            if isinstance(values.get(channel), list)
+        }
+        whole: dict[str, Typed] = {}
+
+        def entry(thread: Thread) -> dict[str, Any]:
+            blobs = []
+            for channel, version in new_versions.items():
+                blob = self._blob(thread, ns, parent_id, channel, version, values, elements, whole)
+                if blob is not None:
+                    blobs.append([channel, version, *blob])
             return {
                 "k": "cp",
                 "ns": ns,
@@ -341,36 +375,47 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             thread = self._threads.get(thread_key(thread_id))
             if thread is not None:  # keep the new list values at hand for the next step's diff
                 for channel, version in new_versions.items():
-                    if isinstance(values.get(channel), list):
-                        thread.remember((ns, channel, version), list(values[channel]))
+                    listed = elements.get(channel)
+                    name = thread.source(ns, channel, version, checkpoint["id"])
+                    if listed is not None and name is not None:
+                        thread.remember(name, listed)
         return _config(thread_id, ns, checkpoint["id"])
 
     def _blob(
         self,
-        thread: _Thread,
+        thread: Thread,
         ns: str,
         parent_id: str | None,
         channel: str,
+        version: Any,
         values: dict[str, Any],
-    ) -> builtins.list[Any]:
-        """How a new channel value is stored: empty, a suffix of the parent's list, or whole."""
+        elements: dict[str, tuple[Typed, ...] | None],
+        whole: dict[str, Typed],
+    ) -> builtins.list[Any] | None:
+        """How a new channel value is stored: empty, a suffix of the parent's list, whole, or
+        (None) not at all, when the parent holds the same version with the same value. A value
+        is never stored as a suffix of its own version: a reader would follow it forever."""
         if channel not in values:
             return ["e"]
         value = values[channel]
+        if channel not in whole:
+            whole[channel] = self.serde.dumps_typed(value)
+        stored = ["v", *whole[channel]]
+        listed = elements.get(channel)
         parent = thread.checkpoints.get(ns, {}).get(parent_id or "")
-        if isinstance(value, list) and value and parent is not None:
-            versions = self.serde.loads_typed(parent.checkpoint)["channel_versions"]
-            base_version = versions.get(channel)
-            if base_version is not None:
-                base = self._value(thread, ns, channel, base_version)
-                if (
-                    isinstance(base, list)
-                    and base
-                    and len(value) >= len(base)
-                    and _same_prefix(value, base)
-                ):
-                    return ["x", base_version, *self.serde.dumps_typed(value[len(base) :])]
-        return ["v", *self.serde.dumps_typed(value)]
+        if listed is None or parent is None:
+            return stored
+        base_version = self.serde.loads_typed(parent.checkpoint)["channel_versions"].get(channel)
+        if base_version is None:
+            return stored
+        kind, base = self._value(thread, ns, channel, base_version, parent_id)
+        if kind != "list":
+            return stored
+        if base_version == version:
+            return None if listed == base else stored
+        if base and len(listed) > len(base) and listed[: len(base)] == base:
+            return ["x", base_version, *self.serde.dumps_typed(value[len(base) :])]
+        return stored
 
     def put_writes(
         self,
@@ -392,7 +437,7 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         ns = config["configurable"].get("checkpoint_ns", "")
         checkpoint_id = config["configurable"]["checkpoint_id"]
 
-        def entry(thread: _Thread) -> dict[str, Any] | None:
+        def entry(thread: Thread) -> dict[str, Any] | None:
             stored = thread.writes.get((ns, checkpoint_id), {})
             new: builtins.list[builtins.list[Any]] = []
             for idx, (channel, value) in enumerate(writes):
@@ -419,6 +464,8 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
     def _delete_thread(self, thread_id: str) -> None:
         with self._lock:
             self._threads.pop(thread_key(thread_id), None)
+            if _key_bytes(thread_key(thread_id)) > limits.session_id_bytes_max:
+                return  # no session can have that id
             try:
                 self.store.delete(thread_key(thread_id))
             except UnknownSessionError:
@@ -434,15 +481,22 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             return
         with self._lock:
             for thread_id in self._all():
-                self._hide(thread_id, lambda ns, cid, s: self._metadata(s).get("run_id") in runs)
+                self._hide(
+                    thread_id,
+                    lambda _: lambda ns, cid, s: self._metadata(s).get("run_id") in runs,
+                )
 
-    def _hide(self, thread_id: str, doomed: Any) -> None:
-        def entry(thread: _Thread) -> dict[str, Any] | None:
+    def _hide(self, thread_id: str, doomed: Callable[[Thread], Doomed]) -> None:
+        """Hide the visible checkpoints `doomed(thread)` picks, decided on the thread as the
+        append finds it (so inside its transaction when another writer added to it)."""
+
+        def entry(thread: Thread) -> dict[str, Any] | None:
+            picks = doomed(thread)
             ids = [
                 [ns, cid]
                 for ns, checkpoints in thread.checkpoints.items()
                 for cid, stored in checkpoints.items()
-                if not stored.hidden and doomed(ns, cid, stored)
+                if not stored.hidden and picks(ns, cid, stored)
             ]
             return {"k": "hide", "ids": ids} if ids else None
 
@@ -477,12 +531,7 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
                 if strategy == "delete":
                     self._delete_thread(str(thread_id))
                     continue
-                thread = self._thread(str(thread_id))
-                newest = {
-                    ns: max((c for c, s in cps.items() if not s.hidden), default=None)
-                    for ns, cps in thread.checkpoints.items()
-                }
-                self._hide(str(thread_id), lambda ns, cid, s, keep=newest: cid != keep.get(ns))
+                self._hide(str(thread_id), all_but_newest)
 
     # The async API: the same work on the worker thread, awaited
 
@@ -534,11 +583,7 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
 _MISSING = object()
 
 
-def _same_prefix(value: list[Any], base: list[Any]) -> bool:
-    try:
-        return bool(value[: len(base)] == base)
-    except Exception:  # noqa: BLE001 - elements that cannot be compared: store it whole
-        return False
+_KINDS = {"cp": "put", "w": "put_writes", "hide": "hiding of checkpoints"}
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -549,10 +594,3 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
-
-
-def _prefixed(view: Any, prefix: str) -> Iterator[pj.SessionState]:
-    for state in pj.iter_states(view, after=prefix):
-        if not state.session_id.startswith(prefix):
-            return
-        yield state
