@@ -2,26 +2,44 @@
 
 Give it to ADK's `Runner(session_service=...)`. Each ADK session is one sessionlog session; each
 event is stored verbatim as one item (its content objects as plain data, bytes as bytes) and
-comes back equal. A session's state lives in its scratchpad; `app:` state in one holder session
-per app and `user:` state in one per app and user, so they are shared as ADK shares them;
-`temp:` state is never stored. An event and every state change it carries commit together; an
-event re-delivered after its append committed (a retry) is not stored twice (where a commit's
-outcome can be unknown, on PostgreSQL, the event's id is also its idempotency key). A writer
-holding a superseded copy of the session is refused with ADK's `StaleSessionError`.
-`fork_session` branches a session in O(1). Needs ``pip install 'sessionlog-engine[adk]'``.
+comes back equal, but for its state delta: state values take the JSON-safe form ADK's SQL
+services give them (a datetime as ISO text, a set or tuple as a list), in the event and in the
+state alike. A session's state lives in its scratchpad; `app:` state in one holder session per
+app and `user:` state in one per app and user, so they are shared as ADK shares them; `temp:`
+state is never stored. An event and every state change it carries commit together; an event
+re-delivered after its append committed (a retry) is not stored twice (where a commit's outcome
+can be unknown, on PostgreSQL, the event's id is also its idempotency key), and a different event
+under a stored event's id is refused with ADK's `AlreadyExistsError`. A writer holding a
+superseded copy of the session is refused with ADK's `StaleSessionError`; appends through one
+copy are taken in turn. `fork_session` branches a session in O(1) in its history (cut at an
+event, its state is replayed from the events it keeps when later ones changed it). Needs
+``pip install 'sessionlog-engine[adk]'``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote
 
 import projections as pj
+from eventlog import TruncatedError
 from eventlog import events as ev
+from integrations._adk_keys import (
+    NAMES,
+    app_key,
+    check_name,
+    list_prefixes,
+    names_of,
+    names_pad,
+    session_key,
+    user_key,
+)
+from integrations._adk_state import CREATED, branch_state, fitting, lasting
 from integrations._common import async_store, require
-from sessions import SessionStore, UnknownSessionError
+from sessions import InvalidArgumentError, SessionStore, UnknownSessionError
 from sessions._collector import collector_paused
 from sessions._messages import check_item, item_copier
 
@@ -46,27 +64,18 @@ from google.adk.sessions.state import State  # noqa: E402
 if TYPE_CHECKING:
     from sessions.aio import AsyncSessionStore
 
-SESSION_PREFIX = "adk:"
-APP_PREFIX = "adk-app:"
-USER_PREFIX = "adk-user:"
 _PAGE = 64  # entries read per step when looking back for a timestamp
 
 
-def session_key(app_name: str, user_id: str, session_id: str) -> str:
-    """The sessionlog id of an ADK session: its three names, each percent-encoded."""
-    return f"{SESSION_PREFIX}{_part(app_name)}/{_part(user_id)}/{_part(session_id)}"
+class _SessionLock:
+    """One session's append lock and how many appends hold or await it: the lock is dropped with
+    the last of them, so a service serving many sessions keeps none it does not need."""
 
+    __slots__ = ("lock", "users")
 
-def _part(name: str) -> str:
-    return quote(name, safe="")
-
-
-def _app_key(app_name: str) -> str:
-    return APP_PREFIX + _part(app_name)
-
-
-def _user_key(app_name: str, user_id: str) -> str:
-    return f"{USER_PREFIX}{_part(app_name)}/{_part(user_id)}"
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 class SessionlogSessionService(BaseSessionService):
@@ -75,6 +84,7 @@ class SessionlogSessionService(BaseSessionService):
 
     def __init__(self, store: SessionStore | AsyncSessionStore | str | os.PathLike[str]) -> None:
         self.store = async_store(store)
+        self._locks: dict[tuple[str, str, str], _SessionLock] = {}
 
     # Sessions
 
@@ -86,8 +96,18 @@ class SessionlogSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
+        where = "create_session"
+        check_name(app_name, "app_name", where)
+        check_name(user_id, "user_id", where)
+        if session_id is not None:
+            check_name(session_id, "session_id", where)
+        if state is not None and not isinstance(state, Mapping):
+            raise InvalidArgumentError(
+                f"{where}: `state` must be a dict, got {type(state).__name__}", where=where
+            )
         sid = (session_id or "").strip() or platform_uuid.new_uuid()
-        return await self.store.run(self._create, app_name, user_id, sid, dict(state or {}))
+        stored = lasting(state or {}, where)  # refused here, before anything is written
+        return await self.store.run(self._create, app_name, user_id, sid, stored)
 
     def _create(self, app_name: str, user_id: str, sid: str, state: dict[str, Any]) -> Session:
         store = self.store.store
@@ -97,10 +117,14 @@ class SessionlogSessionService(BaseSessionService):
             if store.exists(key):
                 raise AlreadyExistsError(f"Session with id {sid} already exists.")
             store.open_session(key, title=sid, metadata={"app": app_name, "user": user_id})
-            _merge_into(store, _app_key(app_name), deltas["app"])
-            _merge_into(store, _user_key(app_name, user_id), deltas["user"])
-            if deltas["session"]:
-                store.set_scratchpad(key, {"state": _storable(deltas["session"])})
+            _merge_into(store, app_key(app_name), deltas["app"])
+            _merge_into(store, user_key(app_name, user_id), deltas["user"])
+            own = deltas["session"]
+            pad = names_pad(key, app_name, user_id, sid)
+            if own:  # kept twice: as the state, and as where a branch's replay starts
+                pad.update({"state": own, CREATED: own})
+            if pad:
+                store.set_scratchpad(key, fitting(pad))
             return self._load(store, app_name, user_id, sid, None)  # type: ignore[return-value]
 
     async def get_session(
@@ -111,7 +135,12 @@ class SessionlogSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        sid = session_id.strip() if session_id else session_id
+        check_name(app_name, "app_name", "get_session")
+        check_name(user_id, "user_id", "get_session")
+        given: object = session_id  # typed as a str, yet ADK's own services take None
+        if given is None:  # and answer it so
+            return None
+        sid = check_name(given, "session_id", "get_session").strip()
         return await self.store.run(self._get, app_name, user_id, sid, config)
 
     def _get(
@@ -150,33 +179,36 @@ class SessionlogSessionService(BaseSessionService):
     ) -> ListSessionsResponse:
         """Every session of the app (of `user_id`, when given), oldest update first, without
         events: read from the projection in one pass, never touching a transcript."""
+        check_name(app_name, "app_name", "list_sessions")
+        if user_id is not None:
+            check_name(user_id, "user_id", "list_sessions")
         return await self.store.run(self._list, app_name, user_id)
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
         store = self.store.store
-        prefix = f"{SESSION_PREFIX}{_part(app_name)}/"
-        if user_id is not None:
-            prefix += _part(user_id) + "/"
         rows: list[tuple[float, str, str, dict[str, Any]]] = []
         with collector_paused():  # thousands of sessions are built: none holds a cycle
             with store.log.view() as view:
-                app_state = _scratch_state(store, _app_key(app_name))
+                app_state = _scratch_state(store, app_key(app_name))
                 shared: dict[str, dict[str, Any]] = {}  # per user: its app: and user: keys
-                transcripts = dict(pj.iter_transcripts(view, prefix=prefix))
-                for entry in pj.iter_scratchpads(view, prefix=prefix):
-                    if entry.status != pj.ACTIVE:
-                        continue
-                    user, sid = entry.session_id[len(SESSION_PREFIX) :].split("/")[1:3]
-                    user = unquote(user)
-                    common = shared.get(user)
-                    if common is None:
-                        user_state = _scratch_state(store, _user_key(app_name, user))
-                        common = shared[user] = _prefixed(app_state, user_state, {})
-                    pad = entry.scratchpad or {}
-                    state = pad.get("state", {})  # decoded for this call alone: handed out as it is
-                    state.update(common)
-                    updated = _updated(transcripts.get(entry.session_id), pad)
-                    rows.append((updated, user, unquote(sid), state))
+                for prefix in list_prefixes(app_name, user_id):
+                    transcripts = dict(pj.iter_transcripts(view, prefix=prefix))
+                    for entry in pj.iter_scratchpads(view, prefix=prefix):
+                        pad = entry.scratchpad or {}
+                        names = names_of(entry.session_id, pad)
+                        if entry.status != pj.ACTIVE or names is None or names[0] != app_name:
+                            continue  # (a digest's names are compared: no collision is listed)
+                        _, user, sid = names
+                        if user_id is not None and user != user_id:
+                            continue
+                        common = shared.get(user)
+                        if common is None:
+                            user_state = _scratch_state(store, user_key(app_name, user))
+                            common = shared[user] = _prefixed(app_state, user_state, {})
+                        state = pad.get("state", {})  # decoded for this call alone: handed out
+                        state.update(common)
+                        updated = _updated(transcripts.get(entry.session_id), pad)
+                        rows.append((updated, user, sid, state))
             rows.sort(key=_first_three)
             found = [
                 _listed(
@@ -194,14 +226,21 @@ class SessionlogSessionService(BaseSessionService):
         return ListSessionsResponse.model_construct(sessions=found)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        key = session_key(app_name, user_id, session_id.strip())
+        check_name(app_name, "app_name", "delete_session")
+        check_name(user_id, "user_id", "delete_session")
+        given: object = session_id  # typed as a str, yet ADK's get_session takes None
+        if given is None:  # no session has None for its id: nothing to delete
+            return
+        sid = check_name(given, "session_id", "delete_session").strip()
         try:
-            await self.store.delete(key)
+            await self.store.delete(session_key(app_name, user_id, sid))
         except UnknownSessionError:
             return
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return await self.store.run(_scratch_state, self.store.store, _user_key(app_name, user_id))
+        check_name(app_name, "app_name", "get_user_state")
+        check_name(user_id, "user_id", "get_user_state")
+        return await self.store.run(_scratch_state, self.store.store, user_key(app_name, user_id))
 
     async def fork_session(
         self,
@@ -214,10 +253,18 @@ class SessionlogSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session:
         """A new session of the same user holding this one's events (its first `at_event`),
-        shared, not copied: O(1) in the history's length. Its state starts as the parent's;
-        later events of either never reach the other. The session returned holds the events
-        `config` asks for, as `get_session` gives them (all of them without one;
+        shared, not copied: O(1) in the history's length. Its state is the parent's as of the
+        last event it keeps (see `branch_state`: a cut reads the events after it, and the kept
+        ones only when those changed the session's state); later events of either never reach
+        the other. The session returned holds the events `config` asks for, as `get_session`
+        gives them (all of them without one;
         ``GetSessionConfig(num_recent_events=0)`` reads none, keeping the fork O(1) end to end)."""
+        where = "fork_session"
+        check_name(app_name, "app_name", where)
+        check_name(user_id, "user_id", where)
+        check_name(session_id, "session_id", where)
+        if new_session_id is not None:
+            check_name(new_session_id, "new_session_id", where)
         child = (new_session_id or "").strip() or platform_uuid.new_uuid()
         return await self.store.run(
             self._fork, app_name, user_id, session_id, child, at_event, config
@@ -235,15 +282,23 @@ class SessionlogSessionService(BaseSessionService):
         store = self.store.store
         source, target = session_key(app_name, user_id, sid), session_key(app_name, user_id, child)
         with store.transaction():
-            if not store.exists(source):
+            summary = store.summary(source)
+            if summary is None or summary["status"] != pj.ACTIVE:
                 raise SessionNotFoundError(f"Session {sid} not found.")
             if store.exists(target):
                 raise AlreadyExistsError(f"Session with id {child} already exists.")
+            parent_pad = summary["scratchpad"] or {}
+            pad = {k: v for k, v in parent_pad.items() if k != NAMES}  # the parent's names
             if at_event is None:
                 store.fork(source, target)
             else:
                 store.fork_at(source, at_event, target)
+                length = summary["length"]
+                pad["state"] = branch_state(store, source, min(at_event, length), length, pad)
             store.rename(target, child)
+            names = names_pad(target, app_name, user_id, child)
+            if at_event is not None or names or NAMES in parent_pad:
+                store.set_scratchpad(target, fitting({**pad, **names}))
         # Read once committed: a fork's events are its parent's, which this process may hold
         # decoded already (a transaction's own reads are never kept).
         forked = self._load(store, app_name, user_id, child, config)
@@ -254,18 +309,52 @@ class SessionlogSessionService(BaseSessionService):
     # Events
 
     async def append_event(self, session: Session, event: Event) -> Event:
+        """Store `event` and apply it to `session`. Appends through one session are taken in
+        turn (as ADK's `DatabaseSessionService` takes them), so a session's copy shared by
+        parallel branches of one invocation stays current between them, while another copy that
+        did not see the events stored since is still refused as stale."""
         if event.partial:
             return event
-        self._apply_temp_state(session, event)
+        temp = {
+            k: v
+            for k, v in (event.actions.state_delta or {}).items()
+            if isinstance(k, str) and k.startswith(State.TEMP_PREFIX)
+        }
         event = self._trim_temp_delta_state(event)
+        delta = lasting(event.actions.state_delta or {}, "append_event")
         item = event.model_dump(mode="python", exclude_none=True)
+        if delta:  # stored, and read back, in the form its state takes
+            item["actions"]["state_delta"] = delta
         check_item(item, where="append_event: the event")
-        marker = await self.store.run(self._append, session, event, item)
-        session.last_update_time = event.timestamp
-        session._storage_update_marker = marker
-        return self._commit_event_to_session(session, event)
+        async with self._turn(session):
+            marker, stored = await self.store.run(self._append, session, event, item)
+            if not stored and any(e.id == event.id for e in reversed(session.events)):
+                return event  # a retry through a session that holds the event already
+            session.state.update(temp)  # this invocation's own, never stored
+            session.last_update_time = event.timestamp
+            session._storage_update_marker = marker
+            return self._commit_event_to_session(session, event)
 
-    def _append(self, session: Session, event: Event, item: dict[str, Any]) -> str:
+    @asynccontextmanager
+    async def _turn(self, session: Session) -> AsyncIterator[None]:
+        """Hold the append lock of `session`'s id, made on first use and dropped after its last
+        user, so the marker a writer checks is the one the writer before it left."""
+        key = (session.app_name, session.user_id, session.id)
+        held = self._locks.get(key)
+        if held is None:
+            held = self._locks[key] = _SessionLock()
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if held.users == 0:
+                del self._locks[key]
+
+    def _append(self, session: Session, event: Event, item: dict[str, Any]) -> tuple[str, bool]:
+        """Store the event; returns the session's marker after it, and whether it was stored
+        now (False for a retry of one stored already)."""
         store = self.store.store
         key = session_key(session.app_name, session.user_id, session.id)
         # An idempotency key only where a commit can end with its outcome unknown (PostgreSQL):
@@ -276,26 +365,28 @@ class SessionlogSessionService(BaseSessionService):
             if summary is None or summary["status"] != pj.ACTIVE:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
             before = _transcript(store, key)
-            if _stored_already(store, key, before, event, idempotency_key):
-                return str(summary["version"])
+            if _stored_already(store, key, before, item, idempotency_key):
+                return str(summary["version"]), False
             pad = summary["scratchpad"] or {}
             _check_fresh(session, summary, _updated(before, pad))
             # The event's timestamp, the session's update time from now on, is kept by the
             # projection from the stored item (`Transcript.item_timestamp`): no record of its own.
             store.inject(key, {"item": item}, idempotency_key=idempotency_key)
-            deltas = _session_util.extract_state_delta(dict(event.actions.state_delta or {}))
-            _merge_into(store, _app_key(session.app_name), deltas["app"])
-            _merge_into(store, _user_key(session.app_name, session.user_id), deltas["user"])
+            delta = item["actions"].get("state_delta") or {}
+            deltas = _session_util.extract_state_delta(delta)
+            _merge_into(store, app_key(session.app_name), deltas["app"])
+            _merge_into(store, user_key(session.app_name, session.user_id), deltas["user"])
             # An encrypted session's items are sealed from the projection: there the scratchpad
             # keeps the update time, as it did for every session before.
             # Asked of the projection alone: a last activity equal to the timestamp is no keeping.
             kept = _transcript(store, key).item_timestamp == event.timestamp
             if deltas["session"] or not kept:
-                state = {**pad.get("state", {}), **_storable(deltas["session"])}
+                state = {**pad.get("state", {}), **deltas["session"]}
                 stamp = {} if kept else {"update_time": event.timestamp}
-                store.set_scratchpad(key, {"state": state, **stamp})
+                rest = {k: v for k, v in pad.items() if k != "update_time"}  # names, CREATED
+                store.set_scratchpad(key, fitting({**rest, "state": state, **stamp}))
             # The summary's `version`, read alone (the summary also lists children and clients).
-            return str(_transcript(store, key).version)
+            return str(_transcript(store, key).version), True
 
 
 _PRIVATE_DEFAULTS = {
@@ -328,24 +419,50 @@ def _stored_already(
     store: SessionStore,
     key: str,
     transcript: pj.Transcript,
-    event: Event,
+    item: dict[str, Any],
     idempotency_key: str | None,
 ) -> bool:
-    """Whether this event is a re-delivery of one already stored: the session's newest event
-    (a retried append, whose first try committed), or, under an idempotency key, any of them.
-    An event newer than every event stored so far (the projection keeps the newest timestamp)
-    is none of them, and the newest is then not read."""
+    """Whether this event (as `item`) is a re-delivery of one already stored: the session's
+    newest event (a retried append, whose first try committed), or, under an idempotency key,
+    any of them. An event newer than every event stored so far (the projection keeps the newest
+    timestamp) is none of them, and the newest is then not read. A different event under the id
+    of the one found is refused: dropping it would leave the caller's session ahead of storage."""
     if idempotency_key is not None:
         with store.log.view() as view:  # the transaction's view
-            if view.kv_get(pj.idempotency_key(key, idempotency_key)) is not None:
+            found = view.kv_get(pj.idempotency_key(key, idempotency_key))
+            if found is not None:
+                _same_event(_item_at(view, int.from_bytes(found, "big")), item)
                 return True
     if transcript.length == 0:
         return False
     newest_at = transcript.item_timestamp
-    if newest_at is not None and event.timestamp > newest_at:
+    if newest_at is not None and item["timestamp"] > newest_at:
         return False
     newest = store.messages(key, last=1)[0].get("item")
-    return isinstance(newest, Mapping) and newest.get("id") == event.id
+    if not (isinstance(newest, Mapping) and newest.get("id") == item["id"]):
+        return False
+    _same_event(newest, item)
+    return True
+
+
+def _item_at(view: Any, position: int) -> object:
+    """The item the event at `position` of the log stored (None when it holds none readable:
+    sealed, or truncated away)."""
+    try:
+        [envelope] = view.read(after=position - 1, limit=1)
+    except (TruncatedError, ValueError):  # ValueError: not exactly one envelope read
+        return None
+    data = envelope.data
+    return data.message.item if isinstance(data, ev.MessageInjected) else None
+
+
+def _same_event(stored: object, item: dict[str, Any]) -> None:
+    """Refuse `item` unless it is the event stored under its id (or that one cannot be read)."""
+    if isinstance(stored, Mapping) and dict(stored) != item:
+        raise AlreadyExistsError(
+            f"append_event: another event with id {item['id']!r} is stored already; "
+            "an event is stored once, under an id of its own"
+        )
 
 
 def _check_fresh(session: Session, summary: Mapping[str, Any], updated: float) -> None:
@@ -434,15 +551,15 @@ def _merge_into(store: SessionStore, key: str, delta: dict[str, Any]) -> None:
         return
     if not store.exists(key):
         store.open_session(key)
-    state = {**_scratch_state(store, key), **_storable(delta)}
+    state = {**_scratch_state(store, key), **delta}
     store.set_scratchpad(key, {"state": state})
 
 
 def _merged(
     store: SessionStore, app_name: str, user_id: str, session_state: dict[str, Any]
 ) -> dict[str, Any]:
-    app_state = _scratch_state(store, _app_key(app_name))
-    return _prefixed(app_state, _scratch_state(store, _user_key(app_name, user_id)), session_state)
+    app_state = _scratch_state(store, app_key(app_name))
+    return _prefixed(app_state, _scratch_state(store, user_key(app_name, user_id)), session_state)
 
 
 def _prefixed(
@@ -452,13 +569,3 @@ def _prefixed(
     merged.update({State.APP_PREFIX + k: v for k, v in app_state.items()})
     merged.update({State.USER_PREFIX + k: v for k, v in user_state.items()})
     return merged
-
-
-def _storable(state: dict[str, Any]) -> dict[str, Any]:
-    """State values as stored: kept as they are when they can be, else in ADK's own JSON-safe
-    form (as ADK's SQL services store them)."""
-    try:
-        check_item(state, where="state")
-    except ValueError:
-        return _session_util.make_json_safe_state(state)
-    return state

@@ -25,7 +25,7 @@ from pydantic import Field
 import eventlog._transaction
 import projections as pj
 from integrations.adk import SessionlogSessionService, session_key
-from sessions import LocalKeyProvider, SessionStore
+from sessions import InvalidArgumentError, LimitExceededError, LocalKeyProvider, SessionStore
 
 APP, USER = "weather-app", "u-1"
 
@@ -491,5 +491,181 @@ def test_an_encrypted_event_stamped_at_its_append_time_still_moves_the_update_ti
             got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
             assert got is not None and got.last_update_time == at
         await service.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_concurrent_appends_through_one_session_are_taken_in_turn(tmp_path: Path) -> None:
+    """Parallel branches of one invocation share its session and append at once: each append
+    must see the marker the one before it left, while another copy is still refused."""
+
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        other = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        events = [_event(f"e{i}") for i in range(10)]
+        await asyncio.gather(*(service.append_event(session, e) for e in events))
+        assert [e.id for e in session.events] == [e.id for e in events]
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and [e.id for e in got.events] == [e.id for e in events]
+        assert other is not None
+        stale = [
+            service.append_event(other, _event("stale")),
+            service.append_event(got, _event("x")),
+        ]
+        outcome = await asyncio.gather(*stale, return_exceptions=True)
+        assert isinstance(outcome[0], StaleSessionError) and isinstance(outcome[1], Event)
+        assert service._locks == {}  # none kept once its appends are done
+
+    asyncio.run(main())
+
+
+def test_state_values_adk_accepts_are_stored_as_its_sql_services_store_them(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        values = {
+            "aware": datetime(2024, 1, 1, tzinfo=UTC),
+            "naive": datetime(2024, 1, 1, 12, 0),
+            "set": {1, 2},
+            "tuple": (1, (2, 3)),
+            "bytes": b"abc",
+            "temp:anything": object(),  # never stored: may hold anything
+        }
+        want = {
+            "aware": "2024-01-01T00:00:00Z",
+            "naive": "2024-01-01T12:00:00",
+            "set": [1, 2],
+            "tuple": [1, [2, 3]],
+            "bytes": "abc",
+        }
+        created = await service.create_session(
+            app_name=APP, user_id=USER, session_id="c", state=values
+        )
+        assert created.state == want
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="a")
+        delta = {**values, "app:when": values["naive"], "user:tags": values["set"]}
+        await service.append_event(session, _event("x", state_delta=delta))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="a")
+        assert got is not None
+        assert got.state == {**want, "app:when": want["naive"], "user:tags": [1, 2]}
+        assert got.events[0].actions.state_delta == {
+            **want,
+            "app:when": want["naive"],
+            "user:tags": [1, 2],
+        }
+        for bad in (object(), b"\xff", float("nan"), 2**80):  # no JSON form the store keeps
+            with pytest.raises(InvalidArgumentError, match="'bad'"):
+                await service.create_session(
+                    app_name=APP, user_id=USER, session_id="never", state={"bad": bad}
+                )
+            with pytest.raises(InvalidArgumentError, match="'bad'"):
+                await service.append_event(
+                    got, _event("no", state_delta={"user:ok": 1, "bad": bad})
+                )
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="never") is None
+        again = await service.get_session(app_name=APP, user_id=USER, session_id="a")
+        assert again is not None and len(again.events) == 1 and "user:ok" not in again.state
+
+    asyncio.run(main())
+
+
+def test_only_a_retry_of_the_same_event_is_taken_as_stored(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        first = _event("one", at=100.0, state_delta={"x": 1})
+        await service.append_event(session, first)
+        await service.append_event(session, first)  # the same event again: a retry
+        assert len(session.events) == 1
+        impostor = _event("two", at=100.0, state_delta={"x": 2})
+        impostor.id = first.id
+        with pytest.raises(AlreadyExistsError):
+            await service.append_event(session, impostor)
+        assert [e.content.parts[0].text for e in session.events] == ["one"]
+        assert session.state["x"] == 1  # nothing of it applied to the caller's session
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and got.events == session.events and got.state["x"] == 1
+        await service.append_event(session, _event("next"))  # the session's marker is current
+
+    asyncio.run(main())
+
+
+def test_a_fork_at_an_event_has_the_state_as_of_that_event(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(
+            app_name=APP, user_id=USER, session_id="p", state={"made": "at creation", "n": 0}
+        )
+        deltas = [{"n": 1, "app:a": 1}, {"n": 2, "late": True, "user:u": 2}, {"made": "later"}]
+        for i, delta in enumerate(deltas):
+            await service.append_event(session, _event(f"e{i}", state_delta=delta))
+
+        async def fork(source: str, child: str, at: int | None) -> dict[str, Any]:
+            forked = await service.fork_session(
+                app_name=APP, user_id=USER, session_id=source, new_session_id=child, at_event=at
+            )
+            got = await service.get_session(app_name=APP, user_id=USER, session_id=child)
+            assert got is not None and got.state == forked.state
+            return forked.state
+
+        shared = {"app:a": 1, "user:u": 2}  # not the session's: shared, as it is now
+        assert await fork("p", "b0", 0) == {"made": "at creation", "n": 0, **shared}
+        assert await fork("p", "b1", 1) == {"made": "at creation", "n": 1, **shared}
+        assert await fork("p", "b2", 2) == {"made": "at creation", "n": 2, "late": True, **shared}
+        assert await fork("p", "b9", 9) == await fork("p", "all", None) == session.state
+        assert await fork("b2", "b2-1", 1) == {"made": "at creation", "n": 1, **shared}
+
+    asyncio.run(main())
+
+
+def test_long_and_non_ascii_names_each_fit_as_adks_database_service_takes_them(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        app, user = "customer_support_agent_prod_v2", "ab" * 32
+        long_id = "旅" * 128
+        session = await service.create_session(
+            app_name=app, user_id=user, session_id=long_id, state={"k": 1, "app:a": 1, "user:u": 1}
+        )
+        await service.append_event(session, _event("x", state_delta={"k": 2}))
+        short = await service.create_session(app_name=app, user_id=user, session_id="s")
+        assert session_key(app, user, "s") == f"adk:{app}/{user}/s"  # short names stay readable
+        got = await service.get_session(app_name=app, user_id=user, session_id=long_id)
+        assert got is not None and got.state == {"k": 2, "app:a": 1, "user:u": 1}
+        listed = (await service.list_sessions(app_name=app, user_id=user)).sessions
+        assert sorted((s.id, s.user_id, s.state["k"]) for s in listed if s.id != "s") == [
+            (long_id, user, 2)
+        ]
+        assert {s.id for s in (await service.list_sessions(app_name=app)).sessions} == {
+            long_id,
+            short.id,
+        }
+        fork = await service.fork_session(
+            app_name=app, user_id=user, session_id=long_id, new_session_id="f", at_event=0
+        )
+        assert fork.state["k"] == 1
+        forks = (await service.list_sessions(app_name=app, user_id=user)).sessions
+        assert sorted(s.id for s in forks) == sorted([long_id, "s", "f"])
+        await service.delete_session(app_name=app, user_id=user, session_id=long_id)
+        assert await service.get_session(app_name=app, user_id=user, session_id=long_id) is None
+        with pytest.raises(LimitExceededError, match=r"`session_id`.*129"):
+            await service.create_session(app_name=app, user_id=user, session_id="x" * 129)
+
+    asyncio.run(main())
+
+
+def test_a_name_that_is_no_string_is_refused_naming_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        with pytest.raises(InvalidArgumentError, match=r"`app_name`.*NoneType"):
+            await service.create_session(app_name=None, user_id=USER)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match=r"`user_id`.*int"):
+            await service.create_session(app_name=APP, user_id=5)  # type: ignore[arg-type]
+        none: Any = None  # ADK's own services answer a None session id with None
+        assert await service.get_session(app_name=APP, user_id=USER, session_id=none) is None
+        assert (await service.list_sessions(app_name=APP)).sessions == []
 
     asyncio.run(main())
