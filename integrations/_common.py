@@ -36,7 +36,7 @@ def async_store(
     if isinstance(store, AsyncSessionStore):
         return store
     if isinstance(store, (str, os.PathLike)):
-        where = os.path.abspath(os.fspath(store))
+        where = os.path.realpath(os.fspath(store))  # one face per store, however it is reached
         opened = _by_path.get(where)
         if opened is None or opened.log.closed:
             opened = _by_path[where] = SessionStore.open(where)

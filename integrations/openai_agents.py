@@ -2,7 +2,8 @@
 
 Pass it where the SDK takes a session (`Runner.run(agent, input, session=...)`). Each item the SDK
 adds is stored verbatim as one transcript item, so `get_items` gives back exactly what was added.
-`add_items` is one atomic commit, so a batch is stored whole or not at all. Where a commit can end
+`add_items` is one atomic commit, so a batch is stored whole or not at all (on a new session id,
+opening the session is part of that commit). Where a commit can end
 with its outcome unknown (PostgreSQL, when the connection drops during COMMIT) it carries an
 idempotency key and is retried under it, so a batch is never stored twice; an LMDB commit has
 either happened or written nothing, so it needs no key (and stores none).
@@ -10,7 +11,9 @@ either happened or written nothing, so it needs no key (and stores none).
 With `compaction=ContextPolicy(summarizer=...)`, the SDK's compaction hook (`run_compaction`, called
 after a turn) writes a summarization checkpoint when the history passes the policy's threshold, and
 `get_items` gives the model the history from the latest checkpoint on (its summary, then the newer
-items); the store keeps every item.
+items); the store keeps every item. `run_compaction({"force": True})` summarizes below the
+threshold too. The summarizer (a plain function, or an `async def`) is never run on the store's
+worker thread, so the other sessions' reads go on while it calls its model.
 
 Every method accepts the SDK's optional `wrapper` (the run's context); give `route` to pick the
 stored session from it, e.g. one per tenant: ``route=lambda w, sid: f"{w.context.tenant}/{sid}"``.
@@ -20,7 +23,10 @@ is made.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,6 +37,7 @@ import msgspec
 from eventlog import OutcomeUnknownError
 from integrations._common import async_store, require
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore, UnknownSessionError
+from sessions._context import _checkpoint_events
 from sessions._messages import item_copier
 from sessions.aio import AsyncSessionStore
 
@@ -39,8 +46,11 @@ if TYPE_CHECKING:
     from agents.memory import SessionSettings
 
 Route = Callable[["RunContextWrapper[Any] | None", str], str]
+Asked = tuple[list[dict[str, Any]], dict[str, Any]]
+"""The messages a summarizer is asked to summarize, and the options it is given."""
 
 _ATTEMPTS = 3
+logger = logging.getLogger("sessionlog.integrations")
 
 
 class SessionlogSession:
@@ -70,6 +80,8 @@ class SessionlogSession:
             if session_settings is None
             else coerce_session_settings(session_settings)
         )
+        if isinstance(store, (str, os.PathLike)):  # one store per place, however it is reached
+            store = os.path.realpath(os.fspath(store))
         self.store = async_store(store)
         self.route = route
         self.compaction = None if compaction is None else _for_items(compaction)
@@ -90,6 +102,8 @@ class SessionlogSession:
         items, read without the ones before."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
+        if limit is not None and limit < 0:  # as SQLiteSession (SQLite's LIMIT -1): no limit
+            limit = None
         sid = self._sid(wrapper)
         try:
             if self.compaction is None:
@@ -115,6 +129,8 @@ class SessionlogSession:
         to make your own retries safe as well."""
         if not items:
             return
+        for index, item in enumerate(items):
+            _check_item(index, item)
         sid = self._sid(wrapper)
         key = idempotency_key
         if key is None and self.store.store.log.outcome_may_be_unknown:
@@ -122,8 +138,11 @@ class SessionlogSession:
         entries = [{"role": _role(item), "item": item} for item in items]
         for attempt in range(_ATTEMPTS):
             try:
-                await self._ensure(sid)
-                await self.store.inject_many(sid, entries, idempotency_key=key)
+                if sid in self._opened:
+                    await self.store.inject_many(sid, entries, idempotency_key=key)
+                else:  # open it in the same commit: a refused batch leaves no session behind
+                    await self.store._write(_open_and_add, self.store.store, sid, entries, key)
+                    self._opened.add(sid)
                 return
             except UnknownSessionError:  # deleted meanwhile: open it again and retry
                 self._opened.discard(sid)
@@ -158,16 +177,32 @@ class SessionlogSession:
         wrapper: RunContextWrapper[Any] | None = None,
     ) -> None:
         """The SDK's compaction hook: with a `compaction` policy, summarize the older turns into
-        a checkpoint when the history is over the policy's threshold (`store.maintain_context`);
-        without one, nothing. The summarizer is given SDK items and returns the summary text."""
+        a checkpoint when the history is over the policy's threshold, or whenever `args` has
+        ``force`` (`store.maintain_context`); without one, nothing. The summarizer is given SDK
+        items and returns the summary text.
+
+        What to summarize is read on the store's worker, the summarizer runs on a thread of its
+        own (or in the loop, if it is async), and the checkpoint commits through
+        `maintain_context` only if it still summarizes the same messages; if they changed
+        meanwhile, it starts again."""
         if self.compaction is None:
             return
+        rules = self.compaction
+        if args is not None and args.get("force"):
+            rules = _forced(rules)
+        summarize = rules.summarizer
+        sid = self._sid(wrapper)
         try:
-            await self.store.run(
-                self.store.store.maintain_context, self._sid(wrapper), policy=self.compaction
-            )
+            for _attempt in range(_ATTEMPTS):
+                asked = await self.store.run(_asked, self.store.store, sid, rules)
+                answer: Any = None
+                if asked is not None:
+                    answer = await _summary(summarize, asked)
+                if await self.store.run(_commit, self.store.store, sid, rules, asked, answer):
+                    return
         except UnknownSessionError:
             return
+        logger.warning("run_compaction: `%s` kept changing while summarized; skipped", sid)
 
     async def fork(
         self,
@@ -188,6 +223,87 @@ class SessionlogSession:
         forked.compaction = self.compaction
         forked._opened.add(child)
         return forked
+
+
+def _check_item(index: int, item: object) -> None:
+    """Refuse what is not an input item (a mapping, or a model of one) before anything is
+    written: stored, it would come back as some other item."""
+    if not isinstance(item, Mapping) and not hasattr(item, "model_dump"):
+        raise InvalidArgumentError(
+            f"SessionlogSession.add_items: items[{index}] must be a mapping (an input item), "
+            f"got {type(item).__name__}",
+            index=index,
+            where="add_items",
+        )
+
+
+def _open_and_add(
+    store: SessionStore, sid: str, entries: list[dict[str, Any]], key: str | None
+) -> int:
+    """Open the session and append `entries`: one command, so one commit."""
+    store.open_session(sid)
+    return store.inject_many(sid, entries, idempotency_key=key)
+
+
+def _asked(store: SessionStore, sid: str, rules: ContextPolicy) -> Asked | None:
+    """On the worker: what `maintain_context` would now ask the summarizer (None if nothing),
+    decided as it decides, with a stand-in that only takes note of the question."""
+    asked: list[Asked] = []
+
+    def note(messages: list[dict[str, Any]], **options: Any) -> str:
+        asked.append((messages, options))
+        return "noted"
+
+    with store.log.view() as view:
+        seen = store._context_view(view, store._state(view, sid, "maintain_context"))
+    counter = rules.token_counter or store.token_counter
+    _checkpoint_events(seen, dataclasses.replace(rules, summarizer=note), counter)
+    return asked[0] if asked else None
+
+
+async def _summary(summarize: Any, asked: Asked) -> Any:
+    """The summarizer's answer to `asked`, or the exception it raised (recorded by `_commit` as
+    `maintain_context` records it): off the store's worker, awaited if it is async."""
+    messages, options = asked
+    items = [_item_of(message) for message in messages]
+    try:
+        if inspect.iscoroutinefunction(summarize):
+            return await summarize(items, **options)
+        answer = await asyncio.to_thread(summarize, items, **options)
+        return await answer if inspect.isawaitable(answer) else answer
+    except Exception as exc:  # noqa: BLE001 - recorded as the summary's failure, never raised
+        return _Failed(exc)
+
+
+class _Failed:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class _Changed(BaseException):
+    """The messages to summarize are no longer the ones summarized. Not an `Exception`, so that
+    `maintain_context` does not record it as the summarizer's failure: it stops before writing
+    the checkpoint, and `run_compaction` starts again."""
+
+
+def _commit(
+    store: SessionStore, sid: str, rules: ContextPolicy, asked: Asked | None, answer: Any
+) -> bool:
+    """On the worker: `maintain_context` with `answer`, the summary made for `asked`, as its
+    summarizer; False if it asked for another summary (the history changed meanwhile)."""
+
+    def given(messages: list[dict[str, Any]], **options: Any) -> Any:
+        if asked is None or (messages, options) != asked:
+            raise _Changed
+        if isinstance(answer, _Failed):
+            raise answer.error
+        return answer
+
+    try:
+        store.maintain_context(sid, policy=dataclasses.replace(rules, summarizer=given))
+    except _Changed:
+        return False
+    return True
 
 
 def _items(store: SessionStore, sid: str, last: int | None) -> list[Any]:
@@ -223,13 +339,16 @@ def _item_tokens(entry: Mapping[str, Any]) -> int:
 
 
 def _for_items(policy: ContextPolicy) -> ContextPolicy:
-    """`policy` with its summarizer given SDK items and its tokens counted on items."""
-    summarize = policy.summarizer
-    if summarize is None:
+    """`policy` with its tokens counted on items (its summarizer is given items by
+    `_summary`)."""
+    if policy.summarizer is None:
         raise InvalidArgumentError("SessionlogSession: `compaction` needs a summarizer")
-
-    def on_items(messages: list[dict[str, Any]], **options: Any) -> Any:
-        return summarize([_item_of(m) for m in messages], **options)
-
     counter = policy.token_counter or _item_tokens
-    return dataclasses.replace(policy, summarizer=on_items, token_counter=counter)
+    return dataclasses.replace(policy, token_counter=counter)
+
+
+def _forced(policy: ContextPolicy) -> ContextPolicy:
+    """`policy` summarizing at any size: a threshold of no tokens (the smallest ratio the policy
+    takes that rounds down to none) and no least number of messages."""
+    ratio = 0.5 / policy.window_tokens
+    return dataclasses.replace(policy, summarize_ratio=ratio, summarize_messages_min=0)

@@ -6,6 +6,13 @@ the order they were awaited: the engine's read cache is not shared between threa
 queued for the store's group commit in the order they were awaited and their futures awaited, so
 concurrent tasks share durable commits with each other and with the store's other writers (see
 `sessions/_group.py`); a write and a read awaited concurrently are not ordered between themselves.
+
+A write once queued commits or is refused whatever its caller does next. So a task cancelled
+while it awaits a write is not let go at once: it waits for that outcome, then raises
+`CancelledError` (a write refused meanwhile raises the cancellation, not the refusal). When the
+caller sees the cancellation the store no longer changes under it, and it can read what is there
+before it retries. A read cancelled before the worker reaches it does not run. Once `aclose` has
+run, every verb raises `LogClosedError`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from eventlog import LogClosedError
+from sessions._group import outcome
 from sessions._handoff import Door, Outcome, door, hand_over
 from sessions._store import SessionStore
 
@@ -65,6 +74,10 @@ def _answer(future: Outcome[T], gate: Door | None, job: Callable[[], T]) -> None
         hand_over(future, gate, value, None)
 
 
+def _name_of(function: Callable[..., Any]) -> str:
+    return getattr(function, "__name__", None) or type(function).__name__
+
+
 def _new_worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionlog-aio")
 
@@ -98,14 +111,21 @@ class AsyncSessionStore:
         loop = asyncio.get_running_loop()
         future: Outcome[T] = Outcome(loop=loop)
         job = functools.partial(function, *args, **kwargs)
-        self._worker.submit(_answer, future, door(loop), job)
+        try:
+            self._worker.submit(_answer, future, door(loop), job)
+        except RuntimeError:  # the worker was stopped by `aclose`
+            raise LogClosedError(f"{_name_of(function)}: the store is closed") from None
         return await future
 
-    def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
-        """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit: the
-        future of its result, to await at once (see the module doc). A plain call, not a
-        coroutine: the verb's own coroutine awaits the future, with no second one between."""
-        return self.store._group.submit(functools.partial(verb, *args, **kwargs))
+    async def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit and
+        await its result; cancelled, it raises only once the write is settled (see the module
+        doc)."""
+        queued = self.store._group.submit(functools.partial(verb, *args, **kwargs))
+        value, cancelled = await outcome(queued)
+        if cancelled:
+            raise asyncio.CancelledError
+        return value
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `function(*args, **kwargs)` on the store's worker thread and wait for it: for
@@ -113,7 +133,11 @@ class AsyncSessionStore:
         nor from a coroutine)."""
         if threading.current_thread() in self._worker._threads:
             return function(*args, **kwargs)  # already on the worker (a nested call)
-        return self._worker.submit(function, *args, **kwargs).result()
+        try:
+            pending = self._worker.submit(function, *args, **kwargs)
+        except RuntimeError:  # the worker was stopped by `aclose`
+            raise LogClosedError(f"{_name_of(function)}: the store is closed") from None
+        return pending.result()
 
     async def aclose(self) -> None:
         """Close the store (after every call already awaited) and stop the worker."""

@@ -44,9 +44,9 @@ def test_a_cancelled_caller_still_commits_and_the_next_write_runs(store: Session
                 assert time.monotonic() < deadline, "the write never queued"
                 await asyncio.sleep(0.001)
             task.cancel()
+            batch.finish()  # cancelled, the task waits until its queued write has committed
             with pytest.raises(asyncio.CancelledError):
                 await task
-            batch.finish()
             await face.inject("b", message("after"))
         finally:
             face._worker.shutdown(wait=True)

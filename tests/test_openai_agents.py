@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,12 @@ from agents import (
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from eventlog import OutcomeUnknownError
+from eventlog import LogClosedError, OutcomeUnknownError
 from eventlog import events as ev
 from integrations.openai_agents import SessionlogSession, async_store
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore
 from tests.conftest import open_store, store_target_of
+from tests.test_aio_cancel import cancel_behind
 
 set_tracing_disabled(True)  # no tracing exporter: the tests talk to no service
 WORKER = Path(__file__).with_name("_openai_agents_worker.py")
@@ -149,23 +151,27 @@ def test_a_commit_of_unknown_outcome_is_retried_without_duplicating(tmp_path: Pa
 
     async def main() -> None:
         session = SessionlogSession("s", store=store)
-        real = session.store.inject_many
+        real = session.store._write  # every write of the face goes through it
         failures: list[str] = []
 
-        async def committed_then_lost(*args: Any, **kwargs: Any) -> int:
+        async def committed_then_lost(*args: Any, **kwargs: Any) -> Any:
             written = await real(*args, **kwargs)  # the commit reaches the disk ...
             if not failures:
                 failures.append("lost")  # ... but its acknowledgement is lost once
                 raise OutcomeUnknownError("commit outcome unknown")
             return written
 
-        session.store.inject_many = committed_then_lost  # type: ignore[method-assign]
+        session.store._write = committed_then_lost  # type: ignore[method-assign]
         try:
             await session.add_items([{"role": "user", "content": "once"}])
+            await session.add_items([{"role": "user", "content": "twice"}])
         finally:
-            del session.store.inject_many
+            del session.store._write
         assert failures == ["lost"]
-        assert await session.get_items() == [{"role": "user", "content": "once"}]
+        assert await session.get_items() == [
+            {"role": "user", "content": "once"},
+            {"role": "user", "content": "twice"},
+        ]
         await session.store.aclose()
 
     asyncio.run(main())
@@ -327,5 +333,266 @@ def test_run_compaction_writes_a_summary_checkpoint_the_model_then_sees(tmp_path
         store = session.store.store
         assert len(store.messages("s")) == 8 + 2 * len(summarized)  # every item kept
         assert await session.get_items(1) == [seen[-1]]
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_add_items_raises_once_its_batch_is_stored(tmp_path: Path) -> None:
+    """As the SDK's `SQLiteSession`: cancelled while its commit is queued, `add_items` raises
+    `CancelledError` only once the batch is stored, so the caller can tell before it retries."""
+
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        await session.add_items([{"role": "user", "content": "hello"}])
+        turn = [{"role": "assistant", "content": "hi"}, {"type": "x", "n": 1}]
+        await cancel_behind(session.store, session.add_items(turn))  # type: ignore[arg-type]
+        assert await session.get_items() == [{"role": "user", "content": "hello"}, *turn]
+        await cancel_behind(session.store, session.pop_item())
+        assert await session.get_items() == [{"role": "user", "content": "hello"}, turn[0]]
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def compaction_policy(summarizer: Any, **options: Any) -> ContextPolicy:
+    rules: dict[str, Any] = {
+        "window_tokens": 400,
+        "summarize_ratio": 0.5,
+        "summarize_messages_min": 4,
+        "keep_turns": 1,
+        **options,
+    }
+    return ContextPolicy(summarizer=summarizer, **rules)
+
+
+async def add_turns(session: SessionlogSession, count: int, *, first: int = 0) -> None:
+    for i in range(first, first + count):
+        await session.add_items(
+            [
+                {"role": "user", "content": f"q{i} " + "q" * 300},
+                {"role": "assistant", "content": f"a{i} " + "z" * 300},
+            ]
+        )
+
+
+def test_the_summarizer_runs_off_the_stores_worker(tmp_path: Path) -> None:
+    """While one session's summarizer waits for its model, every read of the store goes on;
+    the checkpoint then commits."""
+    entered, release = threading.Event(), threading.Event()
+    threads: list[str] = []
+
+    def summarizer(items: list[Any], **options: Any) -> str:
+        threads.append(threading.current_thread().name)
+        entered.set()
+        assert release.wait(30), "the test never let the summarizer go"
+        return f"summary of {len(items)} items"
+
+    async def main() -> None:
+        path = tmp_path / "store"
+        compacting = SessionlogSession("a", store=path, compaction=compaction_policy(summarizer))
+        other = SessionlogSession("b", store=path)
+        await other.add_items([{"role": "user", "content": "hi"}])
+        await add_turns(compacting, 4)
+        task = asyncio.create_task(compacting.run_compaction({"response_id": "r"}))
+        try:
+            assert await asyncio.to_thread(entered.wait, 30), "the summarizer was never called"
+            # on the store's one worker, as before, this read waited for the summarizer
+            read = await asyncio.wait_for(other.get_items(), 10)
+            assert read == [{"role": "user", "content": "hi"}]
+            assert len(await asyncio.wait_for(compacting.get_items(), 10)) == 8
+        finally:
+            release.set()
+        await task
+        seen = await compacting.get_items()
+        assert seen[1] == {"role": "assistant", "content": "summary of 6 items"}
+        assert not any(name.startswith("sessionlog-aio") for name in threads)
+        await compacting.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_summary_of_a_history_changed_meanwhile_is_made_again(tmp_path: Path) -> None:
+    """The checkpoint commits only for the messages its summary was made of: a turn added while
+    the summarizer ran moves what is summarized, and the summarizer is asked again."""
+    entered, release = threading.Event(), threading.Event()
+    asked: list[int] = []
+
+    def summarizer(items: list[Any], **options: Any) -> str:
+        asked.append(len(items))
+        entered.set()
+        assert release.wait(30), "the test never let the summarizer go"
+        return f"summary of {len(items)} items"
+
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        session.compaction = SessionlogSession(
+            "s", store=session.store, compaction=compaction_policy(summarizer)
+        ).compaction
+        await add_turns(session, 4)
+        task = asyncio.create_task(session.run_compaction())
+        try:
+            assert await asyncio.to_thread(entered.wait, 30), "the summarizer was never called"
+            await add_turns(session, 1, first=4)  # the turn kept moves on: more to summarize
+        finally:
+            release.set()
+        await task
+        assert asked == [6, 8]
+        seen = await session.get_items()
+        assert seen[1] == {"role": "assistant", "content": "summary of 8 items"}
+        assert [item["content"][:2] for item in seen[2:]] == ["q4", "a4"]
+        events = [type(e.data).__name__ for e in session.store.store.log.read(after=0, limit=99)]
+        assert events.count("ContextCompacted") == 1
+        assert "ContextCompactionFailed" not in events
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_async_summarizer_is_awaited_in_the_loop(tmp_path: Path) -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def summarizer(items: list[Any], **options: Any) -> str:
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        return f"async summary of {len(items)} items"
+
+    async def main() -> None:
+        session = SessionlogSession(
+            "s", store=tmp_path / "store", compaction=compaction_policy(summarizer)
+        )
+        await add_turns(session, 4)
+        await session.run_compaction({"response_id": "r"})
+        assert loops == [asyncio.get_running_loop()]
+        seen = await session.get_items()
+        assert seen[1] == {"role": "assistant", "content": "async summary of 6 items"}
+        assert len(seen) == 4  # the checkpoint pair and the last turn
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_force_compacts_below_the_threshold(tmp_path: Path) -> None:
+    asked: list[int] = []
+
+    def summarizer(items: list[Any], **options: Any) -> str:
+        asked.append(len(items))
+        return "summary"
+
+    async def main() -> None:
+        policy = compaction_policy(summarizer, window_tokens=100_000, summarize_messages_min=6)
+        session = SessionlogSession("s", store=tmp_path / "store", compaction=policy)
+        for i in range(2):
+            await session.add_items(
+                [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+            )
+        await session.run_compaction({"response_id": "r"})
+        await session.run_compaction({"force": False})
+        assert asked == [] and len(await session.get_items()) == 4
+        await session.run_compaction({"response_id": "r", "force": True})
+        assert asked == [2]
+        seen = await session.get_items()
+        assert seen[1] == {"role": "assistant", "content": "summary"} and len(seen) == 4
+        assert seen[2:] == [
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "a1"},
+        ]
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_negative_limit_gives_the_whole_history_as_sqlite_session_does(tmp_path: Path) -> None:
+    items = [{"role": "user", "content": f"m{i}"} for i in range(3)]
+
+    async def main() -> None:
+        theirs = SQLiteSession("s", tmp_path / "sqlite.db")
+        path = tmp_path / "store"
+        plain = SessionlogSession("a", store=path)
+        compacting = SessionlogSession(
+            "b", store=path, compaction=ContextPolicy(summarizer=lambda items, **o: "s")
+        )
+        settled = SessionlogSession("c", store=path, session_settings=SessionSettings(limit=-1))
+        for session in (theirs, plain, compacting, settled):
+            await session.add_items(items)  # type: ignore[arg-type]
+        assert await theirs.get_items(-1) == items
+        for ours in (plain, compacting, settled):
+            assert await ours.get_items(-1) == items
+            assert await ours.get_items(-5) == items
+            assert await ours.get_items(0) == await theirs.get_items(0) == []
+        assert await settled.get_items() == items
+        assert await settled.get_items(1) == items[2:]
+        await plain.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_refused_first_batch_leaves_no_session(tmp_path: Path) -> None:
+    """Opening a new session is part of its first batch's commit: refused, it writes nothing."""
+
+    async def main() -> None:
+        session = SessionlogSession("new", store=tmp_path / "store")
+        store = session.store.store
+        with pytest.raises(InvalidArgumentError, match=r"messages\[0\]"):
+            await session.add_items([{"type": "function_call", "arguments": (1, 2)}])  # type: ignore[list-item]
+        assert not store.exists("new")
+        assert list(store.log.read(after=0, limit=10)) == []
+        assert await session.get_items() == []
+        await session.add_items([{"role": "user", "content": "a"}])
+        assert await session.get_items() == [{"role": "user", "content": "a"}]
+        kinds = [type(e.data).__name__ for e in store.log.read(after=0, limit=10)]
+        assert kinds == ["SessionOpened", "MessagesInjected"]
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_item_that_is_not_a_mapping_is_refused_by_its_index(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = SessionlogSession("s", store=tmp_path / "store")
+        for bad in (None, "text", 3, ["role", "user"]):
+            with pytest.raises(InvalidArgumentError, match=r"items\[1\]") as refused:
+                await session.add_items([{"role": "user", "content": "a"}, bad])  # type: ignore[list-item]
+            assert refused.value.index == 1
+        assert not session.store.store.exists("s")
+        assert list(session.store.store.log.read(after=0, limit=10)) == []
+        await session.store.aclose()
+
+    asyncio.run(main())
+
+
+def test_after_aclose_every_method_raises_log_closed(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = SessionlogSession(
+            "s", store=tmp_path / "store", compaction=compaction_policy(lambda i, **o: "s")
+        )
+        await session.add_items([{"role": "user", "content": "a"}])
+        await session.store.aclose()
+        calls = {
+            "get_items": session.get_items,
+            "get_items(limit)": lambda: session.get_items(1),
+            "run_compaction": lambda: session.run_compaction({"force": True}),
+            "add_items": lambda: session.add_items([{"role": "user", "content": "b"}]),
+            "pop_item": session.pop_item,
+            "clear_session": session.clear_session,
+        }
+        for name, call in calls.items():
+            with pytest.raises(LogClosedError):
+                await call()
+                pytest.fail(f"{name} after aclose did not raise")
+
+    asyncio.run(main())
+
+
+def test_a_store_reached_through_a_symlink_is_the_same_store(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+
+    async def main() -> None:
+        one = SessionlogSession("s", store=tmp_path / "real" / "store")
+        two = SessionlogSession("s", store=str(tmp_path / "link" / "store"))
+        assert two.store is one.store
+        await one.add_items([{"role": "user", "content": "a"}])
+        assert await two.get_items() == [{"role": "user", "content": "a"}]
+        await one.store.aclose()
 
     asyncio.run(main())
