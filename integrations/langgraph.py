@@ -398,24 +398,27 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         if channel not in values:
             return ["e"]
         value = values[channel]
-        if channel not in whole:
-            whole[channel] = self.serde.dumps_typed(value)
-        stored = ["v", *whole[channel]]
+
+        def stored() -> builtins.list[Any]:  # serialized only when stored whole, and once
+            if channel not in whole:
+                whole[channel] = self.serde.dumps_typed(value)
+            return ["v", *whole[channel]]
+
         listed = elements.get(channel)
         parent = thread.checkpoints.get(ns, {}).get(parent_id or "")
         if listed is None or parent is None:
-            return stored
+            return stored()
         base_version = self.serde.loads_typed(parent.checkpoint)["channel_versions"].get(channel)
         if base_version is None:
-            return stored
+            return stored()
         kind, base = self._value(thread, ns, channel, base_version, parent_id)
         if kind != "list":
-            return stored
+            return stored()
         if base_version == version:
-            return None if listed == base else stored
+            return None if listed == base else stored()
         if base and len(listed) > len(base) and listed[: len(base)] == base:
             return ["x", base_version, *self.serde.dumps_typed(value[len(base) :])]
-        return stored
+        return stored()
 
     def put_writes(
         self,
