@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -37,7 +36,6 @@ import msgspec
 from eventlog import OutcomeUnknownError
 from integrations._common import async_store, require
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore, UnknownSessionError
-from sessions._context import _checkpoint_events
 from sessions._messages import item_copier
 from sessions.aio import AsyncSessionStore
 
@@ -46,11 +44,8 @@ if TYPE_CHECKING:
     from agents.memory import SessionSettings
 
 Route = Callable[["RunContextWrapper[Any] | None", str], str]
-Asked = tuple[list[dict[str, Any]], dict[str, Any]]
-"""The messages a summarizer is asked to summarize, and the options it is given."""
 
 _ATTEMPTS = 3
-logger = logging.getLogger("sessionlog.integrations")
 
 
 class SessionlogSession:
@@ -80,8 +75,6 @@ class SessionlogSession:
             if session_settings is None
             else coerce_session_settings(session_settings)
         )
-        if isinstance(store, (str, os.PathLike)):  # one store per place, however it is reached
-            store = os.path.realpath(os.fspath(store))
         self.store = async_store(store)
         self.route = route
         self.compaction = None if compaction is None else _for_items(compaction)
@@ -181,28 +174,22 @@ class SessionlogSession:
         ``force`` (`store.maintain_context`); without one, nothing. The summarizer is given SDK
         items and returns the summary text.
 
-        What to summarize is read on the store's worker, the summarizer runs on a thread of its
-        own (or in the loop, if it is async), and the checkpoint commits through
-        `maintain_context` only if it still summarizes the same messages; if they changed
-        meanwhile, it starts again."""
+        `maintain_context` runs on a thread of its own, not the store's worker, so the other
+        sessions' reads go on while the summarizer calls its model (an async summarizer runs in
+        this loop); it commits the checkpoint only if the session is as summarized, and asks
+        again if not."""
         if self.compaction is None:
             return
         rules = self.compaction
         if args is not None and args.get("force"):
             rules = _forced(rules)
-        summarize = rules.summarizer
-        sid = self._sid(wrapper)
+        rules = dataclasses.replace(rules, summarizer=_on_items(rules.summarizer))
         try:
-            for _attempt in range(_ATTEMPTS):
-                asked = await self.store.run(_asked, self.store.store, sid, rules)
-                answer: Any = None
-                if asked is not None:
-                    answer = await _summary(summarize, asked)
-                if await self.store.run(_commit, self.store.store, sid, rules, asked, answer):
-                    return
+            await asyncio.to_thread(
+                self.store.store.maintain_context, self._sid(wrapper), policy=rules
+            )
         except UnknownSessionError:
             return
-        logger.warning("run_compaction: `%s` kept changing while summarized; skipped", sid)
 
     async def fork(
         self,
@@ -245,65 +232,22 @@ def _open_and_add(
     return store.inject_many(sid, entries, idempotency_key=key)
 
 
-def _asked(store: SessionStore, sid: str, rules: ContextPolicy) -> Asked | None:
-    """On the worker: what `maintain_context` would now ask the summarizer (None if nothing),
-    decided as it decides, with a stand-in that only takes note of the question."""
-    asked: list[Asked] = []
+def _on_items(summarize: Any) -> Callable[..., Any]:
+    """The policy's summarizer given SDK items, called on `maintain_context`'s thread; an async
+    one (or an awaitable it returns) is awaited in the calling loop, the thread waiting for it."""
+    loop = asyncio.get_running_loop()
 
-    def note(messages: list[dict[str, Any]], **options: Any) -> str:
-        asked.append((messages, options))
-        return "noted"
-
-    with store.log.view() as view:
-        seen = store._context_view(view, store._state(view, sid, "maintain_context"))
-    counter = rules.token_counter or store.token_counter
-    _checkpoint_events(seen, dataclasses.replace(rules, summarizer=note), counter)
-    return asked[0] if asked else None
-
-
-async def _summary(summarize: Any, asked: Asked) -> Any:
-    """The summarizer's answer to `asked`, or the exception it raised (recorded by `_commit` as
-    `maintain_context` records it): off the store's worker, awaited if it is async."""
-    messages, options = asked
-    items = [_item_of(message) for message in messages]
-    try:
-        if inspect.iscoroutinefunction(summarize):
-            return await summarize(items, **options)
-        answer = await asyncio.to_thread(summarize, items, **options)
-        return await answer if inspect.isawaitable(answer) else answer
-    except Exception as exc:  # noqa: BLE001 - recorded as the summary's failure, never raised
-        return _Failed(exc)
-
-
-class _Failed:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class _Changed(BaseException):
-    """The messages to summarize are no longer the ones summarized. Not an `Exception`, so that
-    `maintain_context` does not record it as the summarizer's failure: it stops before writing
-    the checkpoint, and `run_compaction` starts again."""
-
-
-def _commit(
-    store: SessionStore, sid: str, rules: ContextPolicy, asked: Asked | None, answer: Any
-) -> bool:
-    """On the worker: `maintain_context` with `answer`, the summary made for `asked`, as its
-    summarizer; False if it asked for another summary (the history changed meanwhile)."""
-
-    def given(messages: list[dict[str, Any]], **options: Any) -> Any:
-        if asked is None or (messages, options) != asked:
-            raise _Changed
-        if isinstance(answer, _Failed):
-            raise answer.error
+    def on_items(messages: list[dict[str, Any]], **options: Any) -> Any:
+        answer = summarize([_item_of(m) for m in messages], **options)
+        if inspect.isawaitable(answer):
+            return asyncio.run_coroutine_threadsafe(_awaited(answer), loop).result()
         return answer
 
-    try:
-        store.maintain_context(sid, policy=dataclasses.replace(rules, summarizer=given))
-    except _Changed:
-        return False
-    return True
+    return on_items
+
+
+async def _awaited(answer: Any) -> Any:
+    return await answer
 
 
 def _items(store: SessionStore, sid: str, last: int | None) -> list[Any]:
@@ -340,7 +284,7 @@ def _item_tokens(entry: Mapping[str, Any]) -> int:
 
 def _for_items(policy: ContextPolicy) -> ContextPolicy:
     """`policy` with its tokens counted on items (its summarizer is given items by
-    `_summary`)."""
+    `_on_items`)."""
     if policy.summarizer is None:
         raise InvalidArgumentError("SessionlogSession: `compaction` needs a summarizer")
     counter = policy.token_counter or _item_tokens
