@@ -128,7 +128,7 @@ def api_page() -> str:
     awaited = sorted(
         name
         for name, member in inspect.getmembers(AsyncSessionStore, inspect.iscoroutinefunction)
-        if not name.startswith("_") and name not in ("open", "run", "aclose")
+        if not name.startswith("_") and name != "open" and hasattr(SessionStore, name)
     )
     out += _verbs(
         "AsyncSessionStore",

@@ -44,7 +44,7 @@ class CyclicValueError(IntegrityError):
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class Stored:
     """One checkpoint as stored: serialized checkpoint (without values) and metadata."""
 
@@ -141,6 +141,17 @@ class Thread:
             self.values.clear()  # (rare) a name now means different values on different paths
 
 
+def newest(checkpoints: dict[str, Stored]) -> str | None:
+    """The newest visible checkpoint's id (ids sort by time), None when none is visible. The
+    newest is visible unless pruned or deleted, so the sort is the rare path."""
+    if not checkpoints:
+        return None
+    last = max(checkpoints)
+    if not checkpoints[last].hidden:
+        return last
+    return max((c for c, s in checkpoints.items() if not s.hidden), default=None)
+
+
 def typed(value: Sequence[Any]) -> Typed:
     return (str(value[0]), bytes(value[1]))
 
@@ -156,11 +167,8 @@ def elements_of(serde: SerializerProtocol, value: list[Any]) -> tuple[Typed, ...
 
 def all_but_newest(thread: Thread) -> Doomed:
     """Picks every checkpoint but the newest visible one of its namespace."""
-    newest = {
-        ns: max((c for c, s in cps.items() if not s.hidden), default=None)
-        for ns, cps in thread.checkpoints.items()
-    }
-    return lambda ns, cid, stored: cid != newest.get(ns)
+    kept = {ns: newest(cps) for ns, cps in thread.checkpoints.items()}
+    return lambda ns, cid, stored: cid != kept.get(ns)
 
 
 def prefixed(view: Any, prefix: str) -> Iterator[pj.SessionState]:

@@ -107,7 +107,7 @@ class SessionlogSessionService(BaseSessionService):
             )
         sid = (session_id or "").strip() or platform_uuid.new_uuid()
         stored = lasting(state or {}, where)  # refused here, before anything is written
-        return await self.store.run(self._create, app_name, user_id, sid, stored)
+        return await self.store.run_write(self._create, app_name, user_id, sid, stored)
 
     def _create(self, app_name: str, user_id: str, sid: str, state: dict[str, Any]) -> Session:
         store = self.store.store
@@ -266,7 +266,7 @@ class SessionlogSessionService(BaseSessionService):
         if new_session_id is not None:
             check_name(new_session_id, "new_session_id", where)
         child = (new_session_id or "").strip() or platform_uuid.new_uuid()
-        return await self.store.run(
+        return await self.store.run_write(
             self._fork, app_name, user_id, session_id, child, at_event, config
         )
 
@@ -327,13 +327,20 @@ class SessionlogSessionService(BaseSessionService):
             item["actions"]["state_delta"] = delta
         check_item(item, where="append_event: the event")
         async with self._turn(session):
-            marker, stored = await self.store.run(self._append, session, event, item)
-            if not stored and any(e.id == event.id for e in reversed(session.events)):
-                return event  # a retry through a session that holds the event already
-            session.state.update(temp)  # this invocation's own, never stored
-            session.last_update_time = event.timestamp
-            session._storage_update_marker = marker
-            return self._commit_event_to_session(session, event)
+            # Cancelled once it is submitted, the append still commits or fails; it is applied
+            # to `session` first, so that the caller's copy stays current for its next append.
+            (marker, stored), cancelled = await self.store.run_write_outcome(
+                self._append, session, event, item
+            )
+            if stored or not any(e.id == event.id for e in reversed(session.events)):
+                # else a retry through a session that holds the event already
+                session.state.update(temp)  # this invocation's own, never stored
+                session.last_update_time = event.timestamp
+                session._storage_update_marker = marker
+                event = self._commit_event_to_session(session, event)
+            if cancelled:
+                raise asyncio.CancelledError
+            return event
 
     @asynccontextmanager
     async def _turn(self, session: Session) -> AsyncIterator[None]:

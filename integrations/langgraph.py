@@ -36,6 +36,7 @@ from integrations._langgraph_index import (
     Typed,
     all_but_newest,
     elements_of,
+    newest,
     prefixed,
 )
 from sessions import LimitExceededError, SessionStore, UnknownSessionError
@@ -262,12 +263,12 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         with self._lock:
             thread_id = str(config["configurable"]["thread_id"])
             ns = config["configurable"].get("checkpoint_ns", "")
-            thread = self._thread(thread_id)
-            visible = {cid: s for cid, s in thread.checkpoints.get(ns, {}).items() if not s.hidden}
-            checkpoint_id = get_checkpoint_id(config) or max(visible, default=None)
-            if checkpoint_id is None or checkpoint_id not in visible:
+            checkpoints = (thread := self._thread(thread_id)).checkpoints.get(ns, {})
+            checkpoint_id = get_checkpoint_id(config) or newest(checkpoints) or ""
+            stored = checkpoints.get(checkpoint_id)
+            if stored is None or stored.hidden:
                 return None
-            return self._tuple(thread_id, thread, ns, checkpoint_id, visible[checkpoint_id])
+            return self._tuple(thread_id, thread, ns, checkpoint_id, stored)
 
     def list(
         self,
@@ -536,7 +537,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
                     continue
                 self._hide(str(thread_id), all_but_newest)
 
-    # The async API: the same work on the worker thread, awaited
+    # The async API: the same work on the worker thread, awaited (writes settled: `run_write`)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self.face.run(self._get_tuple, config)
@@ -559,7 +560,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self.face.run(self._put, config, checkpoint, metadata, new_versions)
+        return await self.face.run_write(self._put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -568,19 +569,19 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self.face.run(self._put_writes, config, writes, task_id, task_path)
+        await self.face.run_write(self._put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self.face.run(self._delete_thread, thread_id)
+        await self.face.run_write(self._delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self.face.run(self._delete_for_runs, run_ids)
+        await self.face.run_write(self._delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self.face.run(self._copy_thread, source_thread_id, target_thread_id)
+        await self.face.run_write(self._copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self.face.run(self._prune, thread_ids, strategy)
+        await self.face.run_write(self._prune, thread_ids, strategy)
 
 
 _MISSING = object()

@@ -11,7 +11,9 @@ A write once queued commits or is refused whatever its caller does next. So a ta
 while it awaits a write is not let go at once: it waits for that outcome, then raises
 `CancelledError` (a write refused meanwhile raises the cancellation, not the refusal). When the
 caller sees the cancellation the store no longer changes under it, and it can read what is there
-before it retries. A read cancelled before the worker reaches it does not run. Once `aclose` has
+before it retries. The same holds for the verbs that commit on the worker, in steps, and for a
+function of the caller's own that writes (`run_write`). A read cancelled before the worker
+reaches it does not run. Once `aclose` has
 run, every verb raises `LogClosedError`.
 """
 
@@ -37,12 +39,21 @@ Awaited = Callable[Concatenate["AsyncSessionStore", P], Coroutine[Any, Any, T]]
 
 
 def _on_worker(verb: Verb[P, T]) -> Awaited[P, T]:
-    """The awaited namesake of the store's `verb`, run on the store's worker: the reads, and the
-    verbs that commit on their own, in steps, outside the group commit (forgetting, sweeping,
-    re-wrapping keys, truncating the log)."""
+    """The awaited namesake of the store's read `verb`, run on the store's worker."""
 
     async def awaited(self: AsyncSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self.run(verb, self.store, *args, **kwargs)
+
+    return _named(awaited, verb)
+
+
+def _steps_on_worker(verb: Verb[P, T]) -> Awaited[P, T]:
+    """The awaited namesake of a write `verb` that commits on its own, in steps, outside the
+    group commit (forgetting, sweeping, re-wrapping keys, truncating the log): run on the
+    store's worker, and settled before a cancellation is raised (`run_write`)."""
+
+    async def awaited(self: AsyncSessionStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.run_write(verb, self.store, *args, **kwargs)
 
     return _named(awaited, verb)
 
@@ -108,6 +119,30 @@ class AsyncSessionStore:
         The result comes back as a queued write's does (`sessions/_handoff.py`), waking the task
         in the turn of the loop that receives it. Cancelled before the worker reaches it, the
         call does not run."""
+        return await self._submit(function, args, kwargs)
+
+    async def run_write(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`run` for a function that writes in a transaction of its own (several verbs that
+        must commit together, reads they depend on included): once submitted it runs, and
+        commits or fails, whatever its caller does next, and a cancelled caller raises
+        `CancelledError` only once it has, as the write verbs do."""
+        value, cancelled = await self.run_write_outcome(function, *args, **kwargs)
+        if cancelled:
+            raise asyncio.CancelledError
+        return value
+
+    async def run_write_outcome(
+        self, function: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> tuple[T, bool]:
+        """`run_write`, returning the function's value and whether the caller was cancelled
+        meanwhile instead of raising: for a caller that must first account for what was written
+        (update its own copy of the state) and then raise the cancellation itself."""
+        return await outcome(self._submit(function, args, kwargs))
+
+    def _submit(
+        self, function: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Outcome[T]:
+        """Submit `function(*args, **kwargs)` to the worker; the future of its outcome."""
         loop = asyncio.get_running_loop()
         future: Outcome[T] = Outcome(loop=loop)
         job = functools.partial(function, *args, **kwargs)
@@ -115,7 +150,7 @@ class AsyncSessionStore:
             self._worker.submit(_answer, future, door(loop), job)
         except RuntimeError:  # the worker was stopped by `aclose`
             raise LogClosedError(f"{_name_of(function)}: the store is closed") from None
-        return await future
+        return future
 
     async def _write(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Queue the store's write verb `verb(*args, **kwargs)` for a shared durable commit and
@@ -174,7 +209,7 @@ class AsyncSessionStore:
     snapshot = _on_worker(SessionStore.snapshot)
     summary = _on_worker(SessionStore.summary)
     list_sessions = _on_worker(SessionStore.list_sessions)
-    forget = _on_worker(SessionStore.forget)
-    rotate_keys = _on_worker(SessionStore.rotate_keys)
-    sweep = _on_worker(SessionStore.sweep)
-    truncate_log = _on_worker(SessionStore.truncate_log)
+    forget = _steps_on_worker(SessionStore.forget)
+    rotate_keys = _steps_on_worker(SessionStore.rotate_keys)
+    sweep = _steps_on_worker(SessionStore.sweep)
+    truncate_log = _steps_on_worker(SessionStore.truncate_log)

@@ -26,6 +26,7 @@ import eventlog._transaction
 import projections as pj
 from integrations.adk import SessionlogSessionService, session_key
 from sessions import InvalidArgumentError, LimitExceededError, LocalKeyProvider, SessionStore
+from tests._held_worker import cancel_while_held, held_worker
 
 APP, USER = "weather-app", "u-1"
 
@@ -667,5 +668,37 @@ def test_a_name_that_is_no_string_is_refused_naming_it(tmp_path: Path) -> None:
         none: Any = None  # ADK's own services answer a None session id with None
         assert await service.get_session(app_name=APP, user_id=USER, session_id=none) is None
         assert (await service.list_sessions(app_name=APP)).sessions == []
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_append_is_applied_to_the_session_before_it_raises(tmp_path: Path) -> None:
+    """Cancelled while its write waits, an append still commits; the caller's session holds the
+    event and the new marker when the cancellation reaches it, so its next append goes in."""
+
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        async with held_worker(service.store) as release:
+            task = asyncio.ensure_future(service.append_event(session, _event("one")))
+            await cancel_while_held(task, release)
+        assert [e.content.parts[0].text for e in session.events] == ["one"]
+        await service.append_event(session, _event("two"))  # not refused as stale
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == ["one", "two"]
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_create_raises_once_the_session_exists(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = SessionlogSessionService(tmp_path / "store")
+        async with held_worker(service.store) as release:
+            task = asyncio.ensure_future(
+                service.create_session(app_name=APP, user_id=USER, session_id="s")
+            )
+            await cancel_while_held(task, release)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got is not None and got.events == []
 
     asyncio.run(main())

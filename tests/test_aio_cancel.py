@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from eventlog import LogClosedError
-from sessions import SessionStore
+from sessions import ForgottenError, LocalKeyProvider, SessionStore
 from sessions.aio import AsyncSessionStore
+from tests._held_worker import cancel_while_held, held_worker
 
 
 def message(text: str) -> dict[str, str]:
@@ -117,3 +118,52 @@ def test_after_aclose_reads_and_writes_raise_log_closed(face: AsyncSessionStore)
             face.call(len, "abc")
 
     asyncio.run(main())
+
+
+def test_a_cancelled_run_write_raises_once_its_function_has_run(face: AsyncSessionStore) -> None:
+    def two_in_one(store: SessionStore) -> int:
+        with store.transaction():
+            store.inject("s", message("a"))
+            return store.inject("s", message("b"))
+
+    async def main() -> None:
+        async with held_worker(face) as release:
+            task = asyncio.ensure_future(face.run_write(two_in_one, face.store))
+            await cancel_while_held(task, release)
+        assert [m["content"] for m in face.store.messages("s")] == ["first", "a", "b"]
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_stepped_write_raises_once_it_has_run(tmp_path: Path) -> None:
+    store = SessionStore.open(tmp_path / "sealed", sync=False, keys=LocalKeyProvider(bytes(32)))
+    store.open_session("s")
+    store.inject("s", message("secret"))
+    face = AsyncSessionStore(store)
+
+    async def main() -> None:
+        async with held_worker(face) as release:
+            task = asyncio.ensure_future(face.forget("s", "erasure request"))
+            await cancel_while_held(task, release)
+        with pytest.raises(ForgottenError):
+            store.messages("s")
+        await face.aclose()
+
+    asyncio.run(main())
+
+
+def test_run_write_outcome_gives_the_value_and_the_cancellation(face: AsyncSessionStore) -> None:
+    def inject(store: SessionStore, text: str) -> int:
+        store.inject("s", message(text))
+        return store.length("s")
+
+    async def main() -> tuple[int, bool]:
+        async with held_worker(face) as release:
+            task = asyncio.ensure_future(face.run_write_outcome(inject, face.store, "x"))
+            for _ in range(5):
+                await asyncio.sleep(0)
+            task.cancel()
+            release.set()
+            return await task
+
+    assert asyncio.run(main()) == (2, True)

@@ -20,6 +20,7 @@ from typing_extensions import TypedDict
 
 from integrations.langgraph import SessionlogSaver, thread_key
 from sessions import SessionStore
+from tests._held_worker import cancel_while_held, held_worker
 
 _counter = itertools.count()
 
@@ -366,6 +367,7 @@ _WRITER = """
 import sys, time
 from integrations.langgraph import SessionlogSaver
 from sessions import SessionStore
+from tests._held_worker import cancel_while_held, held_worker
 from langgraph.checkpoint.base import empty_checkpoint
 path, who, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 store = SessionStore.open(path)
@@ -451,3 +453,25 @@ def test_the_empty_thread_id_is_listed_and_its_runs_deleted(tmp_path: Path) -> N
     saver.delete_for_runs(["R"])
     assert list(saver.list(_at(""))) == [] and list(saver.list(None)) == []
     store.close()
+
+
+def test_a_cancelled_aput_raises_once_the_checkpoint_is_stored(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    async def main() -> None:
+        saver = SessionlogSaver(SessionStore.open(tmp_path / "store", sync=False))
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": [HumanMessage(content="hi", id="h")]}
+        checkpoint["channel_versions"] = {"messages": 1}
+        metadata = {"source": "input", "step": -1, "parents": {}}
+        async with held_worker(saver.face) as release:
+            task = asyncio.ensure_future(
+                saver.aput(config, checkpoint, metadata, {"messages": 1})  # type: ignore[arg-type]
+            )
+            await cancel_while_held(task, release)
+        found = await saver.aget_tuple(config)  # type: ignore[arg-type]
+        assert found is not None and found.checkpoint["id"] == checkpoint["id"]
+        await saver.face.aclose()
+
+    asyncio.run(main())
