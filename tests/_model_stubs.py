@@ -35,6 +35,9 @@ class Reply:
     """Close the connection after this many events, without ending the stream."""
     hang: bool = False
     """Never answer: wait for the client to go away."""
+    raw: list[bytes | float] | None = None
+    """An event-stream body written as these exact bytes (a float is a pause in seconds), then
+    the connection closes: comments only, an event cut in half."""
 
 
 @dataclass
@@ -134,7 +137,7 @@ class StubServer:
         reason = {200: "OK", 400: "Bad Request", 429: "Too Many Requests"}.get(reply.status, "X")
         head = [f"HTTP/1.1 {reply.status} {reason}"]
         head += [f"{name}: {value}" for name, value in reply.headers.items()]
-        if reply.events is None:
+        if reply.events is None and reply.raw is None:
             body = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
             data = body.encode()
             head += ["content-type: application/json", f"content-length: {len(data)}"]
@@ -143,7 +146,13 @@ class StubServer:
             return True
         head += ["content-type: text/event-stream", "connection: close"]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
-        for index, (name, payload) in enumerate(reply.events):
+        for piece in reply.raw or ():
+            if isinstance(piece, bytes):
+                writer.write(piece)
+                await writer.drain()
+            elif await self._gone(reader, piece):
+                return False
+        for index, (name, payload) in enumerate(reply.events or ()):
             if reply.drop_after is not None and index >= reply.drop_after:
                 return False
             if index and reply.event_delay_s and await self._gone(reader, reply.event_delay_s):

@@ -553,3 +553,230 @@ def test_anthropic_files_in_its_own_form(tmp_path: Path) -> None:
     assert image["type"] == "image" and image["source"]["media_type"] == "image/png"
     assert paper["type"] == "document" and paper["source"]["media_type"] == "application/pdf"
     assert paper["title"] == "paper.pdf"
+
+
+# Answers that go wrong inside a 200
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    return ((f"event: {event}\n" if event else "") + f"data: {text}\n\n").encode()
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return None, {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+
+
+def test_keys_in_errors_inside_a_stream_never_reach_an_error_or_the_store(tmp_path: Path) -> None:
+    """An error event of a 200 stream and a data line that is not JSON, both echoing the key
+    (the second cut by the provider's quote in the middle of the key), through the runtime."""
+    echo = f"Invalid credentials: Bearer {KEY}"
+    cut = "x" * 160 + KEY  # the not-JSON quote keeps 200 characters: 15 of the key
+    errors: list[Exception] = []
+
+    async def body(store: SessionStore) -> None:
+        async with StubServer() as stub:
+            stub.script(
+                Reply(events=[(None, {"error": {"code": "invalid_api_key", "message": echo}})]),
+                Reply(events=[("message_start", f"upstream said: x-api-key={cut}")]),
+                Reply(events=[(None, {"error": {"code": "invalid_api_key", "message": echo}})]),
+            )
+            providers = [openai(stub), anthropic(stub)]
+            async with Runtime(store, providers=providers, default_provider="openai") as rt:
+                for name in ("openai", "anthropic"):
+                    sid = (await rt.create("agent", provider=name))["session_id"]
+                    with pytest.raises(ProviderError) as caught:
+                        await rt.prompt(sid, "hello")
+                    errors.append(caught.value)
+                    assert KEY not in json.dumps((await rt.record(sid)).loops)
+            direct = openai(stub)
+            with pytest.raises(ProviderHTTPError) as raised:
+                await direct.complete(USER, {"model": "m"})
+            await direct.aclose()
+            errors.append(raised.value)
+        assert len(stub.requests) == 3  # not retried
+
+    path = tmp_path / "store"
+    with SessionStore.open(path) as store:
+        run(lambda: body(store))
+    oa, an, direct = errors
+    assert type(direct) is ProviderHTTPError and direct.status is None
+    assert "invalid_api_key Invalid credentials: Bearer [redacted]" in str(direct)
+    assert "ProviderHTTPError" in str(oa) and "[redacted]" in str(oa)
+    assert "not JSON" in str(an) and str(an).endswith("x[redacted]'")
+    for error in errors:
+        assert KEY[:10] not in str(error)
+    stored = [item for item in path.rglob("*") if item.is_file()]
+    assert stored
+    for item in stored:
+        assert KEY[:10].encode() not in item.read_bytes(), item.name
+
+
+def _cut_anthropic_stream() -> list[tuple[str | None, Any]]:
+    events = anthropic_stream([], tool_calls=CALLS[:1], stop="max_tokens")
+    block = {"type": "tool_use", "id": "call_cut", "name": "grep", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": '{"pattern": "a long te'}
+    cut = [
+        ("content_block_start", {"type": "content_block_start", "index": 1,
+                                 "content_block": block}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": delta}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+    ]  # fmt: skip
+    return events[:-2] + cut + events[-2:]
+
+
+def _cut_openai_stream() -> list[tuple[str | None, Any]]:
+    first = {"index": 0, "id": "call_a", "type": "function",
+             "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'}}  # fmt: skip
+    second = {"index": 1, "id": "call_cut", "type": "function",
+              "function": {"name": "grep", "arguments": '{"pattern": "a long te'}}  # fmt: skip
+    return [
+        _chunk({"tool_calls": [first]}),
+        _chunk({"tool_calls": [second]}),
+        _chunk({}, "length"),
+        (None, "[DONE]"),
+    ]
+
+
+@pytest.mark.parametrize("which", ["openai", "anthropic", "openai-whole"])
+def test_max_tokens_inside_tool_arguments_drops_only_the_cut_call(which: str) -> None:
+    whole = openai_whole(tool_calls=CALLS, finish="length")
+    whole["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"] = '{"pattern": "TO'
+    replies = {
+        "openai": Reply(events=_cut_openai_stream()),
+        "anthropic": Reply(events=_cut_anthropic_stream()),
+        "openai-whole": Reply(body=whole),
+    }
+
+    async def body() -> Any:
+        async with StubServer() as stub:
+            stub.script(replies[which])
+            if which == "anthropic":
+                provider: Any = anthropic(stub)
+            else:
+                provider = openai(stub, stream=which == "openai")
+            done = await provider.complete(USER, {"model": "m"}, tools=[{"name": "grep"}])
+            await provider.aclose()
+            return done
+
+    done = run(body)
+    assert done.stop_reason == "max_tokens"
+    assert [dict(call) for call in done.tool_calls] == CALLS[:1]
+
+
+def test_max_tokens_inside_tool_arguments_keeps_the_session(store: SessionStore) -> None:
+    from sessions.runtime import Tool
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            cut = [
+                _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                        "function": {"name": "write",
+                                                     "arguments": '{"text": "a long te'}}]}),
+                _chunk({}, "length"),
+                (None, "[DONE]"),
+            ]  # fmt: skip
+            stub.script(Reply(events=cut), Reply(events=openai_stream(["shorter"])))
+            tool = Tool(name="write", fn=lambda text="": "ok", parameters={"type": "object"})
+            async with Runtime(store, providers=[openai(stub)], default_provider="openai") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                first = await rt.prompt(sid, "write a long text", tools=[tool])
+                assert first["stop_reason"] == "max_tokens" and first["tool_calls"] == []
+                assert (await rt.status(sid))["status"] == "idle"
+                assert (await rt.prompt(sid, "shorter please"))["text"] == "shorter"
+
+    run(body)
+
+
+def test_a_stream_cut_in_the_middle_of_an_event_is_retried() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            whole = _sse(_chunk({"content": "hello world"})[1])
+            cut = Reply(raw=[_sse(_chunk({"content": "he"})[1]), whole[: len(whole) // 2]])
+            stub.script(cut, Reply(events=openai_stream(["recovered"])))
+            provider = openai(stub)
+            done = await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert done.text == "recovered" and len(stub.requests) == 2
+
+    run(body)
+
+
+@pytest.mark.parametrize("which", ["openai", "anthropic"])
+def test_a_json_answer_to_a_stream_request_is_read_whole(which: str) -> None:
+    """A gateway that ignores `stream` answers with the whole completion as JSON, or with an
+    error object (echoing the key) and status 200: neither is retried as a dropped stream."""
+    if which == "openai":
+        answer, error = openai_whole("the answer"), {"error": {"message": f"no model for {KEY}"}}
+    else:
+        answer = anthropic_whole("the answer")
+        error = {"type": "error", "error": {"type": "not_found_error",
+                                            "message": f"no model for {KEY}"}}  # fmt: skip
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(body=answer), Reply(body=error))
+            provider = openai(stub) if which == "openai" else anthropic(stub)
+            done = await provider.complete(USER, {"model": "m"})
+            with pytest.raises(ProviderHTTPError) as caught:
+                await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert done.text == "the answer" and done.stop_reason == "end_turn"
+        assert type(caught.value) is ProviderHTTPError
+        assert "no model for [redacted]" in str(caught.value) and KEY not in str(caught.value)
+        assert len(stub.requests) == 2
+        assert all(request.json["stream"] is True for request in stub.requests)
+
+    run(body)
+
+
+def test_openai_tool_deltas_without_an_index() -> None:
+    """Gemini's OpenAI endpoint: no `index`, and a continuation with an empty `id` (or, from
+    some proxies, the same `id` again)."""
+    events = [
+        _chunk({"tool_calls": [{"id": "call_a", "type": "function",
+                                "function": {"name": "read_file", "arguments": '{"path":'}}]}),
+        _chunk({"tool_calls": [{"id": "", "type": "", "function": {"arguments": ' "a.txt"}'}}]}),
+        _chunk({"tool_calls": [{"id": "call_b", "type": "function",
+                                "function": {"name": "grep", "arguments": ""}}]}),
+        _chunk({"tool_calls": [{"id": "call_b", "function": {"arguments": '{"pattern": "TODO", '}}]}),
+        _chunk({"tool_calls": [{"id": "", "function": {"arguments": '"limit": 3}'}}]}),
+        _chunk({}, "tool_calls"),
+        (None, "[DONE]"),
+    ]  # fmt: skip
+
+    async def body() -> Any:
+        async with StubServer() as stub:
+            stub.script(Reply(events=events))
+            provider = openai(stub)
+            done = await provider.complete(USER, {"model": "m"}, tools=[{"name": "grep"}])
+            await provider.aclose()
+            return done
+
+    done = run(body)
+    assert done.stop_reason == "tool_use"
+    assert [dict(call) for call in done.tool_calls] == CALLS
+
+
+def test_total_timeout_ends_a_stream_of_keepalives() -> None:
+    """A server that only sends comments never trips the read timeout; the call's deadline
+    ends it, and nothing is retried past it."""
+
+    async def body() -> float:
+        async with StubServer() as stub:
+            stub.script(Reply(raw=[b": keep-alive\n\n", 0.1] * 200))
+            settings = HttpSettings(read_timeout_s=0.5, total_timeout_s=1.0, retries=3)
+            provider = openai(stub, settings=settings)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(ProviderTimeoutError, match="total_timeout_s=1 s"):
+                await provider.complete(USER, {"model": "m"})
+            took = asyncio.get_running_loop().time() - started
+            await provider.aclose()
+        assert len(stub.requests) == 1
+        return took
+
+    assert 0.9 < run(body) < 5.0
+    assert HttpSettings().total_timeout_s == 600.0
+    with pytest.raises(ConfigurationError, match="total_timeout_s"):
+        HttpSettings(total_timeout_s=0)

@@ -64,6 +64,7 @@ _PROVIDER_KEYS = {
     "reply",
     "connect_timeout_s",
     "read_timeout_s",
+    "total_timeout_s",
     "retries",
 }
 
@@ -209,7 +210,7 @@ def _provider(
     settings = HttpSettings(
         **{
             key: spec[key]
-            for key in ("connect_timeout_s", "read_timeout_s", "retries")
+            for key in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "retries")
             if key in spec
         }
     )

@@ -58,7 +58,8 @@ class AnthropicProvider(HttpProvider):
         return {"x-api-key": key}
 
     async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
-        return await (_assemble if self.stream else _whole)(resp, where)
+        streamed = self.stream and _wire.is_event_stream(resp)
+        return await (_assemble if streamed else _whole)(resp, where)
 
     def request_body(self, messages: Messages, params: Params, tools: ToolSpecs) -> dict[str, Any]:
         where = self.where
@@ -95,8 +96,8 @@ class AnthropicProvider(HttpProvider):
 
 async def _whole(resp: httpx.Response, where: str) -> Completion:
     data = _wire.json_object((await resp.aread()).decode("utf-8", "replace"), where)
-    if data.get("type") == "error":
-        raise _error(data.get("error"), where)
+    if data.get("type") == "error" or isinstance(data.get("error"), dict):
+        raise _error(data.get("error"), where)  # also a proxy's error object sent with 200
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in data.get("content") or ():
@@ -105,12 +106,12 @@ async def _whole(resp: httpx.Response, where: str) -> Completion:
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             text.append(block["text"])
         elif block.get("type") == "tool_use":
-            call_id, name, arguments = _wire.call_parts(block, where)
-            calls.append({"id": call_id, "name": name, "arguments": arguments})
+            calls.append(block)
+    stop_reason = data.get("stop_reason") or "end_turn"
     return Completion(
         text="".join(text),
-        stop_reason=data.get("stop_reason") or "end_turn",
-        tool_calls=calls,
+        stop_reason=stop_reason,
+        tool_calls=_wire.finished_calls(calls, stop_reason == "max_tokens", where),
         usage=_usage(data.get("usage") or {}),
         model=data.get("model") if isinstance(data.get("model"), str) else None,
     )
@@ -153,12 +154,13 @@ async def _assemble(resp: httpx.Response, where: str) -> Completion:
             text.append(str(block.get("text", "")) + "".join(block["partial"]))
         elif block.get("type") == "tool_use":
             raw = "".join(block["partial"])
-            arguments = _wire.arguments_of(raw, where) if raw else dict(block.get("input") or {})
+            arguments = raw if raw else block.get("input")
             calls.append({"id": block.get("id"), "name": block.get("name"), "arguments": arguments})
+    stop_reason = stop_reason or "end_turn"
     return Completion(
         text="".join(text),
-        stop_reason=stop_reason or "end_turn",
-        tool_calls=calls,
+        stop_reason=stop_reason,
+        tool_calls=_wire.finished_calls(calls, stop_reason == "max_tokens", where),
         usage=_usage(usage),
         model=model,
     )

@@ -5,8 +5,9 @@ providers that speak a model's API over it.
 Retried: 429 and 5xx answers (after `Retry-After` when the server sends one, else exponential
 backoff with full jitter), connect and read timeouts, and connections dropped before the answer
 was whole. Nothing is recorded until a completion is assembled, so a retry never duplicates a
-fact. Cancelling the awaiting task closes the response and its connection: the request really
-stops. `httpx` is imported only when a provider first sends something (the `runtime` extra).
+fact. A whole call, every attempt and wait included, ends by `total_timeout_s`. Cancelling the
+awaiting task closes the response and its connection: the request really stops. `httpx` is
+imported only when a provider first sends something (the `runtime` extra).
 
 An API key never leaves this module except in the request header: errors carry the server's
 words with the key scrubbed out, and providers do not show it in their `repr`.
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 
 ERROR_TEXT_MAX = 2_000
 """Characters of a server's error body kept in an error message."""
+KEY_PIECE_MIN = 8
+"""The shortest start of an API key that `scrub` redacts on its own: providers quote the first
+few hundred characters of what a server sent, which may end in the middle of an echoed key."""
 
 
 class ProviderHTTPError(Exception):
@@ -59,6 +63,10 @@ class HttpSettings:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 120.0
     """Longest silence between two pieces of an answer (a stream's chunks, or the whole body)."""
+    total_timeout_s: float = 600.0
+    """Longest a whole call may take, every attempt and backoff included: a server that keeps a
+    stream alive with comments (or trickles it) but never finishes is cut off here with
+    `ProviderTimeoutError`, and nothing is retried past it."""
     retries: int = 3
     """Attempts after the first for a retryable failure."""
     backoff_s: float = 0.5
@@ -68,7 +76,13 @@ class HttpSettings:
     """A `Retry-After` longer than this is not waited for: the error is raised instead."""
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout_s", "read_timeout_s", "backoff_max_s", "retry_after_max_s"):
+        for name in (
+            "connect_timeout_s",
+            "read_timeout_s",
+            "total_timeout_s",
+            "backoff_max_s",
+            "retry_after_max_s",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigurationError(f"HttpSettings: `{name}` must be > 0 seconds: {value!r}")
@@ -127,9 +141,23 @@ def resolve_key(
 
 
 def scrub(text: str, secret: str | None) -> str:
-    """`text` with `secret` replaced, cut to `ERROR_TEXT_MAX` characters."""
+    """`text` with `secret` replaced, and any run of `KEY_PIECE_MIN` or more of its first
+    characters (a quote of what a server sent, cut in the middle of the key), cut to
+    `ERROR_TEXT_MAX` characters."""
     if secret:
         text = text.replace(secret, "[redacted]")
+        if len(secret) > KEY_PIECE_MIN:
+            pieces: list[str] = []
+            start = 0
+            while (found := text.find(secret[:KEY_PIECE_MIN], start)) >= 0:
+                end = found + KEY_PIECE_MIN
+                while end < len(text) and end - found < len(secret):
+                    if text[end] != secret[end - found]:
+                        break
+                    end += 1
+                pieces += [text[start:found], "[redacted]"]
+                start = end
+            text = "".join(pieces) + text[start:]
     return text[:ERROR_TEXT_MAX]
 
 
@@ -203,8 +231,29 @@ class Transport:
         where: str,
     ) -> Any:
         """POST `body` and hand the streamed response to `consume` (awaited), retrying what is
-        worth it. `refusal(status, text)` may turn a non-retryable error into its own exception
-        (a context-length refusal)."""
+        worth it, all within `total_timeout_s`. `refusal(status, text)` may turn a non-retryable
+        error into its own exception (a context-length refusal)."""
+        deadline = asyncio.timeout(self.settings.total_timeout_s)
+        try:
+            async with deadline:
+                return await self._attempts(url, headers, body, consume, refusal, where)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise ProviderTimeoutError(
+                f"{where}: no whole answer within total_timeout_s="
+                f"{self.settings.total_timeout_s:g} s"
+            ) from None
+
+    async def _attempts(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        consume: Callable[[httpx.Response], Any],
+        refusal: Callable[[int, str], Exception | None],
+        where: str,
+    ) -> Any:
         import httpx
 
         settings = self.settings
@@ -214,7 +263,15 @@ class Transport:
             try:
                 async with self.client().stream("POST", url, json=body, headers=headers) as resp:
                     if resp.status_code < 400:
-                        return await consume(resp)
+                        try:
+                            return await consume(resp)
+                        except (ProviderHTTPError, ContextLengthError) as exc:
+                            # A provider quotes what the server sent (an in-stream error, a
+                            # line that is not JSON), which may echo the key.
+                            exc.args = tuple(
+                                self.scrub(arg) if isinstance(arg, str) else arg for arg in exc.args
+                            )
+                            raise
                     text = (await resp.aread()).decode("utf-8", "replace")
                     error = self._status_error(resp.status_code, text, refusal, where)
                     retryable = resp.status_code == 429 or resp.status_code >= 500

@@ -74,7 +74,8 @@ class OpenAIProvider(HttpProvider):
         return {"authorization": f"Bearer {key}"}
 
     async def read_answer(self, resp: httpx.Response, where: str) -> Completion:
-        return await (self._assemble if self.stream else self._whole)(resp, where)
+        streamed = self.stream and _wire.is_event_stream(resp)
+        return await (self._assemble if streamed else self._whole)(resp, where)
 
     def request_body(self, messages: Messages, params: Params, tools: ToolSpecs) -> dict[str, Any]:
         """The JSON body for these messages, merged parameters and tool specs."""
@@ -111,15 +112,18 @@ class OpenAIProvider(HttpProvider):
 
     async def _whole(self, resp: httpx.Response, where: str) -> Completion:
         data = _wire.json_object((await resp.aread()).decode("utf-8", "replace"), where)
+        if isinstance(data.get("error"), dict):
+            raise _api_error(data["error"], where)  # a proxy's error object sent with 200
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise ProviderHTTPError(f"{where}: the answer has no choices")
         message = choices[0].get("message") or {}
-        calls = [_wire.call_parts(call, where) for call in message.get("tool_calls") or () if call]
+        stop_reason = _stop_reason(choices[0].get("finish_reason"))
+        calls = [call for call in message.get("tool_calls") or () if call]
         return Completion(
             text=_wire.text_of(message.get("content")),
-            stop_reason=_stop_reason(choices[0].get("finish_reason")),
-            tool_calls=[{"id": i, "name": n, "arguments": a} for i, n, a in calls],
+            stop_reason=stop_reason,
+            tool_calls=_wire.finished_calls(calls, stop_reason == "max_tokens", where),
             usage=_usage(data.get("usage")),
             model=data.get("model") if isinstance(data.get("model"), str) else None,
         )
@@ -137,7 +141,7 @@ class OpenAIProvider(HttpProvider):
                 break
             chunk = _wire.json_object(data, where)
             if isinstance(chunk.get("error"), dict):
-                raise _stream_error(chunk["error"], where)
+                raise _api_error(chunk["error"], where)
             model = chunk.get("model") if isinstance(chunk.get("model"), str) else model
             usage = _usage(chunk.get("usage")) or usage
             for choice in chunk.get("choices") or ():
@@ -147,18 +151,19 @@ class OpenAIProvider(HttpProvider):
                 finish = choice.get("finish_reason") or finish
         if not done and finish is None:
             raise StreamDropped(f"{where}: the stream ended before its last chunk")
-        tool_calls = [
+        stop_reason = _stop_reason(finish)
+        slots = [
             {
                 "id": slot["id"] or f"call_{uuid7()}",
                 "name": slot["name"],
-                "arguments": _wire.arguments_of("".join(slot["arguments"]), where),
+                "arguments": "".join(slot["arguments"]),
             }
             for _, slot in sorted(calls.items())
         ]
         return Completion(
             text="".join(text),
-            stop_reason=_stop_reason(finish),
-            tool_calls=tool_calls,
+            stop_reason=stop_reason,
+            tool_calls=_wire.finished_calls(slots, stop_reason == "max_tokens", where),
             usage=usage,
             model=model,
         )
@@ -171,23 +176,41 @@ def _add_delta(delta: dict[str, Any], text: list[str], calls: dict[int, dict[str
     for part in delta.get("tool_calls") or ():
         if not isinstance(part, dict):
             continue
-        index = part.get("index", len(calls))
-        slot = calls.setdefault(index, {"id": None, "name": "", "arguments": []})
-        if isinstance(part.get("id"), str):
-            slot["id"] = part["id"]
         function = part.get("function") or {}
+        index = part.get("index")
+        if not isinstance(index, int):
+            index = _indexless_slot(part, function, calls)
+        slot = calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if isinstance(part.get("id"), str) and part["id"]:
+            slot["id"] = part["id"]
         if isinstance(function.get("name"), str) and not slot["name"]:
             slot["name"] = function["name"]
         if isinstance(function.get("arguments"), str):
             slot["arguments"].append(function["arguments"])
 
 
-def _stream_error(error: dict[str, Any], where: str) -> Exception:
+def _indexless_slot(
+    part: dict[str, Any], function: dict[str, Any], calls: dict[int, dict[str, Any]]
+) -> int:
+    """The call a tool-call delta without an `index` belongs to (Gemini's endpoint, some
+    proxies): a new id, or a name without an id, opens a call; anything else (an empty id, the
+    last call's id again, arguments alone) continues the last one."""
+    if not calls:
+        return 0
+    last = max(calls)
+    call_id = part.get("id")
+    if call_id:
+        return last + 1 if call_id != calls[last]["id"] else last
+    return last + 1 if function.get("name") else last
+
+
+def _api_error(error: dict[str, Any], where: str) -> Exception:
+    """The error object of a 200 answer (in a stream, or as its whole body)."""
     text = f"{error.get('code', '')} {error.get('message', '')}"
     refused = context_refusal(400, text, where, CONTEXT_WORDS)
     if refused is not None:
         return refused
-    return ProviderHTTPError(f"{where}: the stream carried an error: {text.strip()[:500]}")
+    return ProviderHTTPError(f"{where}: the API sent an error: {text.strip()[:500]}")
 
 
 def _stop_reason(finish: object) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import mimetypes
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,9 @@ FILE_BYTES_MAX = 32 * 1024 * 1024
 
 async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
     """Server-sent events of a response as ``(event name or None, data)``; multi-line data is
-    joined with newlines, comments and other fields skipped."""
+    joined with newlines, comments and other fields skipped. An event the body ends in before
+    its blank line is discarded, as the SSE spec says: the stream was cut, and the caller's
+    check for its last event reports the drop (a retry), not half an event as bad JSON."""
     name: str | None = None
     data: list[str] = []
     async for line in resp.aiter_lines():
@@ -44,8 +46,15 @@ async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str | None, st
             name = value
         elif field == "data":
             data.append(value)
-    if data:
-        yield name, "\n".join(data)
+
+
+def is_event_stream(resp: httpx.Response) -> bool:
+    """Whether a response is a server-sent event stream by its content type. A server that
+    ignores `stream` (some gateways) or sends an error object with 200 answers JSON instead;
+    a response without a content type is taken at its word of being the stream asked for."""
+    kind = resp.headers.get("content-type", "")
+    media = kind.partition(";")[0].strip().lower()
+    return not media or media == "text/event-stream"
 
 
 def json_object(text: str, where: str) -> dict[str, Any]:
@@ -93,6 +102,22 @@ def call_parts(call: object, where: str) -> tuple[str, str, dict[str, Any]]:
     if not isinstance(call_id, str) or not isinstance(name, str):
         raise ProviderHTTPError(f"{where}: a tool call needs a str `id` and `name`: {call!r:.120}")
     return call_id, name, arguments_of(raw, where)
+
+
+def finished_calls(calls: Iterable[object], truncated: bool, where: str) -> list[dict[str, Any]]:
+    """Tool calls in the transcript's form. When the model ran out of tokens (`truncated`), a
+    call whose arguments are not a whole JSON object was cut off and is dropped, never run: the
+    reply is kept with its stop reason. Otherwise such a call is `ProviderHTTPError`."""
+    out: list[dict[str, Any]] = []
+    for call in calls:
+        try:
+            call_id, name, arguments = call_parts(call, where)
+        except ProviderHTTPError:
+            if truncated:
+                continue
+            raise
+        out.append({"id": call_id, "name": name, "arguments": arguments})
+    return out
 
 
 def text_of(content: object) -> str:
