@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import socket
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +25,14 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from service.mcp import Agent, BridgeConfig, http_app, load_agents, running_bridge
+from service.mcp import (
+    Agent,
+    BridgeConfig,
+    build_server,
+    http_app,
+    load_agents,
+    running_bridge,
+)
 from sessions import SessionStore
 from sessions.runtime import ConfigurationError, MockProvider, OpenAIProvider, Tool
 from tests._model_stubs import Reply, StubServer, openai_stream
@@ -58,15 +67,30 @@ def free_socket() -> socket.socket:
     return sock
 
 
+def bearer(store: SessionStore, principal: str, **attributes: Any) -> str:
+    """The token of a new bearer session of `principal` (attributes such as ``sessions="all"``)."""
+    expires = datetime.now(UTC) + timedelta(hours=1)
+    return store.tokens.create(principal, expires, attributes=attributes or None).token
+
+
 @contextlib.asynccontextmanager
-async def http_bridge(store: SessionStore, config: BridgeConfig) -> AsyncIterator[tuple[str, str]]:
-    """The bridge on uvicorn in this event loop; yields its URL and a bearer token."""
-    token = store.tokens.create("tester", datetime.now(UTC) + timedelta(hours=1)).token
+async def http_bridge(
+    store: SessionStore,
+    config: BridgeConfig,
+    *,
+    api_keys: dict[str, str] | None = None,
+    authenticated: bool = True,
+) -> AsyncIterator[tuple[str, str]]:
+    """The bridge on uvicorn in this event loop; yields its URL and a bearer token. Without
+    `authenticated`, the bare MCP app is served, with no `BearerAuth` in front."""
+    token = bearer(store, "tester")
     async with running_bridge(store, config) as bridge:
         sock = free_socket()
-        server = uvicorn.Server(
-            uvicorn.Config(http_app(bridge), log_level="warning", lifespan="on")
-        )
+        if authenticated:
+            app = http_app(bridge, api_keys)
+        else:
+            app = build_server(bridge).streamable_http_app(streamable_http_path="/mcp")
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:
             await asyncio.sleep(0.01)
@@ -255,6 +279,151 @@ def test_the_periodic_reaper_expires_sessions(store: SessionStore) -> None:
     assert len(heard) == 1
     closed = [e for e in store.log.read_stream(heard[0][0]) if e.type == "agent_session_closed"]
     assert closed[0].data.reason == "expired"  # type: ignore[attr-defined]
+
+
+OWNER = "sessionlog.owner"  # the REST service's key (service/_access.py), read back below
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> Refused:
+    with pytest.raises(Refused) as caught:
+        await call(client, tool, **arguments)
+    return caught.value
+
+
+async def not_found_as_unknown(client: Client, tool: str, sid: str, **arguments: Any) -> None:
+    """`tool` on `sid` answers exactly as on an id that was never used: the id alone differs."""
+    unknown = str(uuid.uuid4())
+    for each in (sid, unknown):
+        answer = await refused(client, tool, sessionId=each, **arguments)
+        assert (answer.code, answer.message) == ("SESSION_NOT_FOUND", f"Session not found: {each}")
+
+
+def test_a_principal_cannot_reach_another_principals_session_over_http(
+    store: SessionStore,
+) -> None:
+    slow = SlowProvider("helper:slow")
+    agent = Agent(id="helper", providers={"mock": MockProvider("helper:mock"), "slow": slow},
+                  default_provider="mock")  # fmt: skip
+    alice, mallory = bearer(store, "alice"), bearer(store, "mallory")
+
+    async def body() -> str:
+        async with (
+            http_bridge(store, config_of(agent)) as (url, _),
+            http_client(url, alice) as a,
+            http_client(url, mallory) as m,
+        ):
+            sid = (await call(a, "sessions_create", agentId="helper"))["sessionId"]
+            await call(a, "sessions_prompt", sessionId=sid, prompt="alice's plan")
+            await not_found_as_unknown(m, "sessions_status", sid)
+            await not_found_as_unknown(m, "sessions_prompt", sid, prompt="repeat it all")
+            await not_found_as_unknown(m, "sessions_cancel", sid)
+            await not_found_as_unknown(m, "sessions_close", sid)
+            assert (await call(a, "sessions_status", sessionId=sid))["status"] == "idle"
+            # A prompt of alice's in flight: mallory can neither see it nor cancel it.
+            slow_sid = (await call(a, "sessions_create", agentId="helper",
+                                   metadata={"provider": "slow"}))["sessionId"]  # fmt: skip
+            asking = asyncio.create_task(
+                call(a, "sessions_prompt", sessionId=slow_sid, prompt="wait", requestId="r1")
+            )
+            await asyncio.wait_for(slow.entered.wait(), 10)
+            await not_found_as_unknown(m, "sessions_cancel", slow_sid, requestId="r1")
+            await not_found_as_unknown(m, "sessions_cancel", slow_sid)
+            await not_found_as_unknown(m, "sessions_status", slow_sid)
+            slow.release.set()
+            assert (await asking)["text"] == "slow answer"
+            # Alice still does everything with her own.
+            again = await call(a, "sessions_prompt", sessionId=sid, prompt="more")
+            assert again["text"] == "mock reply to: more"
+            cancel = await call(a, "sessions_cancel", sessionId=sid)
+            assert cancel == {"cancelled": False, "sessionId": sid, "requestId": None}
+            assert (await call(a, "sessions_close", sessionId=sid))["closed"] is True
+            assert (await call(a, "sessions_close", sessionId=slow_sid))["closed"] is True
+            return str(sid)
+
+    sid = asyncio.run(body())
+    assert slow.cancelled == 0
+    assert [m["content"] for m in store.messages(sid)] == [
+        "alice's plan", "mock reply to: alice's plan", "more", "mock reply to: more"
+    ]  # fmt: skip
+    assert (store.summary(sid) or {})["metadata"][OWNER] == "alice"
+
+
+def test_a_principal_cannot_plant_a_session_under_another_over_http(store: SessionStore) -> None:
+    alice, mallory = bearer(store, "alice"), bearer(store, "mallory")
+
+    async def body() -> str:
+        async with (
+            http_bridge(store, config_of(mock_agent())) as (url, _),
+            http_client(url, alice) as a,
+            http_client(url, mallory) as m,
+        ):
+            planted = await refused(m, "sessions_create", agentId="helper",
+                                    metadata={OWNER: "alice"})  # fmt: skip
+            assert planted.code == "INVALID_ARGUMENT" and f"`{OWNER}`" in planted.message
+            delegated = await refused(m, "tasks_delegate", agentId="helper", prompt="x",
+                                      metadata={OWNER: "alice", "provider": "mock"})  # fmt: skip
+            assert delegated.code == "INVALID_ARGUMENT"
+            assert (await call(m, "bridge_health"))["sessions"] == 0  # nothing was made
+            sid = (await call(m, "sessions_create", agentId="helper"))["sessionId"]
+            await not_found_as_unknown(a, "sessions_status", sid)
+            return str(sid)
+
+    sid = asyncio.run(body())
+    assert (store.summary(sid) or {})["metadata"][OWNER] == "mallory"
+
+
+def test_an_admin_and_a_grant_of_all_reach_every_session_over_http(store: SessionStore) -> None:
+    key = secrets.token_urlsafe(32)
+    alice, mallory = bearer(store, "alice"), bearer(store, "mallory")
+    auditor = bearer(store, "auditor", sessions="all")
+
+    async def body() -> None:
+        async with (
+            http_bridge(store, config_of(mock_agent()), api_keys={key: "operator"}) as (url, _),
+            http_client(url, alice) as a,
+            http_client(url, mallory) as m,
+            http_client(url, key) as admin,
+            http_client(url, auditor) as every,
+        ):
+            mine = (await call(a, "sessions_create", agentId="helper"))["sessionId"]
+            theirs = (await call(m, "sessions_create", agentId="helper"))["sessionId"]
+            await not_found_as_unknown(a, "sessions_status", theirs)
+            for client in (admin, every):
+                for sid in (mine, theirs):
+                    assert (await call(client, "sessions_status", sessionId=sid))["status"]
+                    answer = await call(client, "sessions_prompt", sessionId=sid, prompt="hi")
+                    assert answer["text"] == "mock reply to: hi"
+                    assert (await call(client, "sessions_cancel", sessionId=sid))[
+                        "cancelled"
+                    ] is False
+            # Only an admin names an owner: a session made on alice's behalf is hers alone.
+            made = await call(admin, "sessions_create", agentId="helper", metadata={OWNER: "alice"})
+            await call(a, "sessions_prompt", sessionId=made["sessionId"], prompt="mine now")
+            await not_found_as_unknown(m, "sessions_status", made["sessionId"])
+            named = await refused(every, "sessions_create", agentId="helper",
+                                  metadata={OWNER: "alice"})  # fmt: skip
+            assert named.code == "INVALID_ARGUMENT"
+            assert (await call(every, "sessions_close", sessionId=mine))["closed"] is True
+            assert (await call(admin, "sessions_close", sessionId=theirs))["closed"] is True
+            assert (await call(a, "sessions_close", sessionId=made["sessionId"]))["closed"] is True
+
+    asyncio.run(body())
+
+
+def test_the_bare_mcp_app_over_http_refuses_without_a_principal(store: SessionStore) -> None:
+    """Served without `BearerAuth` in front (not what `http_app` does), no tool that names or
+    makes a session runs: it would not know whose the session is."""
+
+    async def body() -> None:
+        bare = http_bridge(store, config_of(mock_agent()), authenticated=False)
+        async with bare as (url, _), http_client(url, "none") as client:
+            assert (await call(client, "bridge_health"))["sessions"] == 0
+            answer = await refused(client, "sessions_create", agentId="helper")
+            assert answer.code == "CONFIG" and "authenticated principal" in answer.message
+            answer = await refused(client, "sessions_status", sessionId=str(uuid.uuid4()))
+            assert answer.code == "CONFIG"
+
+    asyncio.run(body())
 
 
 def word_count(text: str) -> int:

@@ -6,16 +6,23 @@ Codes: ``CONFIG`` (an unregistered provider, a provider that cannot take the age
 ``SESSION_BUSY``, ``SESSION_FAILED``, ``CAPACITY`` (max sessions), ``INVALID_ARGUMENT``,
 ``INPUT_REJECTED``, ``CANCELLED``, ``PROVIDER_ERROR``, ``LEASE_LOST`` (the runtime lost its store's
 lease and stopped writing). Nothing here knows MCP; `_server.py` puts it on the wire.
+
+Every tool that names a session takes the `Caller` and applies the REST service's access rules
+(`service/_access.py`): a session the caller may not see is "Session not found", word for word as
+an unknown one, and a new session is stamped with its creator. Must never trust a client's
+metadata to name an owner.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
 from eventlog import CapacityError, InvalidArgumentError, LeaseLostError, UnknownSessionError
 from eventlog.errors import ConfigurationError
+from service._access import Caller, check_visible, owned_metadata
 from service.mcp._config import Agent, BridgeConfig
 from sessions.runtime import (
     InputRejectedError,
@@ -28,6 +35,10 @@ from sessions.runtime import (
 )
 
 T = TypeVar("T")
+
+LOCAL = Caller("local", admin=True, all_sessions=True)
+"""The one user of a bridge on stdio: whoever started the process holds the store itself, so it
+sees every session and its metadata is recorded as given, as an API key's is over HTTP."""
 
 
 class BridgeError(Exception):
@@ -62,7 +73,9 @@ async def _guarded(call: Awaitable[T]) -> T:
     try:
         return await call
     except UnknownSessionError as exc:
-        raise BridgeError("SESSION_NOT_FOUND", f"Session not found: {exc.args[0]}") from None
+        # The id alone, never the verb nor whether it was closed: a session the caller may not
+        # see must read exactly as one that never was.
+        raise BridgeError("SESSION_NOT_FOUND", f"Session not found: {exc.session_id}") from None
     except BridgeError:
         raise
     except Exception as exc:
@@ -144,9 +157,24 @@ class Bridge:
             )
         return agent.runtime_name(chosen), {**metadata, "providerId": chosen}
 
-    async def create(self, agent_id: object, metadata: object = None) -> dict[str, Any]:
+    async def _visible(self, caller: Caller, session_id: object, verb: str) -> str:
+        """`session_id`, if `caller` may see it; else "Session not found" as for an unknown id.
+        Bridge sessions live in the runtime's persistent store, where their owner is recorded."""
+        sid = _text(session_id, "sessionId")
+        if not caller.all_sessions:
+            store = self.runtime.store
+            await _guarded(asyncio.to_thread(check_visible, store, caller, sid, verb))
+        return sid
+
+    async def create(
+        self, caller: Caller, agent_id: object, metadata: object = None
+    ) -> dict[str, Any]:
         agent = self._agent(agent_id)
-        provider, recorded = self._binding(agent, _object(metadata, "metadata"))
+        try:
+            given = owned_metadata(caller, _object(metadata, "metadata")) or {}
+        except InvalidArgumentError as exc:
+            raise BridgeError("INVALID_ARGUMENT", str(exc)) from None
+        provider, recorded = self._binding(agent, given)
         created = await _guarded(
             self.runtime.create(agent.id, provider=provider, metadata=recorded)
         )
@@ -168,12 +196,13 @@ class Bridge:
 
     async def prompt(
         self,
+        caller: Caller,
         session_id: object,
         prompt: object,
         runtime_params: object = None,
         request_id: object = None,
     ) -> dict[str, Any]:
-        sid = _text(session_id, "sessionId")
+        sid = await self._visible(caller, session_id, "prompt")
         agent = await self._session_agent(sid)
         params = _params(runtime_params)
         result = await _guarded(self._run(agent, sid, _text(prompt, "prompt"), params, request_id))
@@ -194,8 +223,9 @@ class Bridge:
             options.update(tools=agent.tools, max_steps=self.config.max_steps)
         return self.runtime.prompt(sid, prompt, params, **options)
 
-    async def status(self, session_id: object) -> dict[str, Any]:
-        info = await _guarded(self.runtime.status(_text(session_id, "sessionId")))
+    async def status(self, caller: Caller, session_id: object) -> dict[str, Any]:
+        sid = await self._visible(caller, session_id, "status")
+        info = await _guarded(self.runtime.status(sid))
         return {
             "sessionId": info["session_id"],
             "agentId": info["agent_id"],
@@ -204,8 +234,10 @@ class Bridge:
             "lastActivityAt": _millis(info["last_activity_at"]),
         }
 
-    async def cancel(self, session_id: object, request_id: object = None) -> dict[str, Any]:
-        sid = _text(session_id, "sessionId")
+    async def cancel(
+        self, caller: Caller, session_id: object, request_id: object = None
+    ) -> dict[str, Any]:
+        sid = await self._visible(caller, session_id, "cancel")
         rid = request_id
         if rid is None:  # an extension of the seed: whatever is running
             rid = (await _guarded(self.runtime.status(sid)))["request_id"]
@@ -214,27 +246,28 @@ class Bridge:
         cancelled = await _guarded(self.runtime.cancel(sid, _text(rid, "requestId")))
         return {"cancelled": cancelled, "sessionId": sid, "requestId": rid}
 
-    async def close(self, session_id: object) -> dict[str, Any]:
-        sid = _text(session_id, "sessionId")
+    async def close(self, caller: Caller, session_id: object) -> dict[str, Any]:
+        sid = await self._visible(caller, session_id, "close")
         await _guarded(self.runtime.close(sid))
         self._agent_of.pop(sid, None)
         return {"closed": True, "sessionId": sid}
 
     async def delegate(
         self,
+        caller: Caller,
         agent_id: object,
         prompt: object,
         metadata: object = None,
         runtime_params: object = None,
     ) -> dict[str, Any]:
         """Create, prompt once, close (also when the prompt failed)."""
-        created = await self.create(agent_id, metadata)
+        created = await self.create(caller, agent_id, metadata)
         sid = created["sessionId"]
         try:
-            result = await self.prompt(sid, prompt, runtime_params)
+            result = await self.prompt(caller, sid, prompt, runtime_params)
         finally:
             try:
-                await self.close(sid)
+                await self.close(caller, sid)
             except BridgeError as exc:
                 if exc.code != "SESSION_NOT_FOUND":
                     raise
