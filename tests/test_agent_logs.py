@@ -6,6 +6,7 @@ file:line with nothing written."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections import Counter
@@ -441,3 +442,40 @@ def test_a_subagent_file_of_its_own_is_one_session_naming_its_parent(
         "agent_id": "a1b2c3",
     }
     assert session["transcript"][0]["content"] == records[0]["message"]["content"]
+
+
+@pytest.mark.parametrize("forced", ["codex", "pi"])
+def test_a_forced_line_format_the_file_is_not_is_refused(
+    store: SessionStore, tmp_path: Path, forced: str
+) -> None:
+    """`format` naming another line format than the file's is checked as a document's is: the
+    file is not a log of that format, and nothing is written (not an empty session)."""
+    path = FIXTURES / "claude-code/sample-project/1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
+    with pytest.raises(AgentLogError, match=f"not a log of format {forced}") as caught:
+        replay.import_agent_log(store, path, format=forced)
+    assert (caught.value.path, caught.value.line) == (str(path), None)
+    assert store.log.head == 0
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    shutil.copy(path, folder)
+    with pytest.raises(AgentLogError, match=f"not a log of format {forced}"):
+        replay.import_agent_log(store, folder, format=forced)
+    assert store.log.head == 0
+    (found,) = replay.import_agent_log(store, path, format="claude-code").files
+    assert (found.format, found.detected) == ("claude-code", False) and found.sessions[0].messages
+
+
+def test_a_folder_leaves_alone_entries_that_are_not_readable_files(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    """A dangling link, or a pipe, named like a log is not a log: listed with the files that
+    are not agent logs, while the folder's logs are imported."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a-dangling.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    os.mkfifo(folder / "b-pipe.jsonl")  # opening it would wait for a writer
+    (folder / "c-link.jsonl").symlink_to(FIXTURES / "codex" / "codex-pomodor-timer.jsonl")
+    result = replay.import_agent_log(store, folder)
+    assert [f.path for f in result.files] == [str(folder / "c-link.jsonl")]
+    assert result.files[0].format == "codex" and result.files[0].written
+    assert result.not_agent_logs == (str(folder / "a-dangling.jsonl"), str(folder / "b-pipe.jsonl"))

@@ -169,3 +169,141 @@ def test_a_message_the_engine_refuses_is_reported_at_its_record(tmp_path: Path) 
         assert caught.value.line == 2
         assert "content" in caught.value.problem
         assert store.log.head == head
+
+
+def _first_result(records: list[Any]) -> int:
+    """The index of the first Claude Code record holding a tool result."""
+    return next(
+        i
+        for i, r in enumerate(records)
+        if r.get("type") == "user"
+        and isinstance(r["message"].get("content"), list)
+        and any(b.get("type") == "tool_result" for b in r["message"]["content"])
+    )
+
+
+def _claude_result_id_a_list(records: list[Any]) -> int:
+    at = _first_result(records)
+    block = next(b for b in records[at]["message"]["content"] if b["type"] == "tool_result")
+    block["tool_use_id"] = [block["tool_use_id"]]
+    return at
+
+
+def _set(index: int, *keys: str, value: object) -> Any:
+    """A change setting `value` at `keys` in the record at `index`; it returns that index."""
+
+    def change(records: list[Any]) -> int:
+        target = records[index]
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+        return index
+
+    return change
+
+
+def _pi_ids_not_strings(records: list[Any]) -> int:
+    records[5]["id"], records[6]["parentId"] = ["a"], {"id": "a"}
+    return 6
+
+
+def _gemini_no_function_response(messages: list[Any]) -> int:
+    messages[1]["toolCalls"][0]["result"] = [{"functionResponse": None}]
+    return 1
+
+
+SHAPE_SAMPLES = {
+    **SAMPLES,
+    "claude-code": FIXTURES
+    / "claude-code/sample-project/1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl",
+}
+WRONG_SHAPES = {
+    # A record of a list type is an unknown record, kept; a result naming its call by a list
+    # answers no call (which stays dangling).
+    "claude type": ("claude-code", _set(3, "type", value=["user"]), {"unknown_records": 1}),
+    "claude tool_use_id": ("claude-code", _claude_result_id_a_list, {"orphan_results": 1}),
+    "codex type": ("codex", _set(3, "type", value=["x"]), {"unknown_records": 1}),
+    "codex first type": ("codex", _set(0, "type", value=["x"]), {"unknown_records": 1}),
+    "pi type": ("pi", _set(3, "type", value=["x"]), {"unknown_records": 1}),
+    # The assistant message of line 6 makes three calls; a number for its content makes none.
+    "pi content": ("pi", _set(5, "message", "content", value=42), {"tool_calls": 388}),
+    # An id that is not a string names no entry: the entry naming it as parent is a root.
+    "pi ids": ("pi", _pi_ids_not_strings, {"branches": 1}),
+    # Message 2 makes three of the eleven calls.
+    "gemini type": (
+        "gemini-cli",
+        _set(1, "type", value=["gemini"]),
+        {"unknown_records": 1, "tool_calls": 8},
+    ),
+    "gemini toolCalls": ("gemini-cli", _set(1, "toolCalls", value=3), {"tool_calls": 8}),
+    "gemini functionResponse": (
+        "gemini-cli",
+        _gemini_no_function_response,
+        {"tool_calls": 11, "tool_results": 11},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_SHAPES))
+def test_a_value_of_an_unexpected_shape_is_kept_and_counted(
+    store: SessionStore, tmp_path: Path, case: str
+) -> None:
+    """Valid JSON of a shape the format does not have (a list for a type or an id, a number for
+    a list) is read as unknown, the way the importer reads any unknown record: its record kept,
+    and the counts say what it became; never a TypeError."""
+    fmt, change, expected = WRONG_SHAPES[case]
+    sample = SHAPE_SAMPLES[fmt]
+    path = tmp_path / sample.name
+    if sample.suffix == ".jsonl":
+        records = [json.loads(line) for line in sample.read_text().splitlines() if line]
+        line = change(records) + 1
+        lines = [json.dumps(record) for record in records]
+        path.write_text("".join(f"{text}\n" for text in lines))
+    else:
+        document = json.loads(sample.read_text())
+        line = change(document["messages"]) + 1
+        path.write_text(json.dumps(document))
+    result = replay.import_agent_log(store, path)
+    (found,) = result.files
+    assert (found.format, found.detected) == (fmt, True)
+    counts = found.sessions[0].counts
+    assert {name: counts.get(name, 0) for name in expected} == expected
+    kept = {}
+    for session in found.sessions:
+        kept.update(replay.agent_log_records(store, session.session_id))
+    if sample.suffix == ".jsonl":
+        assert kept[line] == lines[line - 1]  # the record of the unexpected shape, as it is
+    else:
+        assert line in kept
+
+
+def test_a_shape_a_reader_missed_is_an_error_at_its_line_with_nothing_written(
+    store: SessionStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The net under the readers' own checks: a TypeError (or AttributeError, KeyError,
+    ValueError) a format's reader raises on a record is the `AgentLogError` of that record's
+    file and line, in the library and at the command line (not an internal error)."""
+    from replay.agentlogs import _codex
+    from sessionlog.cli import main
+
+    def missed(output: object) -> tuple[object, object]:
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(_codex, "_output", missed)
+    records = SAMPLES["codex"].read_text().splitlines()
+    line = next(n for n, text in enumerate(records, 1) if '"type":"function_call_output"' in text)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    path = folder / SAMPLES["codex"].name
+    path.write_text("\n".join(records) + "\n")
+    head = store.log.head
+    with pytest.raises(AgentLogError, match="unexpected shape: TypeError") as caught:
+        replay.import_agent_log(store, folder)
+    assert (caught.value.path, caught.value.line) == (str(path), line)
+    assert isinstance(caught.value.__cause__, TypeError)
+    assert store.log.head == head
+    code = main(["--store", str(tmp_path / "cli"), "import-agent-log", str(folder)])
+    assert code == 5 and f"{path}:{line}: unexpected shape" in capsys.readouterr().err

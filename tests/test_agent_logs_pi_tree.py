@@ -196,3 +196,34 @@ def test_any_tree_imports_as_its_branches(
         owned = [own_lines(s) for s in sessions]
         assert sum(map(len, owned)) == len(records)
         assert set().union(*owned) == set(range(1, len(records) + 1))
+
+
+CHANGES = {
+    "appended": lambda data: data + data.splitlines(keepends=True)[-1].replace(b"b0", b"c0"),
+    "shortened": lambda data: b"".join(data.splitlines(keepends=True)[:20]),
+    "same size": lambda data: data.replace(b"Read it again.", b"Read it AGAIN."),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_tree_that_changes_between_its_readings_is_refused(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A tree is read twice (its branches are known only at its end); a file pi rewrites or
+    appends to in between would be built from branches that no longer fit it. The import is
+    refused, naming the file, and writes nothing."""
+    from replay.agentlogs import _pi
+
+    path = write(tmp_path, retried_tool_call(False))
+    found = _pi.branches
+
+    def changing(entries: list[Any]) -> Any:
+        tree = found(entries)
+        path.write_bytes(CHANGES[change](path.read_bytes()))  # after the first reading
+        return tree
+
+    monkeypatch.setattr(_pi, "branches", changing)
+    with pytest.raises(AgentLogError, match="changed while being read") as caught:
+        replay.import_agent_log(store, path)
+    assert (caught.value.path, caught.value.line) == (str(path), None)
+    assert store.log.head == 0

@@ -237,3 +237,42 @@ def test_a_gemini_tool_result_is_stored_once_and_its_record_still_reads_back(
     (kept,) = assistant["metadata"]["source"]["records"]
     assert json.dumps(long) not in kept and json.dumps(same) not in kept
     assert '"short"' in kept
+
+
+def test_a_lone_surrogate_escape_reads_as_a_replacement_and_its_record_stays_exact(
+    tmp_path: Path,
+) -> None:
+    """JavaScript's `JSON.stringify` writes half of a surrogate pair as an escape (`\\ud83d`)
+    when a text is cut inside an emoji: valid JSON, which msgspec refuses. The message holds
+    U+FFFD in its place; the record reads back as the file's line, escape and all."""
+    header = {"type": "session", "id": "s", "cwd": "/w", "timestamp": "2025-01-01T00:00:00Z"}
+    texts = [
+        "build output cut at 30000 chars: done \ud83d",
+        "\ude00 cut before",
+        "whole \U0001f600",
+    ]
+    records = [header] + [
+        {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": t}]}}
+        for t in texts
+    ]
+    lines = [json.dumps(r) for r in records]  # as JSON.stringify: lone halves as escapes
+    assert "\\ud83d" in lines[1] and "\\ude00" in lines[2]
+    transcript = imported_exactly(tmp_path, lines)
+    assert [m["content"] for m in transcript] == [
+        "build output cut at 30000 chars: done \ufffd",
+        "\ufffd cut before",
+        "whole \U0001f600",
+    ]
+
+
+def test_a_lone_surrogate_escape_does_not_excuse_damage(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    path, line = pi_with(tmp_path, {"text": "done \ud83d"})
+    lines = path.read_text().splitlines()
+    lines[line - 1] = lines[line - 1][:-3]  # cut: still damaged, whatever the escape
+    path.write_text("\n".join(lines) + "\n")
+    head = store.log.head
+    with pytest.raises(AgentLogError, match="truncated JSON") as caught:
+        replay.import_agent_log(store, path)
+    assert caught.value.line == line and store.log.head == head

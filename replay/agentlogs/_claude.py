@@ -25,6 +25,7 @@ from replay.agentlogs._common import (
     Source,
     function_call,
     json_lines,
+    shape_checked,
     text_of,
     text_or,
     token_counts,
@@ -95,6 +96,7 @@ def looks_like(record: Record) -> bool:
     return kind == "file-history-snapshot" and "messageId" in record
 
 
+@shape_checked
 def parse(source: Source) -> Parsed:
     reader = _Reader(source)
     source.held = reader.held_bytes
@@ -151,7 +153,7 @@ class _Reader:
                 built.counts["compactions"] += 1
             elif record.get("isMeta") is True:
                 built.counts["meta_records"] += 1
-            built.attach(line, record, known=kind in _KNOWN)
+            built.attach(line, record, known=isinstance(kind, str) and kind in _KNOWN)
 
     def _session_of(self, record: Record) -> Built:
         if record.get("isSidechain") is not True:
@@ -229,7 +231,7 @@ class _Reader:
         carried: Record | None = record
         for block in results:
             call_id = block.get("tool_use_id")
-            if built is self.main and call_id in self.task_ids:
+            if built is self.main and isinstance(call_id, str) and call_id in self.task_ids:
                 agent = _spawned_agent(record, block)
                 if agent is not None and isinstance(call_id, str):
                     self.agents[call_id] = agent

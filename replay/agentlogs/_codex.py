@@ -23,6 +23,7 @@ from replay.agentlogs._common import (
     Source,
     function_call,
     json_lines,
+    shape_checked,
     text_of,
 )
 
@@ -42,11 +43,13 @@ _decode = msgspec.json.Decoder().decode
 
 def looks_like(record: Record) -> bool:
     """A rollout record in its envelope, or the first line of an older rollout (its session)."""
-    if record.get("type") in _ENVELOPES and isinstance(record.get("payload"), dict):
+    kind = record.get("type")
+    if isinstance(kind, str) and kind in _ENVELOPES and isinstance(record.get("payload"), dict):
         return True
     return "id" in record and "timestamp" in record and "instructions" in record
 
 
+@shape_checked
 def parse(source: Source) -> Parsed:
     built = Built("main", source)
     source.held = built.held_bytes
@@ -67,7 +70,7 @@ def parse(source: Source) -> Parsed:
                 _session_meta(built, about, payload)
             elif kind == "turn_context" and isinstance(payload.get("model"), str):
                 built.note_model(payload["model"])
-            built.attach(line, record, known=kind in _ENVELOPES)
+            built.attach(line, record, known=isinstance(kind, str) and kind in _ENVELOPES)
     built.title = built.first_prompt
     built.finish()
     return Parsed(
@@ -89,7 +92,7 @@ def _session_meta(built: Built, about: dict[str, Any], payload: Record) -> None:
 
 
 def _item(built: Built, line: int, record: Record, item: Record) -> None:
-    kind = item.get("type")
+    kind = item.get("type") if isinstance(item.get("type"), str) else None  # None: unknown
     if kind == "message":
         _message(built, line, record, item)
     elif kind in _MODEL_SIDE:

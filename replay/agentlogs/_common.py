@@ -8,19 +8,20 @@ Nothing here writes to a store; `replay.agentlogs._verb` does.
 
 from __future__ import annotations
 
+import functools
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 from blake3 import blake3
 
-from eventlog import check_plain, limits
+from eventlog import SessionLogError, check_plain, limits
 from replay import _limits
 from replay._transcript import decoded_bytes_estimate, json_type_name
+from replay.agentlogs._decode import decode_line, failing_line, why_undecodable
 from replay.agentlogs._kept import Kept
 from sessions import InvalidArgumentError
 
@@ -74,6 +75,7 @@ class Source:
     size: int = 0
     held: Callable[[], int] = lambda: 0  # bytes the reader keeps so far (for the budget)
     line: bytes = b""  # the line being read, as the file has it (JSONL)
+    number: int | None = None  # its 1-based line (a document's: item); None between readings
     document: bool = False  # the file is one JSON document, not lines
     document_bytes: bytes = b""  # a document's bytes (its items point into them)
 
@@ -92,11 +94,35 @@ class Source:
         self.skipped.append((line, problem))
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def shape_checked(
+    parse: Callable[Concatenate[Source, _P], _T],
+) -> Callable[Concatenate[Source, _P], _T]:
+    """A format's parse, with a value of a shape it did not expect (a list where it reads a
+    string, a number where it reads a list) raised as the `AgentLogError` of the record being
+    read (`Source.number`), not as the TypeError it caused. The readers check the shapes they
+    rely on; this is the net under what they miss."""
+
+    @functools.wraps(parse)
+    def checked(source: Source, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return parse(source, *args, **kwargs)
+        except SessionLogError:  # typed already (AgentLogError, a bound passed): as it is
+            raise
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            problem = f"unexpected shape: {type(exc).__name__}: {exc}"
+            raise AgentLogError(source.path, source.number, problem) from exc
+
+    return checked
+
+
 def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
     """(1-based line, object) of every non-blank line, hashing every byte. A line past
     `agent_log_line_bytes_max`, or whose objects would not fit the memory budget, is refused
     before it is decoded (whatever `skip_bad_lines` says: it is a bound, not damage)."""
-    decode = msgspec.json.Decoder().decode
     bound = _limits.agent_log_line_bytes_max
     try:
         file = open(source.path, "rb", buffering=_READ_BUFFER_BYTES)  # noqa: SIM115
@@ -141,15 +167,16 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                     f"{_limits.agent_log_memory_file_ratio} times the file)",
                 )
             try:
-                value = decode(line)
+                value = decode_line(line)
             except (ValueError, RecursionError) as exc:
                 _undecodable(source, line, number, exc)
                 continue
             if type(value) is dict:
-                source.line = line
+                source.line, source.number = line, number
                 yield number, value
             else:
                 source.damaged(number, f"expected a JSON object, got {json_type_name(value)}")
+    source.number = None
     if source.progress is not None:
         source.progress(size, size)
 
@@ -162,18 +189,6 @@ def _undecodable(source: Source, line: bytes, number: int, exc: Exception) -> No
         source.damaged(number, why_undecodable(line, exc))
 
 
-def why_undecodable(data: bytes, exc: ValueError) -> str:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as bad:
-        return f"invalid UTF-8 at byte {bad.start + 1} of the line"
-    text = str(exc)
-    if "truncated" in text.lower():
-        return "truncated JSON (the line ends inside a value)"
-    return f"invalid JSON: {text}"
-
-
-_AT_BYTE = re.compile(r"byte (\d+)")
 ITEM_ARRAYS = ("messages", "history")  # a document's arrays of items read one at a time
 _document_decode = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw]).decode
 _items_decode = msgspec.json.Decoder(list[msgspec.Raw]).decode
@@ -215,20 +230,8 @@ def _decoded_whole(source: Source) -> Any:
         raise AgentLogError(source.path, None, "JSON nested too deeply to decode") from exc
     except ValueError as exc:
         raise AgentLogError(
-            source.path, _failing_line(data, exc), why_undecodable(data, exc)
+            source.path, failing_line(data, exc), why_undecodable(data, exc)
         ) from exc
-
-
-def _failing_line(data: bytes, exc: ValueError) -> int | None:
-    try:
-        data.decode()
-    except UnicodeDecodeError as bad:
-        return data.count(b"\n", 0, bad.start) + 1
-    found = _AT_BYTE.search(str(exc))
-    line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
-    if line is None and ("truncated" in str(exc).lower()):
-        line = data.count(b"\n") + 1
-    return line
 
 
 # Building sessions
@@ -351,6 +354,7 @@ def items(source: Source, values: list[Any]) -> Iterator[tuple[int, Any]]:
     record) as it is handed out and its slot emptied: never every item's objects at once."""
     for index in range(len(values)):
         value, values[index] = values[index], None
+        source.number = index + 1
         if isinstance(value, msgspec.Raw):
             source.line = bytes(value)
             try:
@@ -360,6 +364,7 @@ def items(source: Source, values: list[Any]) -> Iterator[tuple[int, Any]]:
         else:
             source.line = _encode(value)
         yield index + 1, value
+    source.number = None
 
 
 def json_document_error(source: Source) -> None:

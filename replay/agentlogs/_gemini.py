@@ -20,6 +20,7 @@ from replay.agentlogs._common import (
     function_call,
     item_value,
     items,
+    shape_checked,
     text_of,
     text_or,
     token_counts,
@@ -49,10 +50,11 @@ def looks_like_document(document: object) -> bool:
     if "sessionId" not in document:
         return False
     first = [item_value(m) for m in document["messages"][:_SNIFF_ITEMS]]
-    kinds = {m.get("type") for m in first if isinstance(m, dict)}
-    return bool(kinds & {"user", "gemini"}) or not document["messages"]
+    spoken = any(isinstance(m, dict) and m.get("type") in ("user", "gemini") for m in first)
+    return spoken or not document["messages"]
 
 
+@shape_checked
 def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
     built = Built("main", source)
     built.info["document"] = {k: v for k, v in document.items() if k != "messages"}
@@ -74,7 +76,7 @@ def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
             built.attach(
                 index,
                 message if isinstance(message, dict) else {"value": message},
-                known=kind in _NOTES,
+                known=isinstance(kind, str) and kind in _NOTES,
             )
     built.title = built.first_prompt
     built.finish()
@@ -102,7 +104,8 @@ def _gemini(built: Built, index: int, message: Record) -> None:
         target["usage"] = token_counts(tokens, _TOKENS)
     if isinstance(message.get("thoughts"), list):
         target["metadata"]["reasoning"] = message["thoughts"]
-    calls = [c for c in message.get("toolCalls") or [] if isinstance(c, dict)]
+    listed = message.get("toolCalls")
+    calls = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
     for number, call in enumerate(calls):
         call_id = text_or(call.get("id"), f"call-{index}-{number}")
         name = text_or(call.get("name"), "unknown")
@@ -124,8 +127,9 @@ def _gemini(built: Built, index: int, message: Record) -> None:
         if cut is not None:
             added["metadata"]["source"]["content_in"] = cut
         added["metadata"]["status"] = call.get("status")
-        if call.get("status") == "success" and isinstance(call.get("args"), dict):
-            built.wrote(call["args"].get("file_path") if tool_name in _WRITING_TOOLS else None)
+        writes = isinstance(tool_name, str) and tool_name in _WRITING_TOOLS
+        if writes and call.get("status") == "success" and isinstance(call.get("args"), dict):
+            built.wrote(call["args"].get("file_path"))
         if call.get("status") == "error":
             added["metadata"]["is_error"] = True
             built.counts["error_results"] += 1
@@ -135,10 +139,10 @@ def _result_text(call: Record) -> object:
     """What the tool answered: the function responses' `output` (or `error`), else the text the
     CLI displayed."""
     texts: list[str] = []
-    for part in call.get("result") or []:
-        response = (
-            part.get("functionResponse", {}).get("response") if isinstance(part, dict) else None
-        )
+    parts = call.get("result")
+    for part in parts if isinstance(parts, list) else []:
+        called = part.get("functionResponse") if isinstance(part, dict) else None
+        response = called.get("response") if isinstance(called, dict) else None
         if isinstance(response, dict):
             value = response.get("output", response.get("error"))
             if isinstance(value, str):

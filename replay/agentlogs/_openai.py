@@ -21,6 +21,7 @@ from replay.agentlogs._common import (
     Source,
     item_value,
     items,
+    shape_checked,
     text_of,
 )
 
@@ -47,6 +48,7 @@ def looks_like_document(document: object) -> bool:
     return all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in first)
 
 
+@shape_checked
 def parse_document(source: Source, document: Any) -> Parsed:
     built = Built("main", source)
     messages = document if isinstance(document, list) else []

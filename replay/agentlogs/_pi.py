@@ -16,6 +16,7 @@ from typing import Any
 from blake3 import blake3
 
 from replay.agentlogs._common import (
+    AgentLogError,
     Built,
     Message,
     Parsed,
@@ -23,6 +24,7 @@ from replay.agentlogs._common import (
     Source,
     function_call,
     json_lines,
+    shape_checked,
     text_of,
     text_or,
     token_counts,
@@ -90,18 +92,26 @@ def looks_like(record: Record) -> bool:
     return record.get("type") == "session" and "id" in record and "cwd" in record
 
 
+@shape_checked
 def parse(source: Source) -> Parsed:
     """The file's session: the active branch (root to the last entry) as its transcript, every
     other branch a fork of the branch it leaves. A file whose entries form one line is read
-    once; a tree is read again, each entry into its branch's session."""
+    once; a tree is read again, each entry into its branch's session, and must read the same
+    bytes again (else the branches found in the first reading do not fit the second)."""
     entries: list[Entry] = []
     parsed = _read(source, None, entries)
     tree = branches(entries)
     if tree is None:
         return parsed
     del parsed  # the reading in file order is dropped before the reading by branch
+    first = (source.size, source.digest.digest())
     source.digest, source.skipped = blake3(), []
-    return _read(source, tree, [])
+    parsed = _read(source, tree, [])
+    if (source.size, source.digest.digest()) != first:
+        raise AgentLogError(
+            source.path, None, "changed while being read (a tree is read twice): import it again"
+        )
+    return parsed
 
 
 def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed:
@@ -138,7 +148,9 @@ def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed
             keep = 0  # a root of its own; else what its branch holds there, its prefix too
             if point is not None:
                 prefix = sessions[parent].fork_of
-                keep = (prefix[1] if prefix else 0) + sessions[parent].fork_at_lines[point]
+                # (not there only when the file changed between the readings: `parse` says so)
+                at = sessions[parent].fork_at_lines.get(point, 0)
+                keep = (prefix[1] if prefix else 0) + at
             built.fork_of = (parent, keep)
             built.info["branch"] = {"from_line": point, "leaf_line": tree.leaves[key]}
         built.title = built.title or built.first_prompt
@@ -167,7 +179,7 @@ def _entry(built: Built, about: dict[str, Any], line: int, record: Record, kind:
         added["metadata"]["custom_type"] = record.get("customType")
     else:
         _other(built, about, kind, record)
-        built.attach(line, record, known=kind in _KNOWN)
+        built.attach(line, record, known=isinstance(kind, str) and kind in _KNOWN)
 
 
 def _other(built: Built, about: dict[str, Any], kind: object, record: Record) -> None:
@@ -244,7 +256,9 @@ def _assistant(built: Built, line: int, record: Record, message: Record) -> None
     if isinstance(usage, dict):
         target["usage"] = token_counts(usage, _USAGE)
     texts: list[str] = []
-    for block in message.get("content") or []:
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    for block in blocks if isinstance(blocks, list) else []:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])

@@ -48,8 +48,9 @@ class Branches:
 def _parents(entries: list[Entry]) -> dict[int, int | None]:
     """Each entry's parent line: the entry before when it names none (version 1), none for a
     root (`parentId` null, its own id, or an id the file does not hold: pi's orphans are roots
-    too). An id used twice means its last entry, as pi's index keeps the last."""
-    lines = {entry.id: entry.line for entry in entries if entry.id is not None}
+    too). An id used twice means its last entry, as pi's index keeps the last. pi's ids are
+    strings: any other value names no entry."""
+    lines = {entry.id: entry.line for entry in entries if isinstance(entry.id, str)}
     parents: dict[int, int | None] = {}
     previous: int | None = None
     for entry in entries:
@@ -58,7 +59,7 @@ def _parents(entries: list[Entry]) -> dict[int, int | None]:
         elif entry.parent is None or entry.parent == entry.id:
             parent = None
         else:
-            parent = lines.get(entry.parent)
+            parent = lines.get(entry.parent) if isinstance(entry.parent, str) else None
         parents[entry.line] = None if parent == entry.line else parent
         previous = entry.line
     return parents

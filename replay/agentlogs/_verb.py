@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-import msgspec
-
 from eventlog import limits
 from replay import _limits
 from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
@@ -31,6 +29,7 @@ from replay.agentlogs._common import (
     json_document,
     restored_records,
 )
+from replay.agentlogs._decode import decode_line
 from sessions import InvalidArgumentError, SessionExistsError, SessionStore
 from sessions._collector import collector_paused
 
@@ -86,7 +85,7 @@ class ImportedFile:
 @dataclass(frozen=True, slots=True)
 class AgentLogImport:
     """The result of `import_agent_log`: every file imported, and the files of a folder that
-    were not agent logs (left alone)."""
+    were not agent logs, or not readable regular files (left alone)."""
 
     files: tuple[ImportedFile, ...] = ()
     not_agent_logs: tuple[str, ...] = field(default=())
@@ -114,7 +113,8 @@ def import_agent_log(
     reporting each), `recursive` (descend into subfolders). A damaged line, a file past a bound
     or a refused message raises `AgentLogError` naming file:line, and that file writes nothing.
     In a folder, files before it stay imported; files that are not agent logs are listed in
-    `not_agent_logs`. `progress(bytes_read, file_bytes)` follows the reading of each file.
+    `not_agent_logs`, as are entries named like logs that are not readable regular files.
+    `progress(bytes_read, file_bytes)` follows the reading of each file.
     """
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
@@ -144,7 +144,7 @@ def import_agent_log(
         raise InvalidArgumentError(f"{_VERB}: `session_id` names one session; {shown} is a folder")
     done: list[ImportedFile] = []
     others: list[str] = []
-    names = list(_log_files(shown, flags["recursive"]))
+    names = list(_log_files(shown, flags["recursive"], others))
     # A subagent's file is read with its session's file, so it comes after all the others.
     names.sort(key=lambda name: os.path.basename(name).startswith("agent-"))
     taken: set[str] = set()
@@ -163,12 +163,18 @@ def import_agent_log(
     return AgentLogImport(files=tuple(done), not_agent_logs=tuple(others))
 
 
-def _log_files(folder: str, recursive: bool) -> Iterator[str]:
+def _log_files(folder: str, recursive: bool, others: list[str]) -> Iterator[str]:
+    """The logs of `folder` by their names; an entry so named that is not a readable regular
+    file (a dangling link, a pipe, a file without read permission) goes into `others`."""
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         for name in sorted(files):
             if name.endswith(_SUFFIXES) and not name.startswith("."):
-                yield os.path.join(root, name)
+                path = os.path.join(root, name)
+                if os.path.isfile(path) and os.access(path, os.R_OK):
+                    yield path
+                else:
+                    others.append(path)
         if not recursive:
             return
 
@@ -186,8 +192,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     return _document_format(shown, json_document(Source(shown)))
 
 
-def _sniff(path: str) -> str | None:
-    """A line format's name, `document` for a whole-JSON file, or None: from the first lines."""
+def _sniff(path: str, formats: tuple[ModuleType, ...] = _LINE_FORMATS) -> str | None:
+    """The name of the first of the line `formats` a record of the first lines looks like,
+    `document` for a whole-JSON file, or None."""
     try:
         with open(path, "rb") as file:
             head = file.read(_SNIFF_BYTES)
@@ -197,11 +204,11 @@ def _sniff(path: str) -> str | None:
     lines = [line for line in head.split(b"\n")[:_SNIFF_LINES] if line.strip()]
     for line in lines:
         try:
-            record = msgspec.json.decode(line)
+            record = decode_line(line)
         except (ValueError, RecursionError):  # damaged or cut by the sniff: try the next
             continue
         if isinstance(record, dict):
-            for module in _LINE_FORMATS:
+            for module in formats:
                 if module.looks_like(record):
                     return str(module.NAME)
     starts = head.lstrip()[:1]
@@ -229,6 +236,8 @@ def _parse(source: Source, format: str) -> tuple[str, bool, Parsed]:
         name = sniffed
     module = _BY_NAME.get(name)
     if module is not None and module in _LINE_FORMATS:
+        if not detected and _sniff(source.path, (module,)) != name:  # as a document is checked
+            raise NotAnAgentLogError(source.path, None, f"not a log of format {name}")
         return name, detected, module.parse(source)
     document = json_document(source)
     if detected:

@@ -1,0 +1,77 @@
+"""Decoding an agent log's JSON, and saying where and why it does not decode.
+
+Decoding is msgspec's and strict, with one leniency: a lone UTF-16 surrogate escape (`"\\ud83d"`
+without its pair, which JavaScript's `JSON.stringify` writes when it cuts a text inside an emoji)
+decodes to U+FFFD, as the engine stores no lone surrogate. It never changes the bytes a caller
+keeps of what it decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+
+_decode = msgspec.json.Decoder().decode
+_AT_BYTE = re.compile(r"byte (\d+)")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a decoded pair is one character: these are lone
+
+
+def decode_line(line: bytes) -> Any:
+    """The JSON value of `line`; msgspec's `ValueError` (or `RecursionError`) when it does not
+    decode, unless it fails only for a lone surrogate escape: then the stdlib `json`, which
+    takes one, decodes it, and each lone surrogate in its strings becomes U+FFFD."""
+    try:
+        return _decode(line)
+    except ValueError as exc:
+        if not _SURROGATE_ESCAPE.search(line):
+            raise
+        try:  # as strict as msgspec otherwise: UTF-8 only, no NaN or Infinity
+            value = json.loads(line.decode(), parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            # Damaged besides: msgspec says how once the escapes no longer stop it first (each
+            # replaced by U+FFFD's, as long, so the byte it names is the file's).
+            _decode(_SURROGATE_ESCAPE.sub(rb"\\ufffd", line))
+            raise exc from None
+        return _replaced(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _replaced(value: Any) -> Any:
+    if type(value) is str:
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if type(value) is list:
+        return [_replaced(item) for item in value]
+    if type(value) is dict:
+        return {_replaced(key): _replaced(item) for key, item in value.items()}
+    return value
+
+
+def why_undecodable(data: bytes, exc: ValueError) -> str:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8 at byte {bad.start + 1} of the line"
+    text = str(exc)
+    if "truncated" in text.lower():
+        return "truncated JSON (the line ends inside a value)"
+    return f"invalid JSON: {text}"
+
+
+def failing_line(data: bytes, exc: ValueError) -> int | None:
+    """The line of `data` (a whole document) holding the byte where decoding failed."""
+    try:
+        data.decode()
+    except UnicodeDecodeError as bad:
+        return data.count(b"\n", 0, bad.start) + 1
+    found = _AT_BYTE.search(str(exc))
+    line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
+    if line is None and ("truncated" in str(exc).lower()):
+        line = data.count(b"\n") + 1
+    return line
