@@ -298,7 +298,12 @@ class PromptCompleted(Event, tag="prompt_completed", frozen=True):
 
 
 class PromptFailed(Event, tag="prompt_failed", frozen=True):
-    """The prompt in flight failed (`kind`: provider, interrupted, context_length, ...)."""
+    """The prompt in flight failed. `kind` says why: ``provider`` (the provider failed for good:
+    the session is failed), ``transient`` (a failure that may pass, its retries spent: the session
+    is idle again), ``context_length`` (the model refused the context as too long: idle again),
+    ``invalid_reply`` (an answer the runtime cannot read or record), ``interrupted`` (its process
+    stopped), ``runtime``, ``superseded``. Every kind but ``transient`` and ``context_length``
+    leaves the session failed."""
 
     request_id: str
     error: str

@@ -40,6 +40,7 @@ from projections._refs import Opener, message_of, slice_ranges
 from projections._runtime import BUSY as RUNTIME_BUSY
 from projections._runtime import (
     CONTEXT_LENGTH,
+    TRANSIENT,
     LoopRecord,
     LoopUsage,
     RuntimeState,
@@ -88,6 +89,7 @@ __all__ = [
     "Ref",
     "RuntimeState",
     "SYSTEM_STREAM_PREFIX",
+    "TRANSIENT",
     "SessionState",
     "StateScratchpad",
     "Transcript",

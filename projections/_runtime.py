@@ -44,6 +44,13 @@ _LOOP = keys.RUNTIME_LOOP_PREFIX
 _LOOP_ID = keys.RUNTIME_LOOP_ID_PREFIX
 CONTEXT_LENGTH = "context_length"
 """The `prompt_failed` kind of a provider's refusal of the context as too long."""
+TRANSIENT = "transient"
+"""The `prompt_failed` kind of a provider failure that may pass (rate limited, overloaded, timed
+out, connection dropped) once the transport's retries ran out. Older logs record these as
+``provider``, and fold as they did: failed."""
+RECOVERABLE = frozenset((CONTEXT_LENGTH, TRANSIENT))
+"""`prompt_failed` kinds after which the session is idle again: the loop failed, the session did
+not. Every other kind fails the session (seed 002: `failed` is for unrecoverable errors)."""
 _OPEN = keys.RUNTIME_OPEN_PREFIX
 _BUSY = keys.RUNTIME_BUSY_PREFIX
 _OPEN_COUNT = keys.RUNTIME_OPEN_COUNT_KEY
@@ -389,9 +396,9 @@ def _finish(
         tx,
         msgspec.structs.replace(
             state,
-            # A context the model refused as too long is pruned and the caller may try again:
-            # the loop failed, the session did not.
-            status=FAILED if outcome == FAILED and kind != CONTEXT_LENGTH else IDLE,
+            # A context the model refused as too long is pruned, and a transient failure may
+            # pass: the caller may try again, the loop failed and the session did not.
+            status=FAILED if outcome == FAILED and kind not in RECOVERABLE else IDLE,
             request_id=None,
             loop_position=0,
             usage=state.usage + usage if usage is not None else state.usage,

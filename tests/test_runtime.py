@@ -22,6 +22,7 @@ from sessions.runtime import (
     Runtime,
     SessionBusyError,
     SessionFailedError,
+    Tool,
 )
 from tests._runtime_providers import FailingProvider, SlowProvider, UsageProvider
 from tests.conftest import assert_rebuild_changes_nothing
@@ -526,12 +527,14 @@ def test_a_session_opened_elsewhere_is_adopted_and_prompted(store: SessionStore)
 
 
 class _LoopingProvider:
-    """From the second turn on, asks for the same tool call three times over: a doom loop."""
+    """From its second call on, asks for the same tool call three times over: a doom loop."""
 
     name = "looping"
     defaults: ClassVar[dict[str, Any]] = {}
 
-    async def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+    async def complete(
+        self, messages: list[dict[str, Any]], params: dict[str, Any], *, tools: Any = None
+    ) -> Any:
         from sessions.runtime import Completion
 
         repeats = 1 if len(messages) < 3 else 3
@@ -559,8 +562,9 @@ def test_the_runtime_runs_the_context_policy_after_each_turn(store: SessionStore
     async def body() -> None:
         async with Runtime(store, providers=[MockProvider(), _LoopingProvider()]) as runtime:
             sid = (await runtime.create("a", provider="looping"))["session_id"]
-            for turn in range(2):
-                await runtime.prompt(sid, f"turn {turn}")
+            ls = Tool("ls", lambda path: ["a.txt"])
+            for turn in range(2):  # each asks once for one call, once for three: max_steps
+                await runtime.prompt(sid, f"turn {turn}", tools=[ls], max_steps=2)
                 warned = [
                     m
                     for m in store.snapshot(sid)["transcript"]  # type: ignore[index]

@@ -60,7 +60,9 @@ def test_usage_is_recorded_per_loop_and_summed(store: SessionStore) -> None:
             first = await runtime.prompt(sid, "abcd")
             second = await runtime.prompt(sid, "xy", {"model": "big"})
             assert first["usage"] == expected_usage("abcd")
-            assert first["tool_calls"] == [{"id": "call-4", "name": "noop", "arguments": {}}]
+            assert first["tool_calls"] == []  # no tools were offered: kept out of the transcript
+            (dropped,) = store.messages(sid)[1]["metadata"]["dropped_tool_calls"]
+            assert dropped == {"id": "call-4", "name": "noop", "arguments": {}}
             record = await runtime.record(sid)
             assert [loop["usage"] for loop in record.loops] == [
                 expected_usage("abcd"),

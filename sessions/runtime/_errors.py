@@ -39,8 +39,11 @@ class InputRejectedError(SessionLogError):
 
 
 class ProviderError(SessionLogError):
-    """The provider failed while answering a prompt; `prompt_failed` was recorded and the session
-    is `failed`. The provider's own exception is the `__cause__`."""
+    """The provider failed while answering a prompt, or answered what cannot be read or recorded;
+    `prompt_failed` was recorded. After a failure that may pass (kind ``transient``: rate
+    limited, overloaded, timed out, disconnected, retries spent) or a context refused as too long
+    the session is idle again and may be prompted; after any other it is `failed`. The
+    provider's own exception is the `__cause__`."""
 
 
 class PromptCancelledError(SessionLogError):

@@ -375,6 +375,11 @@ class HttpProvider:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, url={self.url!r})"
 
+    def scrub(self, text: str) -> str:
+        """`text` with this provider's API key (or a cut-off start of it) redacted, cut as an
+        error's text is (`scrub`)."""
+        return self._transport.scrub(text)
+
     async def aclose(self) -> None:
         await self._transport.aclose()
 

@@ -55,3 +55,9 @@ ttl_s_default: Final = 3_600.0
 
 idle_s_default: Final = 600.0
 """Idle time before `reap` closes a session, as seed 002 sets it: ten minutes."""
+
+reply_bytes_max: Final = 2 * 1024 * 1024
+"""One model reply, encoded. It is recorded in one event (`step_completed` or `prompt_completed`),
+which must stay under `event_bytes_max` with its envelope and, in an encrypted session, as
+base64 ciphertext (a third larger); a larger reply fails the prompt (``invalid_reply``) before
+the write would."""

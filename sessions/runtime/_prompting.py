@@ -7,7 +7,8 @@ Every step is an event: `prompt_started`, then per model call that asks for tool
 ends, and finally `prompt_completed` (or `prompt_failed` / `prompt_cancelled`). Whatever ends a
 prompt early answers the calls still open first, so the transcript never holds a call without its
 result. After each round of tool results the context policy runs; a doom-loop warning it records
-reaches the model in the next step (``steer``) or ends the loop (``stop``).
+reaches the model in the next step (``steer``) or ends the loop (``stop``). A cancel ends the loop
+at the next await or step boundary: no tool starts and no completion is recorded after it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eventlog import InvalidArgumentError, check_encodable, limits
+import msgspec
+
+from eventlog import InvalidArgumentError, LimitExceededError, check_encodable, limits
 from eventlog import events as ev
 from eventlog.errors import ConfigurationError
 from eventlog.limits import check_at_most
@@ -34,18 +37,69 @@ from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits, _wire
 from sessions.runtime._args import reply_of
 from sessions.runtime._errors import PromptCancelledError, ProviderError
-from sessions.runtime._http import ProviderHTTPError
+from sessions.runtime._http import (
+    HttpProvider,
+    ProviderConnectionError,
+    ProviderHTTPError,
+    ProviderTimeoutError,
+)
 from sessions.runtime._providers import ContextLengthError, Provider
 from sessions.runtime._recorder import usage_dict
 
 if TYPE_CHECKING:
-    from sessions.runtime._runtime import Runtime, _Flight
+    from sessions.runtime._runtime import Runtime
 
 ToolCallHook = Callable[[dict[str, Any]], object]
 TOOL_ERROR = "tool_error"
 """The metadata key of a tool result that is an error (its kind): the Anthropic API gets
 ``is_error``."""
+DROPPED_CALLS = "dropped_tool_calls"
+"""The metadata key of a reply that asked for tools when none were offered: its calls, kept out
+of the transcript (no result answers them, and an API refuses a call without one)."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass
+class Flight:
+    """A prompt this process is running: what `cancel` and `close` reach for. `cancelled` is
+    True once its `prompt_cancelled` is recorded."""
+
+    request_id: str
+    task: asyncio.Future[Any] | None = None
+    cancel_reason: str | None = None
+    cancelled: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cancel(self, reason: str) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+
+def failure_kind(exc: Exception) -> str:
+    """The `prompt_failed` kind of a provider's exception, by its type. ``context_length`` and
+    ``transient`` (what the transport retries, still failing once its retries ran out: 429 and
+    5xx answers, timeouts, dropped connections and streams) leave the session idle for the caller
+    to try again; anything else (401/403, a bad request, an unreadable answer) is ``provider``
+    and fails it."""
+    if isinstance(exc, ContextLengthError):
+        return rt.CONTEXT_LENGTH
+    if isinstance(exc, (ProviderTimeoutError, ProviderConnectionError)):
+        return rt.TRANSIENT
+    if isinstance(exc, (TimeoutError, ConnectionError)):  # a provider of the caller's own
+        return rt.TRANSIENT
+    status = exc.status if isinstance(exc, ProviderHTTPError) else None
+    if status is not None and (status == 429 or status >= 500):
+        return rt.TRANSIENT
+    return "provider"
+
+
+def scrub_key(provider: Provider, text: str) -> str:
+    """`text` with `provider`'s API key (an HTTP provider's) replaced."""
+    if isinstance(provider, HttpProvider):
+        return provider.scrub(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -190,6 +244,26 @@ def result_text(value: object) -> str:
     return text[: _limits.tool_result_chars_max]
 
 
+def _without_calls(reply: ev.Message) -> ev.Message:
+    """`reply` without its tool calls, which move to its metadata: no tools were offered, so none
+    runs, and a call left in the transcript without a result is refused by every API (a
+    synthetic result would not do: Anthropic refuses `tool_use` blocks in a request that
+    defines no tools)."""
+    dropped = list(reply.tool_calls or ())
+    return msgspec.structs.replace(
+        reply, tool_calls=None, metadata={**reply.metadata, DROPPED_CALLS: dropped}
+    )
+
+
+def _check_recordable(reply: ev.Message, what: str) -> None:
+    """`LimitExceededError` when `reply` is too large for the event that records it."""
+    size = check_encodable(reply, what=what, plain=False)
+    if size > _limits.reply_bytes_max:
+        raise LimitExceededError(
+            f"{what}, encoded", "reply_bytes_max", _limits.reply_bytes_max, size
+        )
+
+
 class _Stop(Exception):
     """The loop ends early with a final synthetic reply (max steps, doom loop)."""
 
@@ -207,7 +281,7 @@ class PromptLoop:
         runtime: Runtime,
         store: SessionStore,
         sid: str,
-        flight: _Flight,
+        flight: Flight,
         options: LoopOptions,
     ) -> None:
         self.runtime = runtime
@@ -255,11 +329,7 @@ class PromptLoop:
         except Exception as exc:  # a failure not recorded yet must not leave the session busy
             await runtime._fail(self.store, sid, rid, f"{type(exc).__name__}: {exc}", "runtime")
             raise
-        done = ev.PromptCompleted(request_id=rid, reply=reply, stop_reason=stop_reason, usage=usage)
-        if not await runtime._finish(self.store, sid, rid, done):
-            raise PromptCancelledError(
-                f"prompt: session `{sid}` was closed while request `{rid}` ran"
-            )
+        await self._complete(reply, usage, stop_reason)
         await runtime._maintain(self.store, sid)
         return {
             "session_id": sid,
@@ -274,10 +344,36 @@ class PromptLoop:
             "steps": self.steps,
         }
 
+    async def _complete(self, reply: ev.Message, usage: ev.Usage, stop_reason: str) -> None:
+        """Record `prompt_completed`. A completion the log refuses (a reply too large for one
+        event) is recorded as the failure it is, so the session never stays busy."""
+        sid, rid = self.sid, self.rid
+        done = ev.PromptCompleted(request_id=rid, reply=reply, stop_reason=stop_reason, usage=usage)
+        try:
+            written = await self.runtime._finish(self.store, sid, rid, done)
+        except Exception as exc:  # recorded as a failure, then raised
+            unrecordable = isinstance(exc, InvalidArgumentError)
+            why = f"{type(exc).__name__}: {exc}"
+            await self.runtime._fail(
+                self.store, sid, rid, why, "invalid_reply" if unrecordable else "runtime"
+            )
+            if unrecordable:
+                raise ProviderError(
+                    f"prompt: the reply to request `{rid}` of `{sid}` cannot be recorded: "
+                    + self.runtime._scrub(why)
+                ) from exc
+            raise
+        if not written:
+            raise PromptCancelledError(
+                f"prompt: session `{sid}` was closed while request `{rid}` ran"
+            )
+
     async def _cancelled(self) -> dict[str, Any]:
         reason = self.flight.cancel_reason or "the caller was cancelled"
         cancelled = ev.PromptCancelled(request_id=self.rid, reason=reason)
-        await self.runtime._finish(self.store, self.sid, self.rid, cancelled)
+        self.flight.cancelled = await self.runtime._finish(
+            self.store, self.sid, self.rid, cancelled
+        )
         caller = asyncio.current_task()
         if caller is not None and caller.cancelling():
             raise asyncio.CancelledError
@@ -286,7 +382,14 @@ class PromptLoop:
         ) from None
 
     async def _guard(self, awaitable: Awaitable[Any]) -> Any:
-        """Await through a task `cancel` and `close` can reach; cancelling it cancels the work."""
+        """Await through a task `cancel` and `close` can reach; cancelling it cancels the work.
+        A cancel that landed before (between two guarded awaits) stops the work from starting."""
+        if self.flight.cancel_reason is not None:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            elif isinstance(awaitable, asyncio.Future):
+                awaitable.cancel()
+            raise asyncio.CancelledError
         task = self.flight.task = asyncio.ensure_future(awaitable)
         try:
             return await task
@@ -295,6 +398,12 @@ class PromptLoop:
             raise
         finally:
             self.flight.task = None
+
+    def _check_cancel(self) -> None:
+        """End the loop if a cancel landed outside `_guard` (during a write, a hook, the context
+        policy): no tool runs and no completion is recorded after it."""
+        if self.flight.cancel_reason is not None:
+            raise asyncio.CancelledError
 
     async def _loop(
         self, provider: Provider, started: _jobs.Started
@@ -308,20 +417,25 @@ class PromptLoop:
             await self.runtime._call_step_hook("before_step", dict(info))
             reply, usage, stop_reason = await self._model(provider, messages, started.params, specs)
             self.total = self.total + rt.loop_usage(usage)
-            calls = await self._calls(reply) if tools else []
+            self._check_cancel()
+            if not tools and reply.tool_calls:
+                reply = _without_calls(reply)
+            calls = await self._calls(reply)
             info.update(stop_reason=stop_reason, tool_calls=[name for _, name, _ in calls])
             if not calls:
                 await self.runtime._call_step_hook("after_step", {**info, "results": []})
+                self._check_cancel()
                 return reply, usage, stop_reason
             await self._step(reply, usage, stop_reason, calls)
+            self._check_cancel()
             if self.steps >= self.options.max_steps:
                 await self._skip(calls, "max_steps", "the loop reached max_steps")
                 raise _Stop("max_steps", f"Stopped after {self.steps} steps (max_steps).")
             results = await self._guard(asyncio.gather(*(self._tool(call) for call in calls)))
-            if self.flight.cancel_reason is not None:
-                raise asyncio.CancelledError
+            self._check_cancel()
             await self.runtime._call_step_hook("after_step", {**info, "results": results})
             report = await self.runtime._maintain(self.store, self.sid)
+            self._check_cancel()
             if report and report.get("doom_loop") and self.runtime.doom_loop == "stop":
                 raise _Stop("doom_loop", "Stopped: the same tool call kept repeating.")
             messages = await asyncio.to_thread(self.store.context, self.sid)
@@ -344,22 +458,23 @@ class PromptLoop:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any provider failure is recorded, then raised as ProviderError
-            too_long = isinstance(exc, ContextLengthError)
-            kind = rt.CONTEXT_LENGTH if too_long else "provider"
-            await self.runtime._fail(
-                self.store, self.sid, self.rid, f"{type(exc).__name__}: {exc}", kind
-            )
-            if too_long:
+            kind = failure_kind(exc)
+            why = self.runtime._scrub(f"{type(exc).__name__}: {exc}")
+            await self.runtime._fail(self.store, self.sid, self.rid, why, kind)
+            if kind == rt.CONTEXT_LENGTH:
                 await self.runtime._maintain(self.store, self.sid, context_error=True)
             raise ProviderError(
                 f"prompt: provider `{provider.name}` failed on request `{self.rid}` of "
-                f"`{self.sid}`: {type(exc).__name__}: {exc}"
+                f"`{self.sid}` ({kind}): {why}"
             ) from exc
         try:
-            return reply_of(completion, where)
+            reply, usage, stop_reason = reply_of(completion, where)
+            _check_recordable(reply, f"{where}: the reply to request `{self.rid}`")
         except InvalidArgumentError as exc:
-            await self.runtime._fail(self.store, self.sid, self.rid, str(exc), "invalid_reply")
-            raise ProviderError(str(exc)) from exc
+            why = self.runtime._scrub(str(exc))
+            await self.runtime._fail(self.store, self.sid, self.rid, why, "invalid_reply")
+            raise ProviderError(why) from exc
+        return reply, usage, stop_reason
 
     async def _calls(self, reply: ev.Message) -> list[tuple[str, str, dict[str, Any]]]:
         parsed = []

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -44,6 +43,7 @@ from sessions.runtime._errors import InputRejectedError, SessionBusyError
 from sessions.runtime._lease import RuntimeLease
 from sessions.runtime._params import check_params, merge_params, wire_params
 from sessions.runtime._prompting import (
+    Flight,
     LoopOptions,
     PromptLoop,
     Tool,
@@ -51,10 +51,10 @@ from sessions.runtime._prompting import (
     check_max_steps,
     check_tools,
     require_tools,
+    scrub_key,
     user_message,
 )
 from sessions.runtime._providers import (
-    Completion,
     MockProvider,
     Provider,
     ProviderRegistry,
@@ -63,22 +63,6 @@ from sessions.runtime._recorder import SessionRecord, read_record, usage_dict
 
 T = TypeVar("T")
 logger = logging.getLogger("sessionlog.runtime")
-
-
-@dataclass
-class _Flight:
-    """A prompt this process is running: what `cancel` and `close` reach for."""
-
-    request_id: str
-    task: asyncio.Future[Completion] | None = None
-    cancel_reason: str | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def cancel(self, reason: str) -> None:
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
-        if self.task is not None:
-            self.task.cancel()
 
 
 class Runtime:
@@ -141,7 +125,7 @@ class Runtime:
         self._own_ephemeral = ephemeral_store is None
         self.ephemeral_store = ephemeral_store or SessionStore.memory()
         self._ephemeral_ids: set[str] = set()
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, Flight] = {}
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
         self._lease = RuntimeLease()
@@ -478,10 +462,10 @@ class Runtime:
         mime_type}``; at most 10) are attached to the prompt and sent in each provider's form.
 
         Refused with `SessionBusyError` while another prompt runs (never queued). A provider
-        failure is recorded as `prompt_failed` (`ProviderError`), a cancellation as
-        `prompt_cancelled` (`PromptCancelledError`, or `CancelledError` when the caller itself
-        was cancelled). A loop continues the session's previous loop unless `parent_loop_id`
-        says otherwise.
+        failure is recorded as `prompt_failed` (`ProviderError`; after a transient one the
+        session is idle again), a cancellation as `prompt_cancelled` (`PromptCancelledError`, or
+        `CancelledError` when the caller itself was cancelled). A loop continues the session's
+        previous loop unless `parent_loop_id` says otherwise.
         """
         sid = check_session_id(session_id, where="prompt")
         text = check_prompt(prompt, "prompt")
@@ -505,7 +489,7 @@ class Runtime:
             job = partial(_jobs.reject_input, store, sid, rid, *rejection)
             await self._write(store, job)
             raise InputRejectedError(sid, *rejection)
-        flight = self._flights[sid] = _Flight(request_id=rid)
+        flight = self._flights[sid] = Flight(request_id=rid)
         try:
             return await PromptLoop(self, store, sid, flight, options).run(
                 message, params, loop, warnings
@@ -549,8 +533,16 @@ class Runtime:
         return written
 
     async def _fail(self, store: SessionStore, sid: str, rid: str, error: str, kind: str) -> None:
-        failed = ev.PromptFailed(request_id=rid, error=error[: _limits.prompt_chars_max], kind=kind)
-        await self._finish(store, sid, rid, failed)
+        text = self._scrub(error)[: _limits.prompt_chars_max]
+        await self._finish(store, sid, rid, ev.PromptFailed(request_id=rid, error=text, kind=kind))
+
+    def _scrub(self, text: str) -> str:
+        """`text` without the API key of any provider: the runtime's own backstop, so a failure
+        is never recorded (nor raised) with a key an error body or a stream echoed. Like the
+        transport's error text, it is cut to `ERROR_TEXT_MAX` characters then."""
+        for provider in self.providers.all():
+            text = scrub_key(provider, text)
+        return text
 
     async def cancel(self, session_id: str, request_id: str) -> bool:
         """Cancel the prompt `request_id` if it is running; True once `prompt_cancelled` is
@@ -562,7 +554,7 @@ class Runtime:
             return False
         flight.cancel("cancelled")
         await flight.done.wait()
-        return True
+        return flight.cancelled  # the prompt may have ended otherwise before the cancel landed
 
     async def delegate(
         self,
