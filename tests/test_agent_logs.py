@@ -479,3 +479,154 @@ def test_a_folder_leaves_alone_entries_that_are_not_readable_files(
     assert [f.path for f in result.files] == [str(folder / "c-link.jsonl")]
     assert result.files[0].format == "codex" and result.files[0].written
     assert result.not_agent_logs == (str(folder / "a-dangling.jsonl"), str(folder / "b-pipe.jsonl"))
+
+
+PNG = "iVBORw0KGgo="
+CLAUDE_SAMPLE = (
+    FIXTURES / "claude-code" / "sample-project" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
+)
+
+
+def test_an_image_beside_text_is_kept_in_the_message_and_its_exports(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    document = json.loads(
+        (FIXTURES / "openai-chat" / "marshmallow-code__marshmallow-1867.traj").read_bytes()
+    )
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    asked = [{"type": "text", "text": "what is in this screenshot?"}, image]
+    document["history"].insert(2, {"role": "user", "content": asked})
+    path = tmp_path / "image.traj"
+    path.write_text(json.dumps(document))
+    (session,) = imported(store, path)
+    sid = session["session_id"]
+    assert session["transcript"][1]["content"] == asked
+    assert session["metadata"]["agent_log"]["counts"]["non_text_blocks"] == 1
+    assert store.context(sid)[1]["content"] == asked
+    chat = replay.export_messages(store, sid, "openai-chat")
+    assert chat["messages"][2]["content"] == [{"type": "text", "text": asked[0]["text"]}, image]
+    anthropic = replay.export_messages(store, sid, "anthropic-messages")
+    source = {"type": "base64", "media_type": "image/png", "data": PNG}
+    assert {"type": "image", "source": source} in anthropic["messages"][0]["content"]
+    responses = replay.export_messages(store, sid, "responses")
+    picture = {"type": "input_image", "image_url": image["image_url"]["url"], "detail": "auto"}
+    assert picture in responses["input"][1]["content"]
+
+
+def test_an_image_in_a_claude_tool_result_is_kept_and_exported(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    records = [json.loads(line) for line in CLAUDE_SAMPLE.read_text().splitlines() if line]
+    user = next(
+        r
+        for r in records
+        if r.get("type") == "user"
+        and isinstance(r["message"]["content"], list)
+        and r["message"]["content"][0].get("type") == "tool_result"
+    )
+    block = user["message"]["content"][0]
+    picture = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+    }
+    block["content"] = [{"type": "text", "text": "screenshot:"}, picture]
+    path = tmp_path / "image.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    session, *_ = imported(store, path)
+    (tool,) = [m for m in session["transcript"] if m.get("tool_call_id") == block["tool_use_id"]]
+    assert tool["content"] == block["content"]
+    assert session["metadata"]["agent_log"]["counts"]["non_text_blocks"] == 1
+    body = replay.export_messages(store, session["session_id"], "anthropic-messages")
+    (result,) = [
+        b
+        for turn in body["messages"]
+        for b in turn["content"]
+        if b["type"] == "tool_result" and b["tool_use_id"] == block["tool_use_id"]
+    ]
+    assert result["content"] == block["content"]
+    items = replay.export_messages(store, session["session_id"], "responses")["input"]
+    (output,) = [i for i in items if i.get("call_id") == block["tool_use_id"] and "output" in i]
+    assert output["output"][1] == {
+        "type": "input_image",
+        "image_url": f"data:image/png;base64,{PNG}",
+        "detail": "auto",
+    }
+
+
+def test_a_pi_assistant_string_content_is_its_text(store: SessionStore, tmp_path: Path) -> None:
+    lines = (FIXTURES / "pi" / "large-session.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line]
+    said = next(
+        r for r in records if r.get("type") == "message" and r["message"].get("role") == "assistant"
+    )
+    said["message"]["content"] = "hello world"
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    (session,) = imported(store, path)
+    (message,) = [m for m in session["transcript"] if m.get("content") == "hello world"]
+    assert "other_blocks" not in message["metadata"]
+
+
+AI_MUSIC = FIXTURES / "claude-code" / "-Users-chip-dev-ai-music"
+PUSH_SESSION = AI_MUSIC / "fed8ce56-bc79-401f-a83e-af084253362f.jsonl"
+
+
+@pytest.mark.parametrize("same_uuid", [True, False])
+def test_a_claude_record_written_twice_is_read_once(
+    store: SessionStore, tmp_path: Path, same_uuid: bool
+) -> None:
+    lines = PUSH_SESSION.read_text().split("\n")
+    at = next(n for n, line in enumerate(lines) if '"tool_use"' in line and '"assistant"' in line)
+    again = json.loads(lines[at])
+    if not same_uuid:  # another record of the same message repeating a block it already sent
+        again["uuid"] = "0000aaaa-repeated-block"
+    path = tmp_path / "resumed.jsonl"
+    path.write_text("\n".join([*lines[: at + 1], json.dumps(again), *lines[at + 1 :]]))
+    (original,) = imported(store, PUSH_SESSION)
+    (session,) = imported(store, path)
+    ids = [c["id"] for m in session["transcript"] for c in m.get("tool_calls") or []]
+    assert ids == [c["id"] for m in original["transcript"] for c in m.get("tool_calls") or []]
+    counts = session["metadata"]["agent_log"]["counts"]
+    assert counts["tool_calls"] == original["metadata"]["agent_log"]["counts"]["tool_calls"]
+    assert counts["duplicate_records" if same_uuid else "duplicate_tool_calls"] == 1
+    body = replay.export_messages(store, session["session_id"], "anthropic-messages")
+    uses = [b["id"] for t in body["messages"] for b in t["content"] if b["type"] == "tool_use"]
+    assert uses == ids
+    kept = replay.agent_log_records(store, session["session_id"])
+    assert kept[at + 2] == json.dumps(again)  # the repeated line is kept all the same
+
+
+def test_an_edited_claude_prompt_makes_the_abandoned_branch_a_fork(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    lines = PUSH_SESSION.read_text().split("\n")
+    records = [json.loads(line) for line in lines if line]
+    sent = next(
+        r for r in records if r.get("type") == "user" and r["message"]["content"] == "continue"
+    )
+    edited = "actually, do not push; only show git status"
+    edit = {**sent, "uuid": "e0000000-edit", "message": {"role": "user", "content": edited}}
+    last = records[-1]
+    reply = {
+        **last,
+        "uuid": "e0000001-reply",
+        "parentUuid": edit["uuid"],
+        "message": {
+            **last["message"],
+            "id": "msg_branch",
+            "content": [{"type": "text", "text": "OK."}],
+        },
+    }
+    path = tmp_path / "edited.jsonl"
+    path.write_text("\n".join([*lines, json.dumps(edit), json.dumps(reply)]) + "\n")
+    (original,) = imported(store, PUSH_SESSION)
+    main, fork = imported(store, path)
+    said = [m.get("content") for m in original["transcript"]]
+    kept = said.index("continue")
+    assert [m.get("content") for m in main["transcript"]] == [*said[:kept], edited, "OK."]
+    assert [m.get("content") for m in fork["transcript"]] == said
+    assert "continue" not in [m.get("content") for m in store.context(main["session_id"])]
+    assert fork["parent_id"] == main["session_id"]
+    parent_line = next(n for n, r in enumerate(records, 1) if r.get("uuid") == sent["parentUuid"])
+    assert fork["metadata"]["agent_log"]["branch"]["from_line"] == parent_line
+    assert main["metadata"]["agent_log"]["counts"]["branches"] == 1

@@ -69,6 +69,8 @@ def problems(value: Any, kind: Any, where: str = "$") -> list[str]:
         return []
     if isinstance(kind, type):  # a class (the SDKs' response models): JSON is never one
         return [] if isinstance(value, kind) else [f"{where}: not a {kind.__name__}"]
+    if isinstance(typing.get_origin(kind), type):  # a file object or a path: never JSON
+        return [f"{where}: not a {typing.get_origin(kind).__name__}"]
     UNKNOWN.add(repr(kind))
     return []  # a type this walk does not know (binary files, callables): not ours to send
 
@@ -207,6 +209,41 @@ def test_cli_export_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     body = json.loads(capsys.readouterr().out)
     assert problems({**body, "model": "m"}, REQUEST_TYPES["openai-chat"]) == []
     assert main(["--store", where, "export", sid, "--context"]) == 2
+
+
+PNG_URL = "data:image/png;base64,iVBORw0KGgo="
+IMAGE_BLOCKS = {  # one image in the block shape of each log that writes one
+    "anthropic": {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+    },
+    "openai-chat": {"type": "image_url", "image_url": {"url": PNG_URL}},
+    "responses": {"type": "input_image", "image_url": PNG_URL},
+    "pi": {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    "gemini": {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
+}
+
+
+@pytest.mark.parametrize("fmt", replay.MESSAGE_FORMATS)
+@pytest.mark.parametrize("shape", IMAGE_BLOCKS)
+def test_an_image_in_block_content_is_exported_as_an_image(
+    store: SessionStore, fmt: str, shape: str
+) -> None:
+    content = [{"type": "text", "text": "look:"}, IMAGE_BLOCKS[shape]]
+    call = {"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}
+    sid = store.open_session()
+    store.inject(sid, {"role": "user", "content": content})
+    store.inject(sid, {"role": "assistant", "content": "", "tool_calls": [call]})
+    store.inject(sid, {"role": "tool", "tool_call_id": "c1", "content": content})
+    body = replay.export_messages(store, sid, fmt)
+    assert problems({**body, **CALLER_KEYS[fmt]}, REQUEST_TYPES[fmt]) == []
+    text = json.dumps(body)
+    anthropic_image = json.dumps(IMAGE_BLOCKS["anthropic"]["source"]["data"])
+    # Chat Completions takes images in user messages only; the others in tool results too.
+    expected = {"openai-chat": 1, "anthropic-messages": 2, "responses": 2}[fmt]
+    found = text.count(f'"{PNG_URL}"') + text.count(f'"data": {anthropic_image}')
+    assert found == expected
+    assert text.count('"look:"') == expected
 
 
 def test_the_walk_knew_every_type_it_met() -> None:

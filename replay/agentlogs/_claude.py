@@ -4,8 +4,11 @@ Each line is one record: `user` and `assistant` records carry an Anthropic Messa
 linked by `uuid`/`parentUuid`. Streamed assistant records sharing one `message.id` become one
 message; `tool_result` blocks become `tool` messages paired with their `tool_use` by id.
 Sidechain records (`isSidechain`, a subagent's conversation) become child sessions, each linked to
-the parent's `Task` call that spawned it. `summary`, `isMeta`, `system` and file-history records
-are kept as attached metadata. It reads and builds; it never writes.
+the parent's `Task` call that spawned it. A prompt edited and sent again names an earlier record
+as its parent: the path to the last record is the session, each abandoned branch a fork of it
+(as pi's tree: `_pi_tree`); a record written twice (the same `uuid`) is read once. `summary`,
+`isMeta`, `system` and file-history records are kept as attached metadata. It reads and builds;
+it never writes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from blake3 import blake3
 
+from replay.agentlogs._branches import Forking
 from replay.agentlogs._common import (
     Built,
     Message,
@@ -30,6 +35,8 @@ from replay.agentlogs._common import (
     text_or,
     token_counts,
 )
+from replay.agentlogs._content import content_of
+from replay.agentlogs._pi_tree import Branches, Entry, branches
 
 NAME = "claude-code"
 _AGENT_ID = re.compile(r"\bagent_?[iI]d: ([\w@.-]+)")
@@ -98,7 +105,20 @@ def looks_like(record: Record) -> bool:
 
 @shape_checked
 def parse(source: Source) -> Parsed:
-    reader = _Reader(source)
+    """The file's sessions. A file whose main records form one line is read once; a tree
+    (`parentUuid` of an edited prompt naming an earlier record) is read again, each record
+    into its branch's session."""
+    entries: list[Entry] = []
+    parsed = _read(source, _Reader(source, None, entries))
+    tree = branches(entries)
+    if tree is None:
+        return parsed
+    del parsed  # the reading in file order is dropped before the reading by branch
+    source.digest, source.skipped = blake3(), []
+    return _read(source, _Reader(source, tree, []))
+
+
+def _read(source: Source, reader: _Reader) -> Parsed:
     source.held = reader.held_bytes
     for line, record in json_lines(source):
         reader.record(line, record)
@@ -106,10 +126,15 @@ def parse(source: Source) -> Parsed:
 
 
 class _Reader:
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, tree: Branches | None, entries: list[Entry]) -> None:
         self.source = source
         self.main = Built(_MAIN, source)
+        self.forking = None if tree is None else Forking(tree, self.main, source)
         self.sessions: dict[str, Built] = {_MAIN: self.main}
+        if self.forking is not None:
+            self.sessions = dict(self.forking.sessions)
+        self.entries = entries  # the tree of the main records, on the first reading
+        self.sidechains = 0
         self.sidechain_of: dict[str, str] = {}  # uuid of a sidechain record -> its session key
         self.held_id: dict[str, object] = {}  # session key -> message.id of its held message
         self.tasks: list[tuple[str, object]] = []  # (call id, prompt) of the main session's spawns
@@ -117,6 +142,7 @@ class _Reader:
         self.agents: dict[str, str] = {}  # call id of a spawn -> the agent id its result names
         self.records = 0
         self.main_records = 0
+        self.taken: dict[str, str] = {}  # uuid of each record read -> its session's key
         self.about: dict[str, Any] = {}
         self.looked_for = [
             ("version", "version"),
@@ -137,7 +163,18 @@ class _Reader:
                 if isinstance(record.get(key), str):
                     self.about[name] = record[key]
                     self.looked_for.remove((key, name))
-        built = self._session_of(record)
+        uuid = record.get("uuid")
+        if isinstance(uuid, str) and uuid in self.taken:
+            # Claude Code writes a record again on resume: it is kept, but read once.
+            built = self.sessions[self.taken[uuid]]
+            built.counts["duplicate_records"] += 1
+            built.attach(line, record)
+            return
+        built = self._session_of(line, record)
+        if isinstance(uuid, str):
+            self.taken[uuid] = built.key
+            if record.get("isSidechain") is not True:
+                self._entry(line, record, uuid)
         built.check_fields(record, _FIELDS)
         kind = record.get("type")
         message = record.get("message")
@@ -154,15 +191,31 @@ class _Reader:
             elif record.get("isMeta") is True:
                 built.counts["meta_records"] += 1
             built.attach(line, record, known=isinstance(kind, str) and kind in _KNOWN)
+        if self.forking is not None:
+            self.forking.read(line, built)
 
-    def _session_of(self, record: Record) -> Built:
+    def _entry(self, line: int, record: Record, uuid: str) -> None:
+        """Note a main record in the tree. Only an edited prompt (a user record that is no
+        tool result) and a compaction boundary (`logicalParentUuid`) branch off where their
+        parent link says; every other record follows the one before it in the file, as Claude
+        Code writes them (parallel tool results name each its own call's record)."""
+        parent = record.get("parentUuid")
+        if record.get("subtype") == "compact_boundary" and parent is None:
+            parent = record.get("logicalParentUuid")
+        if _prompt(record) and (parent is None or self.taken.get(parent) == _MAIN):
+            self.entries.append(Entry(line, uuid, parent))
+        else:
+            self.entries.append(Entry(line, uuid))
+
+    def _session_of(self, line: int, record: Record) -> Built:
         if record.get("isSidechain") is not True:
             self.main_records += 1
-            return self.main
+            return self.main if self.forking is None else self.forking.session_of(line)
         parent = record.get("parentUuid")
         key = self.sidechain_of.get(parent) if isinstance(parent, str) else None
         if key is None:  # a sidechain's root: a new subagent conversation
-            key = f"sidechain-{len(self.sessions)}"
+            self.sidechains += 1
+            key = f"sidechain-{self.sidechains}"
             self.sessions[key] = Built(key, self.source)
         uuid = record.get("uuid")
         if isinstance(uuid, str):
@@ -207,6 +260,8 @@ class _Reader:
             target["content"] = block["text"] if not before else f"{before}\n\n{block['text']}"
         elif kind in ("thinking", "redacted_thinking"):
             target["metadata"].setdefault("reasoning", []).append(block)
+        elif kind == "tool_use" and block.get("id") in _call_ids(target):
+            built.counts["duplicate_tool_calls"] += 1  # its record is kept; the call made once
         elif kind == "tool_use" and isinstance(block.get("id"), str):
             name = text_or(block.get("name"), "unknown")
             call = function_call(block["id"], name, block.get("input", {}))
@@ -240,7 +295,7 @@ class _Reader:
             tool: Message = {
                 "role": "tool",
                 "tool_call_id": call_id if isinstance(call_id, str) else None,
-                "content": text_of(inner) if isinstance(inner, list) and text_of(inner) else inner,
+                "content": content_of(built.counts, inner),
             }
             added = built.add(tool, line, carried)
             carried = None  # one record, several results: the first result carries it
@@ -250,16 +305,21 @@ class _Reader:
             if not answered:
                 added["metadata"]["orphan_result"] = True
         if isinstance(content, str) or rest or not results:
-            text = content if isinstance(content, str) else text_of(rest)
-            user: Message = {"role": "user", "content": text if text is not None else rest}
+            kept = content if isinstance(content, str) else rest
+            user: Message = {"role": "user", "content": content_of(built.counts, kept)}
             if record.get("isCompactSummary") is True:
                 user.update(synthetic=True, summary=True)
             built.add(user, line, carried)
 
     def finish(self) -> Parsed:
-        children = [built for key, built in self.sessions.items() if key != _MAIN]
+        forks = [] if self.forking is None else self.forking.forks()
+        children = [built for built in self.sessions.values() if built.key.startswith("sidechain-")]
         if children and not self.main_records:
             return self._subagent_file(children)
+        for fork in forks:
+            fork.title = fork.title or fork.first_prompt
+            fork.finish()
+        self.main.counts["branches"] = len(forks)
         unused = list(self.tasks)
         for child in children:
             child.title = child.first_prompt
@@ -274,7 +334,7 @@ class _Reader:
         self.main.title = self.main.title or self.main.first_prompt
         self.main.finish()
         return Parsed(
-            sessions=[self.main, *children],
+            sessions=[self.main, *forks, *children],
             tool_version=self.about.get("version"),
             source_session_id=self.about.get("session_id"),
             records=self.records,
@@ -300,6 +360,20 @@ class _Reader:
             records=self.records,
             extra={"cwd": self.about.get("cwd")},
         )
+
+
+def _prompt(record: Record) -> bool:
+    """Whether a record is a prompt: a user message that answers no tool call."""
+    message = record.get("message")
+    if record.get("type") != "user" or not isinstance(message, dict):
+        return False
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
+
+
+def _call_ids(message: Message) -> list[object]:
+    return [call.get("id") for call in message.get("tool_calls") or ()]
 
 
 _USAGE = (

@@ -26,6 +26,7 @@ from replay.agentlogs._common import (
     shape_checked,
     text_of,
 )
+from replay.agentlogs._content import content_of
 
 NAME = "codex"
 _ENVELOPES = frozenset(("session_meta", "response_item", "event_msg", "turn_context", "compacted"))
@@ -107,6 +108,7 @@ def _item(built: Built, line: int, record: Record, item: Record) -> None:
         call_id = item.get("call_id")
         answered = built.result(call_id)
         content, details = _output(item.get("output"))
+        content = content_of(built.counts, content, _TEXT_KINDS)  # a structured output's items
         tool: Message = {"role": "tool", "tool_call_id": call_id, "content": content}
         added = built.add(tool, line, record)
         if details is not None:
@@ -121,13 +123,17 @@ def _message(built: Built, line: int, record: Record, item: Record) -> None:
     role = item.get("role") if isinstance(item.get("role"), str) and item.get("role") else "user"
     content = item.get("content")
     text = text_of(content, _TEXT_KINDS)
+    kept = content_of(built.counts, content, _TEXT_KINDS)
     if role == "assistant":
         target = _assistant(built, line, record)
         if text is not None:
             before = target.get("content")
             target["content"] = text if not before else f"{before}\n\n{text}"
+        if isinstance(kept, list):  # a refusal, say: kept beside the turn's text
+            other = [b for b in kept if not (isinstance(b, dict) and b.get("type") in _TEXT_KINDS)]
+            target["metadata"].setdefault("other_blocks", []).extend(other)
         return
-    message: Message = {"role": role, "content": text if text is not None else content}
+    message: Message = {"role": role, "content": kept}
     if role == "user" and text is not None and text.lstrip().startswith(_INJECTED_PREFIXES):
         message["synthetic"] = True  # context the CLI put in the user's place
     built.add(message, line, record)

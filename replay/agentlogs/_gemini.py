@@ -21,12 +21,13 @@ from replay.agentlogs._common import (
     item_value,
     items,
     shape_checked,
-    text_of,
     text_or,
     token_counts,
 )
+from replay.agentlogs._content import content_of
 
 NAME = "gemini-cli"
+_PART_KINDS = ("text", None)  # a Gemini `Part` holding text names no type: `{"text": ...}`
 _NOTES = frozenset(("info", "error", "warning"))
 _FIELDS = frozenset(
     ("id", "timestamp", "type", "content", "thoughts", "tokens", "model", "toolCalls")
@@ -65,11 +66,8 @@ def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
         if isinstance(message, dict):
             built.check_fields(message, _FIELDS)
         if kind == "user":
-            content = message.get("content")
-            text = text_of(content)
-            built.add(
-                {"role": "user", "content": text if text is not None else content}, index, message
-            )
+            content = content_of(built.counts, message.get("content"), _PART_KINDS)
+            built.add({"role": "user", "content": content}, index, message)
         elif kind == "gemini":
             _gemini(built, index, message)
         else:
@@ -90,11 +88,8 @@ def parse_document(source: Source, document: dict[str, Any]) -> Parsed:
 
 
 def _gemini(built: Built, index: int, message: Record) -> None:
-    content = message.get("content")
-    text = text_of(content)
-    target = built.add(
-        {"role": "assistant", "content": text if text is not None else content}, index, message
-    )
+    content = content_of(built.counts, message.get("content"), _PART_KINDS)
+    target = built.add({"role": "assistant", "content": content}, index, message)
     if isinstance(message.get("model"), str):
         target["model"] = message["model"]
         if message["model"] not in built.models:

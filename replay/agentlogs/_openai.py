@@ -22,8 +22,8 @@ from replay.agentlogs._common import (
     item_value,
     items,
     shape_checked,
-    text_of,
 )
+from replay.agentlogs._content import content_of
 
 NAME = "openai-chat"
 _ARRAYS = ITEM_ARRAYS[::-1]  # SWE-agent's `history` first
@@ -99,12 +99,12 @@ def _message(built: Built, index: int, message: Record) -> None:
     built.check_fields(message, _FIELDS)
     role = message["role"] or "user"
     content = message.get("content")
-    text = text_of(content)
-    if role == "system" and built.system_prompt is None and built.length == 0 and text is not None:
-        built.system_prompt = text
+    kept = content_of(built.counts, content)
+    if role == "system" and built.system_prompt is None and built.length == 0 and type(kept) is str:
+        built.system_prompt = kept
         built.attach(index, message)
         return
-    out: Message = {"role": role, "content": text if text is not None else content}
+    out: Message = {"role": role, "content": kept}
     for key in ("name", "model"):
         if isinstance(message.get(key), str):
             out[key] = message[key]

@@ -25,10 +25,10 @@ from replay.agentlogs._common import (
     function_call,
     json_lines,
     shape_checked,
-    text_of,
     text_or,
     token_counts,
 )
+from replay.agentlogs._content import content_of
 from replay.agentlogs._pi_tree import MAIN, Branches, Entry, branches
 
 NAME = "pi"
@@ -175,7 +175,7 @@ def _entry(built: Built, about: dict[str, Any], line: int, record: Record, kind:
     elif kind == "compaction" and isinstance(record.get("summary"), str):
         built.checkpoint(record["summary"], line, record)
     elif kind == "custom_message":
-        added = built.add(_custom(record), line, record)
+        added = built.add(_custom(built, record), line, record)
         added["metadata"]["custom_type"] = record.get("customType")
     else:
         _other(built, about, kind, record)
@@ -197,10 +197,9 @@ def _other(built: Built, about: dict[str, Any], kind: object, record: Record) ->
         built.title = record["name"]
 
 
-def _custom(record: Record) -> Message:
-    content = record.get("content")
-    text = text_of(content)
-    return {"role": "user", "content": text if text is not None else content, "synthetic": True}
+def _custom(built: Built, record: Record) -> Message:
+    content = content_of(built.counts, record.get("content"))
+    return {"role": "user", "content": content, "synthetic": True}
 
 
 def _message(built: Built, line: int, record: Record, message: Record) -> None:
@@ -211,11 +210,10 @@ def _message(built: Built, line: int, record: Record, message: Record) -> None:
     elif role == "toolResult":
         call_id = message.get("toolCallId")
         answered = built.result(call_id)
-        text = text_of(content)
         tool: Message = {
             "role": "tool",
             "tool_call_id": call_id if isinstance(call_id, str) else None,
-            "content": text if text is not None else content,
+            "content": content_of(built.counts, content),
         }
         if isinstance(message.get("toolName"), str):
             tool["name"] = message["toolName"]
@@ -232,9 +230,8 @@ def _message(built: Built, line: int, record: Record, message: Record) -> None:
         text = f"Ran `{command}`\n{output}" if isinstance(output, str) else f"Ran `{command}`"
         built.add({"role": "user", "content": text, "synthetic": True}, line, record)
     elif isinstance(role, str) and role:
-        text = text_of(content)
         user: Message = {"role": "user" if role in ("user", "custom", "hookMessage") else role}
-        user["content"] = text if text is not None else content
+        user["content"] = content_of(built.counts, content)
         if role != "user":
             user["synthetic"] = True
         built.add(user, line, record)
@@ -257,8 +254,9 @@ def _assistant(built: Built, line: int, record: Record, message: Record) -> None
         target["usage"] = token_counts(usage, _USAGE)
     texts: list[str] = []
     content = message.get("content")
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-    for block in blocks if isinstance(blocks, list) else []:
+    if isinstance(content, str):  # a plain string is its text, not a list of characters
+        content = [{"type": "text", "text": content}]
+    for block in content if isinstance(content, list) else []:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])

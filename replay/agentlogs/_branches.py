@@ -1,0 +1,61 @@
+"""Reading a tree-shaped log (`_pi_tree.Branches`) into one session per branch.
+
+A branch's records go to its own `Built`; where a fork leaves the branch it came from, that
+branch's length and open calls are noted, so the fork keeps that prefix (`fork_of`) and a call
+made before it may be answered in it. It decides where records go; the reader reads them.
+"""
+
+from __future__ import annotations
+
+from replay.agentlogs._common import Built, Source
+from replay.agentlogs._pi_tree import MAIN, Branches
+
+
+class Forking:
+    """The sessions of a tree's branches, `main` first, and where each fork leaves."""
+
+    def __init__(self, tree: Branches, main: Built, source: Source) -> None:
+        self.tree = tree
+        self.sessions: dict[str, Built] = {MAIN: main}
+        for key in tree.forks:
+            self.sessions[key] = Built(key, source)
+        self.points = tree.points
+        self.calls_at: dict[int, list[str]] = {}  # branch point -> the calls still open there
+        self.started: set[str] = set()
+        self.last = MAIN  # the branch of the entry read last
+
+    def session_of(self, line: int) -> Built:
+        """The session of the record at `line`: its branch's, or (a record outside the tree)
+        that of the entry before it."""
+        self.last = key = self.tree.owner.get(line, self.last)
+        built = self.sessions[key]
+        if key not in self.started:  # a branch starts: the calls open where it left may answer
+            self.started.add(key)
+            point = self.tree.forks[key][1] if key != MAIN else None
+            if point is not None:
+                built.open_calls.update(dict.fromkeys(self.calls_at.get(point, ()), -1))
+        return built
+
+    def read(self, line: int, built: Built) -> None:
+        """Note the record at `line` read into `built`: a fork leaving there keeps its length."""
+        if line in self.points:
+            built.fork_at_lines[line] = built.length
+            self.calls_at[line] = list(built.open_calls)
+
+    def forks(self) -> list[Built]:
+        """The branches but the main one, each told what it keeps of the branch it leaves, in
+        the order they must be made (a fork after the branch it leaves)."""
+        found = []
+        for key, built in self.sessions.items():
+            if key == MAIN:
+                continue
+            parent, point = self.tree.forks[key]
+            keep = 0  # a root of its own; else what its branch holds there, its prefix too
+            if point is not None:
+                prefix = self.sessions[parent].fork_of
+                keep = (prefix[1] if prefix else 0) + self.sessions[parent].fork_at_lines[point]
+            built.fork_of = (parent, keep)
+            built.info["branch"] = {"from_line": point, "leaf_line": self.tree.leaves[key]}
+            found.append(built)
+        self.sessions[MAIN].info["branch"] = {"leaf_line": self.tree.leaves[MAIN]}
+        return found
