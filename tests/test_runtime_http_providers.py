@@ -780,3 +780,78 @@ def test_total_timeout_ends_a_stream_of_keepalives() -> None:
     assert HttpSettings().total_timeout_s == 600.0
     with pytest.raises(ConfigurationError, match="total_timeout_s"):
         HttpSettings(total_timeout_s=0)
+
+
+THOUGHT = {"type": "thinking", "thinking": "I should look it up.", "signature": "EqQBCkYIAxgCIkB"}
+HIDDEN = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}
+
+
+def _thinking_stream(call: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """An answer that thinks (a thinking block in pieces, its signature, a redacted one) and
+    then calls `call`, as Anthropic streams it with extended thinking enabled."""
+    events = anthropic_stream([], tool_calls=[call], stop="tool_use")
+    for _, data in events:
+        if isinstance(data, dict) and "index" in data:
+            data["index"] += 2
+    start = {"type": "thinking", "thinking": "", "signature": ""}
+    half = len(THOUGHT["thinking"]) // 2
+    deltas = [
+        {"type": "thinking_delta", "thinking": THOUGHT["thinking"][:half]},
+        {"type": "thinking_delta", "thinking": THOUGHT["thinking"][half:]},
+        {"type": "signature_delta", "signature": THOUGHT["signature"]},
+    ]
+    thinking: list[tuple[str | None, Any]] = [
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        *[("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": d})
+          for d in deltas],
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": HIDDEN}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+    ]  # fmt: skip
+    return events[:2] + thinking + events[2:]
+
+
+def test_anthropic_thinking_goes_back_with_its_turn(store: SessionStore) -> None:
+    """With extended thinking, the API requires an assistant turn's thinking blocks (signatures
+    included) to come back with it when the tool results are sent: they are recorded with the
+    reply and sent first in its turn, never shown as its text."""
+    from sessions.runtime import Tool
+
+    call = {"id": "toolu_1", "name": "lookup", "arguments": {"q": "x"}}
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(
+                Reply(events=_thinking_stream(call)), Reply(events=anthropic_stream(["done"]))
+            )
+            tool = Tool(name="lookup", fn=lambda q: "found", parameters={"type": "object"})
+            provider = anthropic(stub)
+            async with Runtime(store, providers=[provider], default_provider="anthropic") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                assert (await rt.prompt(sid, "find x", tools=[tool]))["text"] == "done"
+            turn = stub.requests[1].json["messages"][1]
+        assert turn["role"] == "assistant"
+        assert turn["content"] == [
+            THOUGHT,
+            HIDDEN,
+            {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}},
+        ]
+        (reply,) = [m for m in store.messages(sid) if m.get("tool_calls")]
+        assert reply["content"] in ("", None)
+        assert reply["metadata"]["provider_blocks"] == [THOUGHT, HIDDEN]
+
+    run(body)
+
+
+def test_anthropic_whole_answer_keeps_its_thinking() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            answer = anthropic_whole("42", stop="end_turn")
+            answer["content"] = [THOUGHT, HIDDEN, *answer["content"]]
+            stub.script(Reply(body=answer))
+            provider = anthropic(stub)
+            done = await provider.complete(USER, {"model": "claude-x", "stream": False})
+            await provider.aclose()
+        assert done.text == "42" and [dict(b) for b in done.echoed] == [THOUGHT, HIDDEN]
+
+    run(body)

@@ -4,7 +4,9 @@ Runtime parameters map to the request as: `model`, `max_tokens` (required by the
 provider's `max_tokens_default` when no layer sets it), `temperature`, `top_p`, `top_k`,
 `stop_sequences`, `system_prompt` -> `system` (after any system messages of the transcript),
 `provider_specific` merged into the body last. Tool results travel as `tool_result` blocks of a
-user message, and consecutive messages of one role are merged, as the API requires.
+user message, and consecutive messages of one role are merged, as the API requires. An answer's
+`thinking` and `redacted_thinking` blocks are kept with the reply (`Completion.echoed`) and sent
+back first in its turn, as the API requires of a tool loop with extended thinking.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from sessions.runtime._http import (
     StreamDropped,
     context_refusal,
 )
-from sessions.runtime._providers import Completion, Messages, Params, ToolSpecs
+from sessions.runtime._providers import ECHOED, Completion, Messages, Params, ToolSpecs
 
 if TYPE_CHECKING:
     import httpx
 
 API_VERSION = "2023-06-01"
 CONTEXT_WORDS = ("prompt is too long", "context window", "context length", "too many tokens")
+THINKING = frozenset(("thinking", "redacted_thinking"))
+"""The blocks of an answer sent back with its turn (`Completion.echoed`)."""
 
 
 class AnthropicProvider(HttpProvider):
@@ -100,6 +104,7 @@ async def _whole(resp: httpx.Response, where: str) -> Completion:
         raise _error(data.get("error"), where)  # also a proxy's error object sent with 200
     text: list[str] = []
     calls: list[dict[str, Any]] = []
+    echoed: list[dict[str, Any]] = []
     for block in data.get("content") or ():
         if not isinstance(block, dict):
             continue
@@ -107,6 +112,8 @@ async def _whole(resp: httpx.Response, where: str) -> Completion:
             text.append(block["text"])
         elif block.get("type") == "tool_use":
             calls.append(block)
+        elif block.get("type") in THINKING:
+            echoed.append(block)
     stop_reason = data.get("stop_reason") or "end_turn"
     return Completion(
         text="".join(text),
@@ -114,6 +121,7 @@ async def _whole(resp: httpx.Response, where: str) -> Completion:
         tool_calls=_wire.finished_calls(calls, stop_reason == "max_tokens", where),
         usage=_usage(data.get("usage") or {}),
         model=data.get("model") if isinstance(data.get("model"), str) else None,
+        echoed=echoed,
     )
 
 
@@ -149,13 +157,21 @@ async def _assemble(resp: httpx.Response, where: str) -> Completion:
         raise StreamDropped(f"{where}: the stream ended before message_stop")
     text: list[str] = []
     calls: list[dict[str, Any]] = []
+    echoed: list[dict[str, Any]] = []
     for _, block in sorted(blocks.items()):
-        if block.get("type") == "text":
-            text.append(str(block.get("text", "")) + "".join(block["partial"]))
-        elif block.get("type") == "tool_use":
-            raw = "".join(block["partial"])
+        kind, partial = block.pop("type", None), block.pop("partial")
+        if kind == "text":
+            text.append(str(block.get("text", "")) + "".join(partial))
+        elif kind == "tool_use":
+            raw = "".join(partial)
             arguments = raw if raw else block.get("input")
             calls.append({"id": block.get("id"), "name": block.get("name"), "arguments": arguments})
+        elif kind == "thinking":
+            thought = str(block.get("thinking", "")) + "".join(partial)
+            signature = str(block.get("signature", "")) + "".join(block.pop("signed", ()))
+            echoed.append({"type": kind, "thinking": thought, "signature": signature})
+        elif kind == "redacted_thinking":
+            echoed.append({"type": kind, "data": block.get("data")})
     stop_reason = stop_reason or "end_turn"
     return Completion(
         text="".join(text),
@@ -163,6 +179,7 @@ async def _assemble(resp: httpx.Response, where: str) -> Completion:
         tool_calls=_wire.finished_calls(calls, stop_reason == "max_tokens", where),
         usage=_usage(usage),
         model=model,
+        echoed=echoed,
     )
 
 
@@ -175,6 +192,10 @@ def _add_delta(blocks: dict[int, dict[str, Any]], event: dict[str, Any], where: 
         block["partial"].append(delta["text"])
     elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
         block["partial"].append(delta["partial_json"])
+    elif delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
+        block["partial"].append(delta["thinking"])
+    elif delta.get("type") == "signature_delta" and isinstance(delta.get("signature"), str):
+        block.setdefault("signed", []).append(delta["signature"])
 
 
 def _error(error: object, where: str) -> Exception:
@@ -235,8 +256,17 @@ def to_anthropic(
 
 
 def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The turn's blocks: its thinking first, as the API sent it (a tool loop with thinking
+    enabled must return it, signature and all), then its text and tool calls."""
+    echoed = (message.get("metadata") or {}).get(ECHOED)
+    blocks: list[dict[str, Any]] = [
+        dict(block)
+        for block in (echoed if isinstance(echoed, list) else ())
+        if isinstance(block, dict) and block.get("type") in THINKING
+    ]
     text = _wire.text_of(message.get("content"))
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    if text:
+        blocks.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or ():
         call_id, name, arguments = _wire.call_parts(call, where)
         blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})

@@ -22,7 +22,7 @@ from sessions._ids import uuid7
 from sessions._messages import to_message
 from sessions._retention import RetentionPolicy
 from sessions.runtime import _limits
-from sessions.runtime._providers import Completion
+from sessions.runtime._providers import ECHOED, Completion
 
 Hook = Callable[..., object]
 logger = logging.getLogger("sessionlog.runtime")
@@ -115,6 +115,8 @@ def reply_of(completion: object, where: str) -> tuple[ev.Message, ev.Usage, str]
         fields["tool_calls"] = [dict(call) for call in completion.tool_calls]
     if completion.model is not None:
         fields["model"] = completion.model
+    if completion.echoed:
+        fields["metadata"] = {ECHOED: [dict(block) for block in completion.echoed]}
     message = to_message(fields, where=where)
     return message, message.usage or ev.Usage(), completion.stop_reason
 

@@ -43,6 +43,15 @@ class Completion:
     tool_calls: Sequence[Mapping[str, Any]] = ()
     usage: Mapping[str, int] = field(default_factory=dict)
     model: str | None = None
+    echoed: Sequence[Mapping[str, Any]] = ()
+    """Blocks of the answer that the provider must be sent back, as they came, with this turn
+    on the next request (Anthropic's `thinking` and `redacted_thinking` blocks and their
+    signatures, which a tool loop with thinking enabled must return): recorded in the reply's
+    metadata under `ECHOED`, never shown as its text."""
+
+
+ECHOED = "provider_blocks"
+"""The metadata key of a reply's `Completion.echoed` blocks."""
 
 
 @runtime_checkable
