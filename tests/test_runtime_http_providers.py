@@ -855,3 +855,26 @@ def test_anthropic_whole_answer_keeps_its_thinking() -> None:
         assert done.text == "42" and [dict(b) for b in done.echoed] == [THOUGHT, HIDDEN]
 
     run(body)
+
+
+def test_an_error_body_that_never_ends_is_read_only_in_part() -> None:
+    """An error answer is quoted in part: its body is read up to `ERROR_BODY_BYTES_MAX`, so a
+    server that sends an endless error body neither holds the call until the deadline nor fills
+    memory."""
+    from sessions.runtime._http import ERROR_TEXT_MAX
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            chunk = b"overloaded " * 6_000
+            endless = Reply(status=500, raw=[chunk] * 20)  # 1.3 MB, past what is read
+            endless.raw.append(3600.0)  # type: ignore[union-attr]  # then nothing, for an hour
+            stub.script(endless)
+            settings = HttpSettings(retries=0, read_timeout_s=30, total_timeout_s=20)
+            provider = anthropic(stub, settings=settings)
+            with pytest.raises(ProviderHTTPError) as caught:
+                await asyncio.wait_for(provider.complete(USER, {"model": "claude-x"}), 10)
+            await provider.aclose()
+        assert caught.value.status == 500 and "overloaded" in str(caught.value)
+        assert len(str(caught.value)) <= ERROR_TEXT_MAX + 200
+
+    run(body)

@@ -21,6 +21,7 @@ from sessions.runtime._http import (
     ProviderHTTPError,
     StreamDropped,
     context_refusal,
+    read_answer_body,
 )
 from sessions.runtime._providers import ECHOED, Completion, Messages, Params, ToolSpecs
 
@@ -99,7 +100,9 @@ class AnthropicProvider(HttpProvider):
 
 
 async def _whole(resp: httpx.Response, where: str) -> Completion:
-    data = _wire.json_object((await resp.aread()).decode("utf-8", "replace"), where)
+    data = _wire.json_object(
+        (await read_answer_body(resp, where)).decode("utf-8", "replace"), where
+    )
     if data.get("type") == "error" or isinstance(data.get("error"), dict):
         raise _error(data.get("error"), where)  # also a proxy's error object sent with 200
     text: list[str] = []

@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
 ERROR_TEXT_MAX = 2_000
 """Characters of a server's error body kept in an error message."""
+ERROR_BODY_BYTES_MAX = 64 * 1024
+"""Bytes of an error answer's body read at most: only its first `ERROR_TEXT_MAX` characters are
+kept, and a server that streams an endless error body must not fill the process's memory."""
+ANSWER_BYTES_MAX = 64 * 1024 * 1024
+"""Bytes of a whole (not streamed) answer read at most; a larger one is refused. A reply the
+runtime can record is far smaller (`reply_bytes_max`)."""
 KEY_PIECE_MIN = 8
 """The shortest start of an API key that `scrub` redacts on its own: providers quote the first
 few hundred characters of what a server sent, which may end in the middle of an echoed key."""
@@ -138,6 +144,27 @@ def resolve_key(
     raise ConfigurationError(
         f"{where}: no API key: set ${env} or the line {env}=... in the secrets file"
     )
+
+
+async def read_capped(resp: httpx.Response, limit: int) -> bytes:
+    """At most `limit` bytes of `resp`'s body: what follows is left unread (the response is
+    closed with its connection)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]
+
+
+async def read_answer_body(resp: httpx.Response, where: str) -> bytes:
+    """A whole answer's body, refused (`ProviderHTTPError`) past `ANSWER_BYTES_MAX` bytes."""
+    body = await read_capped(resp, ANSWER_BYTES_MAX + 1)
+    if len(body) > ANSWER_BYTES_MAX:
+        raise ProviderHTTPError(f"{where}: an answer of more than {ANSWER_BYTES_MAX:,} bytes")
+    return body
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -272,7 +299,9 @@ class Transport:
                                 self.scrub(arg) if isinstance(arg, str) else arg for arg in exc.args
                             )
                             raise
-                    text = (await resp.aread()).decode("utf-8", "replace")
+                    text = (await read_capped(resp, ERROR_BODY_BYTES_MAX)).decode(
+                        "utf-8", "replace"
+                    )
                     error = self._status_error(resp.status_code, text, refusal, where)
                     retryable = resp.status_code == 429 or resp.status_code >= 500
                     if not retryable or attempt >= settings.retries:

@@ -22,6 +22,7 @@ from sessions.runtime._http import (
     ProviderHTTPError,
     StreamDropped,
     context_refusal,
+    read_answer_body,
 )
 from sessions.runtime._providers import Completion, Messages, Params, ToolSpecs
 
@@ -111,7 +112,9 @@ class OpenAIProvider(HttpProvider):
         return body
 
     async def _whole(self, resp: httpx.Response, where: str) -> Completion:
-        data = _wire.json_object((await resp.aread()).decode("utf-8", "replace"), where)
+        data = _wire.json_object(
+            (await read_answer_body(resp, where)).decode("utf-8", "replace"), where
+        )
         if isinstance(data.get("error"), dict):
             raise _api_error(data["error"], where)  # a proxy's error object sent with 200
         choices = data.get("choices")
