@@ -17,7 +17,14 @@ from typing import Any
 import msgspec
 
 from eventlog import Envelope, to_builtins
-from replay._redact import MODES, manifest, redact
+from replay._redact import (
+    MODES,
+    PROMPT_PAYLOAD,
+    WITHHELD,
+    RedactionEntry,
+    manifest,
+    redact,
+)
 from replay._validate import BUNDLE_TYPE, SCHEMA_ID, SCHEMA_VERSION
 from sessions import ConcurrencyError, InvalidArgumentError, SessionStore, UnknownSessionError
 from sessions._collector import collector_paused
@@ -43,6 +50,41 @@ def _version() -> str:
         return pkg_metadata.version(DISTRIBUTION)
     except pkg_metadata.PackageNotFoundError:  # running from a source tree that is not installed
         return "0+unknown"
+
+
+def _withhold_title(body: dict[str, Any]) -> list[RedactionEntry]:
+    """replay_only: the session's title is often its first prompt (an agent-log import makes it
+    so), so it leaves the source and the section's metadata, and the label names the id only."""
+    entries: list[RedactionEntry] = []
+    if body["source"]["workflow_name"] is not None:
+        body["source"]["workflow_name"] = WITHHELD
+        entries.append(
+            RedactionEntry("$.source.workflow_name", PROMPT_PAYLOAD, "withheld", WITHHELD)
+        )
+    for i, section in enumerate(body["transcript"]["sections"]):
+        where = f"$.transcript.sections[{i}]"
+        label = f"Session {section['id']}"
+        if section["label"] != label:
+            section["label"] = label
+            entries.append(RedactionEntry(f"{where}.label", PROMPT_PAYLOAD, "replaced", label))
+        titled = [(f"{where}.metadata", section["metadata"])] + [
+            (f"{where}.events[{j}].event", event["event"])
+            for j, event in enumerate(section["events"])
+            if isinstance(event.get("event"), dict)
+        ]
+        for at, holder in titled:
+            if isinstance(holder.get("title"), str) and holder["title"] != WITHHELD:
+                holder["title"] = WITHHELD
+                entries.append(RedactionEntry(f"{at}.title", PROMPT_PAYLOAD, "withheld", WITHHELD))
+    return entries
+
+
+def _hash_arguments(body: dict[str, Any]) -> None:
+    """Each tool call's `args_hash`: the digest of the arguments as the bundle carries them, so
+    equal calls still share it, but a sanitized or replay_only bundle's hash cannot confirm a
+    guess at what redaction took out (a digest of the original arguments would)."""
+    for call in body["tools"]["calls"]:
+        call["args_hash"] = hashlib.sha256(_canonical(call["arguments"])).hexdigest()
 
 
 def _rfc3339(at: datetime) -> str:
@@ -92,6 +134,11 @@ def export_bundle(
                 f"export_bundle: session `{session_id}` holds data JSON cannot carry: {exc}"
             ) from exc
     steps.finish()
+    if mode == "replay_only":
+        redaction_entries = sorted(
+            redaction_entries + _withhold_title(body), key=lambda entry: entry.path
+        )
+    _hash_arguments(body)
     bundle = {**body, "redaction": manifest(mode, redaction_entries)}
     bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
     return {key: bundle[key] for key in sorted(bundle)}
@@ -375,7 +422,7 @@ def _tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "tool_name": name,
                     "tool_use_id": call_id if isinstance(call_id, str) else "",
-                    "args_hash": hashlib.sha256(_canonical(arguments)).hexdigest(),
+                    "args_hash": "",  # of the arguments as exported: `_hash_arguments`
                     "arguments": arguments,
                     "result": None if found is None else messages[found].get("content"),
                     "is_rejected": False,

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from eventlog import json_copy
+from replay._redact_parts import bytes_text, paired_values, split_blocks, split_secrets
 from replay._secret_names import credential_name
 from replay._secrets import (
     BLOCK_KINDS,
@@ -68,8 +69,8 @@ _LOCAL_PATH_FIELDS = frozenset(
 _PATH_CONTAINERS = frozenset(("additional_roots", "roots", "files"))
 
 # Keys whose values are prompt text or tool payloads; `replay_only` withholds them. The first
-# eighteen are the bundle v1 list; the last four are where this engine's own events carry prompt or
-# tool payloads (permission requests, scratchpads, tool-call inputs and outputs).
+# eighteen are the bundle v1 list; the last five are where this engine's own events carry prompt or
+# tool payloads (permission requests, scratchpads, tool-call inputs and outputs, stored items).
 _PROMPT_KEYS = frozenset(
     (
         "args",
@@ -94,6 +95,7 @@ _PROMPT_KEYS = frozenset(
         "scratchpad",
         "input",
         "output",
+        "item",
     )
 )
 # What a model produced for itself (reasoning, thinking and their signatures): replay_only
@@ -172,26 +174,6 @@ def child_path(parent: str, key: str) -> str:
     return f"{parent}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-def _split_secrets(items: list[str]) -> dict[int, str]:
-    """For a list of strings, the items that hold part of a secret only visible when the items
-    are read as one text (a private key one line per item, a token cut in two): index -> kind."""
-    if len(items) < 2:
-        return {}
-    marked: dict[int, str] = {}
-    for separator in ("\n", ""):
-        text = separator.join(items)
-        bounds: list[tuple[int, int]] = []
-        at = 0
-        for item in items:
-            bounds.append((at, at + len(item)))
-            at += len(item) + len(separator)
-        for hit in scan(text):
-            touched = [i for i, (lo, hi) in enumerate(bounds) if lo < hit.end and hit.start < hi]
-            if len(touched) > 1:
-                marked.update((i, hit.kind) for i in touched if i not in marked)
-    return marked
-
-
 # Where a value sits, built lazily: (parent, step) with step a dict key, an int list index, or
 # "$" at the root; rendered as a JSONPath only when an entry needs it.
 _Where = tuple[Any, Any]
@@ -263,14 +245,12 @@ class _Sanitizer:
         return scrubbed
 
     def blob(self, value: bytes, where: _Where) -> str:
-        """Bytes travel as base64 (as JSON carries them); their decoded text is scanned first."""
-        try:
-            decoded = value.decode("utf-8")
-        except UnicodeDecodeError:
-            decoded = ""
+        """Bytes travel as base64 (as JSON carries them); their text is scanned first: all of
+        it when it is UTF-8, else its runs of printable ASCII (a key inside a binary frame)."""
+        decoded = bytes_text(value)
         hits = scan(decoded) if decoded else ()
         if hits:
-            placeholder = placeholder_for(hits[0].kind, decoded)
+            placeholder = placeholder_for(hits[0].kind, value)
             self.note(where, SECRET_PATTERN, "replaced", placeholder)
             return placeholder
         return self.text(base64.b64encode(value).decode("ascii"), where)
@@ -282,7 +262,12 @@ class _Sanitizer:
         if facts is None:
             facts = self.keys[container] = {}
         out: dict[str, Any] = {}
+        paired = paired_values(value) if "value" in value or "Value" in value else ()
         for key, child in value.items():
+            if key in paired and not _keeps_value(child):
+                self.note((where, key), SENSITIVE_FIELD, "replaced", REDACTED)
+                out[key] = REDACTED
+                continue
             seen = facts.get(key)
             if seen is None:
                 seen = facts[key] = _key_facts(key, container)
@@ -313,7 +298,9 @@ class _Sanitizer:
     def sequence(self, value: list[Any], where: _Where, container: str | None) -> list[Any]:
         split: dict[int, str] = {}
         if len(value) > 1 and isinstance(value[0], str) and all(isinstance(i, str) for i in value):
-            split = _split_secrets(value)
+            split = split_secrets(value)
+        elif len(value) > 1 and any(isinstance(i, dict) and "text" in i for i in value):
+            split = split_blocks(value)
         out: list[Any] = []
         pulse = self.pulse if container in _PULSED else None
         carrying, seen = False, self.openings
@@ -326,7 +313,11 @@ class _Sanitizer:
                 if continued is not None:
                     out.append(continued[0])
                     continue
-            if i in split:
+            if i in split and isinstance(item, dict):  # a content block: its text goes
+                placeholder = placeholder_for(split[i], item["text"])
+                out.append({**self.value(item, (where, i), container), "text": placeholder})
+                self.note(((where, i), "text"), SECRET_PATTERN, "replaced", placeholder)
+            elif i in split:
                 placeholder = placeholder_for(split[i], item)
                 self.note((where, i), SECRET_PATTERN, "replaced", placeholder)
                 out.append(placeholder)
@@ -410,12 +401,19 @@ def _free_key(key: str, taken: dict[str, Any], source: dict[Any, Any]) -> str:
     return candidate
 
 
+def withholds(key: object, value: Any) -> bool:
+    """Whether replay_only withholds `value` under `key`: text or a container under a payload
+    key. Flags and counts stay (`"summary": true` marks a compaction summary; a bundle whose flag
+    became text could not be imported)."""
+    return key in PAYLOAD_KEYS and isinstance(value, str | list | dict) and value != WITHHELD
+
+
 def _withhold(value: Any, path: str, entries: list[RedactionEntry]) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, child in value.items():
             where = child_path(path, key)
-            if key in PAYLOAD_KEYS and child is not None:
+            if withholds(key, child):
                 entries.append(RedactionEntry(where, PROMPT_PAYLOAD, "withheld", WITHHELD))
                 out[key] = WITHHELD
             else:
@@ -497,14 +495,23 @@ def find_secrets(value: Any, path: str = "$") -> list[tuple[str, list[str]]]:
             kinds += [f"secret_in_key:{kind}" for kind in secret_kinds(key)]
             if credential_name(key) and not _keeps_value(item):
                 kinds.append("credential_field")
+        if isinstance(item, dict) and ("value" in item or "Value" in item):
+            found += [
+                (child_path(where, k), ["credential_field"])
+                for k in paired_values(item)
+                if not _keeps_value(item[k])
+            ]
         if isinstance(item, str):
             kinds += secret_kinds(item)
             open_blocks = open_blocks or (
                 any(k in BLOCK_KINDS for k in kinds) and opens_block(item) is not None
             )
         elif isinstance(item, list) and all(isinstance(i, str) for i in item):
-            split = _split_secrets(item)
+            split = split_secrets(item)
             found.extend((f"{where}[{i}]", [f"split_{kind}"]) for i, kind in sorted(split.items()))
+        elif isinstance(item, list) and any(isinstance(i, dict) and "text" in i for i in item):
+            split = split_blocks(item)
+            found += [(f"{where}[{i}].text", [f"split_{k}"]) for i, k in sorted(split.items())]
         if kinds:
             found.append((where, kinds))
     if open_blocks:

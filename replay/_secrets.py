@@ -3,10 +3,10 @@
 Two questions, both pure functions of a string: is this field or variable NAME a credential's
 (`credential_name`, decided by a rule on the name's parts, not by a list of names), and where in
 this TEXT are secrets (`scan`). Token shapes come from the `detect-secrets` library's detectors;
-the rules here cover what it has no detector for: key=value assignments judged by the name rule,
-private key blocks that span lines, `user:pass@host` with or without a scheme, `Authorization`
-headers, this engine's own bearer tokens, modern provider keys, and base64 or hex text that decodes
-to any of these.
+the rules here cover what it has no detector for: key=value assignments judged by the name rule
+(found by `replay._secret_assignments`), private key blocks that span lines, `user:pass@host` with
+or without a scheme, `Authorization` headers, this engine's own bearer tokens, modern provider keys,
+and base64 or hex text that decodes to any of these.
 
 Speed: a string reaches the detectors only if a cheap gate says it could hold a secret (a digit or
 a sign like `:@=_+/-`, an upper-case run, or one long word); prose passes the gate in one pass of a
@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
+from replay._secret_assignments import assignments
 from replay._secret_detectors import detectors
 from replay._secret_names import _PLACEHOLDER, credential_name
 
@@ -103,63 +104,6 @@ _TEXT_RULES: tuple[tuple[str, str, re.Pattern[str], Callable[[re.Match[str]], bo
             _always,
         ),
         ("home_directory", "/home/", r"/home/[A-Za-z0-9._-]+", _always),
-    )
-)
-# `name = value`, `name: value`, `"name": "value"`, `name => value`, `--name value`: found from
-# the places a credential word could be part of a name (every word and stem of the name rule
-# holds one of these hints), the name read around it, and the name decides.
-_HINTS = (
-    "pass",
-    "secret",
-    "token",
-    "key",
-    "auth",
-    "cred",
-    "cookie",
-    "pwd",
-    "pw",
-    "sess",
-    "jwt",
-    "otp",
-    "mfa",
-    "dsn",
-    "bearer",
-    "signing",
-    "priv",
-)
-_IDENT = re.compile(r"[\w.-]*")
-_SEPARATOR_AFTER = re.compile(r"(?:\\?[\"'])?[ \t]*(?:=>|:=|:(?![:/])|=(?!=))")
-_VALUE_AT = re.compile(
-    r"[ \t]*(\\?\"[^\"\r\n]{1,512}?\\?\"|'[^'\r\n]{1,512}'|(?![\[<])[^\s\"',;&]{3,512})"
-)
-_FLAG_NAME = re.compile(r"(?:^|-)-[A-Za-z]")
-_FLAG_VALUE_AT = re.compile(
-    r"[ \t]+(\"[^\"\r\n]{1,512}\"|'[^'\r\n]{1,512}'|(?![\[<-])[^\s\"',;&]{3,512})"
-)
-# Unquoted values that are code, not a secret: `token = getpass()`, `key: str`,
-# `self.token = token`, `api_key: Optional[str]`, `key = os.environ[...]`.
-_CODE_VALUE = re.compile(
-    r"(?:self|cls|this|os|env|config|settings|args|kwargs|options|opts|request|params|ctx)\."
-    r"|[A-Za-z_][\w.]*[\[(]|[\w.]*\.[A-Z]\w*$"
-)
-_WORD_VALUES = frozenset(
-    (
-        "str",
-        "int",
-        "bytes",
-        "bool",
-        "float",
-        "none",
-        "null",
-        "true",
-        "false",
-        "undefined",
-        "any",
-        "dict",
-        "list",
-        "string",
-        "number",
-        "object",
     )
 )
 # `user:password@host`, with or without a scheme: found from the `@`, read backwards.
@@ -257,6 +201,7 @@ _PLAIN_WORD = re.compile(
 )
 _B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}")
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+_PRINTABLE_RUN = re.compile(rb"[\t\n\r\x20-\x7e]{6,}")  # text inside binary bytes
 _OWN_BEARER = re.compile(r"[A-Za-z0-9_-]{43}")
 _WORD_EDGE = "\"'`.,:;!?)]}>"
 
@@ -325,9 +270,7 @@ def _scan(text: str, depth: int) -> tuple[Hit, ...]:
     for kind, guard, regex, check in _TEXT_RULES:
         if guard in low:
             hits.extend(Hit(m.start(), m.end(), kind) for m in regex.finditer(text) if check(m))
-    spots = _hint_spots(low)
-    if spots:
-        hits.extend(_assignments(text, spots))
+    hits.extend(Hit(start, end, "credential_assignment") for start, end in assignments(text, low))
     if "@" in text:
         hits.extend(_userinfo(text))
     if "://" in text:
@@ -371,62 +314,6 @@ def _merge(hits: list[Hit]) -> tuple[Hit, ...]:
         else:
             out.append(hit)
     return tuple(out)
-
-
-def _hint_spots(low: str) -> list[int]:
-    """Where in the lower-cased text a credential word could start, in order."""
-    spots: list[int] = []
-    for hint in _HINTS:
-        at = low.find(hint)
-        while at != -1:
-            spots.append(at)
-            at = low.find(hint, at + 1)
-    spots.sort()
-    return spots
-
-
-def _ident_end(text: str, at: int) -> int:
-    """Where the run of name characters (letters, digits, `_.-`) starting at `at` ends."""
-    match = _IDENT.match(text, at)
-    return at if match is None else match.end()
-
-
-def _assignments(text: str, spots: list[int]) -> Iterator[Hit]:
-    backwards = text[::-1]
-    size = len(text)
-    names_seen: set[int] = set()
-    for at in spots:
-        start = size - _ident_end(backwards, size - at)
-        if start in names_seen:
-            continue  # `access_token_key`: one name, several hints
-        names_seen.add(start)
-        end = _ident_end(text, at)
-        name = text[start:end]
-        if not credential_name(name.strip(".-")):
-            continue
-        separator = _SEPARATOR_AFTER.match(text, end)
-        if separator is not None:
-            value = _VALUE_AT.match(text, separator.end())
-        elif _FLAG_NAME.search(name):  # `--password value`
-            value = _FLAG_VALUE_AT.match(text, end)
-        else:
-            continue
-        if value is not None and _is_secret_value(value.group(1), name):
-            yield Hit(start, value.end(), "credential_assignment")
-
-
-def _is_secret_value(raw: str, name: str) -> bool:
-    """Whether what follows `name =` is a value to hide: not empty, not a placeholder, and, when
-    unquoted, not code (a call, a type, an attribute, the name itself)."""
-    value = raw.strip("\\\"'").strip()
-    if not value or value.startswith(("[", "<")):
-        return False
-    if raw[:1] in "\"'\\":
-        return True
-    last = name.rsplit(".", 1)[-1].lstrip("-")
-    if value == last or value.endswith("." + last) or value.lower() in _WORD_VALUES:
-        return False
-    return _CODE_VALUE.match(value) is None
 
 
 def _userinfo(text: str) -> Iterator[Hit]:
@@ -527,10 +414,16 @@ def _decode(word: str) -> str | None:
         return None
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    except UnicodeDecodeError:  # binary: a key can still sit in it (a framed request body)
+        return binary_text(raw) or None
     printable = sum(c.isprintable() or c in "\r\n\t" for c in text)
     return text if text and printable >= 0.9 * len(text) else None
+
+
+def binary_text(raw: bytes) -> str:
+    """The runs of printable ASCII (six characters or more) in bytes that are not UTF-8, one a
+    line: where a secret inside a binary frame shows."""
+    return "\n".join(run.decode("ascii") for run in _PRINTABLE_RUN.findall(raw))
 
 
 def scrub(text: str) -> tuple[str, list[str]]:
@@ -591,6 +484,7 @@ def continues_block(text: str) -> tuple[bool, bool]:
     return True, close is not None
 
 
-def placeholder_for(kind: str, secret: str) -> str:
+def placeholder_for(kind: str, secret: str | bytes) -> str:
     """What stands in for `secret` of `kind`: its kind and length in UTF-8 bytes, nothing else."""
-    return f"<redacted:{kind}:{len(secret.encode())}>"
+    size = len(secret) if isinstance(secret, bytes) else len(secret.encode())
+    return f"<redacted:{kind}:{size}>"

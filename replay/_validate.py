@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replay._redact import MODES, PAYLOAD_KEYS, WITHHELD, child_path, find_secrets, members
+from replay._redact import MODES, WITHHELD, child_path, find_secrets, members, withholds
 from sessions import InvalidArgumentError
 
 BUNDLE_TYPE = "harn_session_bundle"
@@ -205,8 +205,42 @@ def _check_withheld(bundle: Mapping[str, Any]) -> list[BundleIssue]:
     return [
         BundleIssue(path, "withheld", f"replay_only bundle carries `{key}`, which it withholds")
         for path, value, key, _ in members(body, "$")
-        if key in PAYLOAD_KEYS and value is not None and value != WITHHELD
-    ]
+        if withholds(key, value)
+    ] + _check_title(bundle)
+
+
+def _check_title(bundle: Mapping[str, Any]) -> list[BundleIssue]:
+    """A sessionlog replay_only bundle carries no session title (often the first prompt): not in
+    `source.workflow_name`, a section's `metadata.title`, nor its label (`Session <id>`)."""
+    producer = bundle.get("producer")
+    if not isinstance(producer, Mapping) or producer.get("name") != "sessionlog":
+        return []  # another producer's workflow name or label is not a prompt
+    issues: list[BundleIssue] = []
+    source = bundle.get("source")
+    if isinstance(source, Mapping) and source.get("workflow_name") not in (None, WITHHELD):
+        issues.append(BundleIssue("$.source.workflow_name", "withheld", _TITLE_KEPT))
+    transcript = bundle.get("transcript")
+    sections = transcript.get("sections") if isinstance(transcript, Mapping) else None
+    for i, section in enumerate(sections if isinstance(sections, list) else []):
+        if not isinstance(section, Mapping):
+            continue
+        where = f"$.transcript.sections[{i}]"
+        if section.get("label") != f"Session {section.get('id')}":
+            issues.append(BundleIssue(f"{where}.label", "withheld", _TITLE_KEPT))
+        events = section.get("events")
+        titled = [(f"{where}.metadata", section.get("metadata"))] + [
+            (f"{where}.events[{j}].event", event.get("event"))
+            for j, event in enumerate(events if isinstance(events, list) else [])
+            if isinstance(event, Mapping)
+        ]
+        for at, holder in titled:
+            title = holder.get("title") if isinstance(holder, Mapping) else None
+            if isinstance(title, str) and title != WITHHELD:
+                issues.append(BundleIssue(f"{at}.title", "withheld", _TITLE_KEPT))
+    return issues
+
+
+_TITLE_KEPT = "replay_only bundle carries the session title, which it withholds"
 
 
 def check_bundle(bundle: object, *, allow_secrets: bool = False, where: str = "bundle") -> None:

@@ -3,13 +3,15 @@ local sample, and secrets or prompt text planted in every corner of a session ne
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from replay import export_bundle, validate_bundle
+from replay import export_bundle, import_bundle, validate_bundle
 from replay._redact import (
     PAYLOAD_KEYS,
     REDACTED,
@@ -18,6 +20,7 @@ from replay._redact import (
     redact,
     scrub_string,
 )
+from replay._secret_names import credential_name
 from sessions import SessionStore
 
 SAMPLES = Path(__file__).parent / "fixtures" / "harn" / "spec" / "session-bundles" / "fixtures"
@@ -375,12 +378,276 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
 def test_every_credential_word_holds_a_hint() -> None:
     # assignments in text are looked for only where a hint occurs: a word or stem of the name
     # rule without one would never be found in `NAME=value`
-    from replay import _secret_names, _secrets
+    from replay import _secret_assignments, _secret_names
 
     words = set(_secret_names._NAME_WORDS) | set(_secret_names._NAME_STEMS)
-    assert [w for w in sorted(words) if not any(h in w for h in _secrets._HINTS)] == []
+    assert [w for w in sorted(words) if not any(h in w for h in _secret_assignments._HINTS)] == []
     for word in sorted(words):
         text = f"export {word.upper()}=v4lue-{word}"
         found = find_secrets({"line": text})
         assert len(found) == 1 and found[0][0] == "$.line", word
         assert scrub_string(text)[0] == "export " + scrub_string(text)[1][0], word
+
+
+# Fixes from the redaction review: each test names the defect it guards.
+
+KEY = "sk-ant-api03-" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+
+
+def test_a_secret_in_bytes_that_are_not_utf8_is_replaced_whole(tmp_path: Path) -> None:
+    # a protobuf-framed body: field 1, a two-byte varint length (not UTF-8), then the key
+    blob = b"\x0a\x8c\x01" + KEY.encode()
+    with SessionStore.open(tmp_path / "s") as store:
+        sid = store.open_session("s")
+        store.inject(sid, {"role": "item", "item": {"request_body": blob}})
+        bundle = export_bundle(store, sid, "sanitized")
+    text = json.dumps(bundle)
+    placeholder = f"<redacted:anthropic_api_key:{len(blob)}>"
+    assert bundle["transcript"]["sections"][0]["messages"][0]["item"] == {
+        "request_body": placeholder
+    }
+    assert KEY not in text and base64.b64encode(blob).decode() not in text
+    assert {
+        "path": "$.transcript.sections[0].messages[0].item.request_body",
+        "class": "secret_pattern_or_url",
+        "action": "replaced",
+        "replacement": placeholder,
+    } in bundle["redaction"]["entries"]
+
+
+@pytest.mark.parametrize("mode", ["sanitized", "replay_only"])
+def test_args_hash_is_of_the_exported_arguments(tmp_path: Path, mode: str) -> None:
+    def digest(value: Any) -> str:
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    original = json.dumps({"user": "admin", "password": "Summer2024!"})
+    with SessionStore.open(tmp_path / "s") as store:
+        sid = store.open_session("s")
+        calls = [
+            {"id": f"c{i}", "function": {"name": "login", "arguments": original}} for i in (1, 2)
+        ]
+        store.inject(sid, {"role": "assistant", "content": "", "tool_calls": calls})
+        bundle = export_bundle(store, sid, mode)
+    first, second = bundle["tools"]["calls"]
+    assert first["args_hash"] == second["args_hash"] == digest(first["arguments"])
+    assert digest(original) not in json.dumps(bundle)  # no offline check of a guessed password
+    assert "Summer2024!" not in json.dumps(bundle)
+    if mode == "sanitized":  # the redacted arguments are still JSON, the name kept
+        assert json.loads(first["arguments"]) == {
+            "user": "admin",
+            "password": "<redacted:credential_assignment:11>",
+        }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "server.ssl.key-store-password",
+        "-Djavax.net.ssl.trustStorePassword",
+        "storePassword",
+        "DB_PRIMARY_PASSWORD",
+        "CACHE_PASSWORD",
+        "primaryKey",
+        "secondaryKey",
+        "join_token",
+        "provider_api_key",
+        "key1",
+        "AWS_SECRET_ACCESS_KEY",
+        "X-Goog-Api-Key",
+    ],
+)
+def test_a_qualifier_before_a_strong_credential_word_does_not_veto(name: str) -> None:
+    assert credential_name(name.strip("-"))
+    text = f"{name}=Xk29vLmQ7pz"
+    assert "Xk29vLmQ7pz" not in scrub_string(text)[0]
+    out, entries = redact({"cfg": {name: "Xk29vLmQ7pz"}}, "sanitized")
+    assert out == {"cfg": {name: REDACTED}} and len(entries) == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "input_tokens",
+        "max_tokens",
+        "max_token",
+        "token_count",
+        "token_type",
+        "public_key",
+        "publicKey",
+        "key_path",
+        "sort_key",
+        "cache_key",
+        "join_key",
+        "idempotency_key",
+        "partition_key",
+        "cookie_name",
+        "secret_name",
+        "api_key_env",
+        "client_secret_expires_at",
+        "password_min_length",
+        "auth_method",
+        "session_id",
+        "keyboard",
+    ],
+)
+def test_a_qualifier_after_a_credential_word_or_before_a_weak_one_still_vetoes(name: str) -> None:
+    assert not credential_name(name)
+
+
+def test_name_value_pairs_are_judged_by_their_name() -> None:
+    data = {
+        "env": [
+            {"name": "DB_PASSWORD", "value": "q7Xk29vLmPz4Rt8w"},
+            {"name": "MODE", "value": "production"},
+        ],
+        "headers": [{"Name": "X-Api-Key", "Value": "abcd1234efgh5678ijkl"}],
+    }
+    out, entries = redact(data, "sanitized")
+    assert out["env"] == [
+        {"name": "DB_PASSWORD", "value": REDACTED},
+        {"name": "MODE", "value": "production"},
+    ]
+    assert out["headers"] == [{"Name": "X-Api-Key", "Value": REDACTED}]
+    assert [(e.path, e.cls) for e in entries] == [
+        ("$.env[0].value", "sensitive_field"),
+        ("$.headers[0].Value", "sensitive_field"),
+    ]
+    assert [path for path, _ in find_secrets(data)] == ["$.env[0].value", "$.headers[0].Value"]
+    assert find_secrets(out) == []
+    # the same pairs inside a text: a JSON tool argument, a YAML manifest
+    manifest = json.dumps({"env": data["env"]})
+    yaml = (
+        "env:\n  - name: DB_PASSWORD\n    value: my dog has fleas\n  - name: MODE\n    value: prod"
+    )
+    for text in (manifest, yaml):
+        scrubbed, used = scrub_string(text)
+        assert "q7Xk29vLmPz4Rt8w" not in scrubbed and "fleas" not in scrubbed, text
+        assert "production" in scrubbed or "prod" in scrubbed
+        assert len(used) == 1
+    assert json.loads(scrub_string(manifest)[0])["env"][0]["name"] == "DB_PASSWORD"
+
+
+@pytest.mark.parametrize(
+    ("text", "gone", "kept"),
+    [
+        (
+            "Server=tcp:db,1433;User ID=sa;Password=correct horse battery staple;Encrypt=True",
+            "correct horse battery staple",
+            ["Server=tcp:db,1433;User ID=sa;", ";Encrypt=True"],
+        ),
+        (
+            "smtp:\n  password: my dog has fleas 42\n  port: 25",
+            "my dog has fleas 42",
+            ["smtp:\n  ", "\n  port: 25"],
+        ),
+        ("export DB_PASSWORD=two words", "two words", ["export "]),
+        ("password=ab", "ab", []),
+        ("before password=hunter2! after", "hunter2!", ["before ", " after"]),
+    ],
+)
+def test_a_strong_names_value_runs_to_the_end_of_its_line(
+    text: str, gone: str, kept: list[str]
+) -> None:
+    out, used = scrub_string(text)
+    assert len(used) == 1 and gone not in out, out
+    assert all(part in out for part in kept), out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: str = ''",
+        "password = getpass()  # asked once",
+        "secret_key: Optional[str] = None",
+        "Enter the token: ok",
+    ],
+)
+def test_code_after_a_strong_name_is_still_left_alone(text: str) -> None:
+    assert scrub_string(text) == (text, [])
+
+
+def test_finding_assignments_reads_each_name_once() -> None:
+    # `pw_` repeated: one name holding thousands of hints; each used to be read again from
+    # every hint, quadratic in the name's length (seconds for 40k characters, hours for 4 MB)
+    from replay import _secret_assignments
+
+    reads = 0
+    original = _secret_assignments._ident_end
+
+    def counting(text: str, at: int) -> int:
+        nonlocal reads
+        reads += 1
+        return original(text, at)
+
+    text = "pw_" * 10_000 + " and password=x1 here"
+    try:
+        _secret_assignments._ident_end = counting  # type: ignore[assignment]
+        found = list(_secret_assignments.assignments(text, text.lower()))
+    finally:
+        _secret_assignments._ident_end = original  # type: ignore[assignment]
+    assert reads <= 4  # two runs of name characters, each read forwards and backwards once
+    assert found == [(len(text) - len("password=x1 here"), len(text) - len(" here"))]
+
+
+def test_a_token_cut_across_adjacent_text_blocks_is_replaced() -> None:
+    blocks = [
+        {"type": "text", "text": "your key is " + KEY[:10]},
+        {"type": "text", "text": KEY[10:] + " keep it safe"},
+        {"type": "text", "text": "unrelated"},
+    ]
+    data = {"content": blocks}
+    out, entries = redact(data, "sanitized")
+    text = json.dumps(out)
+    assert KEY[:10] not in text and KEY[10:] not in text
+    assert out["content"][2] == blocks[2]
+    assert [e.path for e in entries] == ["$.content[0].text", "$.content[1].text"]
+    assert [p for p, _ in find_secrets(data)] == ["$.content[0].text", "$.content[1].text"]
+    assert find_secrets(out) == []
+
+
+def test_replay_only_withholds_the_title_and_items(tmp_path: Path) -> None:
+    prompt = "PRIVATE PROMPT: summarize the merger memo"
+    with SessionStore.open(tmp_path / "s") as store:
+        sid = store.open_session("s", title=prompt)
+        store.inject(sid, {"role": "user", "content": prompt})
+        store.inject(sid, {"role": "item", "item": "PRIVATE item text"})
+        store.inject(sid, {"role": "item", "item": ["PRIVATE tool output", "line 2"]})
+        local = export_bundle(store, sid, "local")
+        bundle = export_bundle(store, sid, "replay_only")
+    text = json.dumps(bundle)
+    assert "PRIVATE" not in text and "merger" not in text
+    section = bundle["transcript"]["sections"][0]
+    assert section["label"] == f"Session {sid}"
+    assert bundle["source"]["workflow_name"] == section["metadata"]["title"] == WITHHELD
+    assert [m.get("item") for m in section["messages"]] == [None, WITHHELD, WITHHELD]
+    paths = {e["path"] for e in bundle["redaction"]["entries"]}
+    assert {"$.source.workflow_name", "$.transcript.sections[0].label"} <= paths
+    assert validate_bundle(bundle) == []
+    # a replay_only bundle that kept them is refused
+    leaky = json.loads(json.dumps(local))
+    leaky["redaction"]["mode"] = "replay_only"
+    codes = {(i.path, i.code) for i in validate_bundle(leaky)}
+    for path in (
+        "$.source.workflow_name",
+        "$.transcript.sections[0].label",
+        "$.transcript.sections[0].metadata.title",
+        "$.transcript.sections[0].messages[1].item",
+    ):
+        assert (path, "withheld") in codes, path
+
+
+def test_replay_only_keeps_flags_and_numbers_under_payload_keys(tmp_path: Path) -> None:
+    out, entries = redact({"summary": True, "result": 3, "content": "words"}, "replay_only")
+    assert out == {"summary": True, "result": 3, "content": WITHHELD}
+    assert [e.path for e in entries] == ["$.content"]
+    with SessionStore.open(tmp_path / "s") as store:
+        store.open_session("s1")
+        store.inject("s1", {"role": "system", "content": "Summary so far", "summary": True})
+        store.inject("s1", {"role": "user", "content": "go on"})
+        bundle = json.loads(json.dumps(export_bundle(store, "s1", "replay_only")))
+    assert bundle["transcript"]["sections"][0]["messages"][0]["summary"] is True
+    assert validate_bundle(bundle) == []
+    with SessionStore.open(tmp_path / "t") as other:
+        assert import_bundle(other, bundle) == "s1"
+        assert other.messages("s1")[0]["summary"] is True

@@ -144,6 +144,9 @@ def shapes() -> dict[str, str]:
 
 
 SHAPES = shapes()
+# Where only a quoted value is the secret, sanitizing keeps the field's name and quotes, so that a
+# JSON text stays JSON: what must not survive is the value.
+SECRET_PARTS = {"json_password_field": json.loads(SHAPES["json_password_field"])["db_password"]}
 SINGLE_WORD = {name for name, secret in SHAPES.items() if not any(c.isspace() for c in secret)}
 
 
@@ -315,7 +318,7 @@ def test_no_shape_reaches_a_shared_bundle(
 ) -> None:
     bundle = exported(name)[mode]
     text = json.dumps(bundle, ensure_ascii=False)
-    for fragment in fragments(SHAPES[name]):
+    for fragment in fragments(SECRET_PARTS.get(name, SHAPES[name])):
         assert escaped(fragment) not in text, fragment[:40]
     assert validate_bundle(bundle) == []
 
