@@ -7,6 +7,8 @@ bytes. It only reads the store. Redaction is `replay._redact`'s; import is `repl
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -16,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog import Envelope, to_builtins
+from eventlog import Envelope, limits, to_builtins
 from replay._redact import (
     MODES,
     PROMPT_PAYLOAD,
@@ -25,16 +27,20 @@ from replay._redact import (
     manifest,
     redact,
 )
-from replay._validate import BUNDLE_TYPE, SCHEMA_ID, SCHEMA_VERSION
+from replay._validate import BUNDLE_TYPE, PRODUCER, SCHEMA_ID, SCHEMA_VERSION
 from sessions import ConcurrencyError, InvalidArgumentError, SessionStore, UnknownSessionError
 from sessions._collector import collector_paused
 
-PRODUCER = "sessionlog"
 IMPORTED_FROM = "imported_from"
 IMPORTED_LINEAGE = "imported_lineage"
 IMPORTED_SPAWN_REF = "imported_spawn_ref"
 _PAGE_EVENTS = 1_000
 _READ_ATTEMPTS = 5  # a writer appending while we read makes us read again, this many times
+# An `item` keeps bytes and aware datetimes, which JSON has no type for: export writes them as
+# {"~bytes": base64} and {"~datetime": RFC 3339}, and a real key beginning with `~` gets one more.
+ITEM_MARK = "~"
+_BYTES_MARK = "~bytes"
+_DATETIME_MARK = "~datetime"
 _FORMAT_NOTE = (
     "A sessionlog session as a portable session bundle v1; share sanitized or replay_only "
     "bundles, keep local ones on the machine that made them."
@@ -95,11 +101,17 @@ def _canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _digest(bundle: dict[str, Any]) -> str:
+def _digest(bundle: Mapping[str, Any]) -> str:
     """The content digest naming a bundle (its `bundle_id` blanked): sorted keys, compact JSON."""
     return hashlib.sha256(
         msgspec.json.encode({**bundle, "bundle_id": ""}, order="sorted")
     ).hexdigest()
+
+
+def bundle_id(bundle: Mapping[str, Any]) -> str:
+    """The `bundle_id` export gives `bundle` (whatever its own says). Raises `TypeError`,
+    `ValueError` or `RecursionError` for a value JSON cannot carry."""
+    return f"bundle_{_digest(bundle)[:32]}"
 
 
 # Export
@@ -114,6 +126,10 @@ def export_bundle(
 ) -> dict[str, Any]:
     """The session bundle v1 of a session (open or closed), redacted for `mode` (`local`,
     `sanitized`, `replay_only`). Raises `UnknownSessionError` for an unknown or deleted id.
+
+    Inside a message's `item`, bytes are written as `{"~bytes": "<base64>"}` and timezone-aware
+    datetimes as `{"~datetime": "<RFC 3339>"}`, and a key that begins with `~` as one more `~`
+    in front, so that `import_bundle` restores them as they were.
 
     `progress(done, total)`, if given, is called as the work goes: once per page of events read,
     then once per thousand messages or events redacted. A step is one event read, one message
@@ -140,7 +156,7 @@ def export_bundle(
         )
     _hash_arguments(body)
     bundle = {**body, "redaction": manifest(mode, redaction_entries)}
-    bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
+    bundle["bundle_id"] = bundle_id(bundle)
     return {key: bundle[key] for key in sorted(bundle)}
 
 
@@ -208,11 +224,16 @@ def _lineage(snapshot: Mapping[str, Any], ancestry: Mapping[str, Any]) -> dict[s
     children = list(ancestry["child_ids"])
     imported = (snapshot.get("metadata") or {}).get(IMPORTED_LINEAGE)
     if ancestry["parent_id"] is None and isinstance(imported, Mapping):
-        before = [c for c in imported.get("child_ids") or [] if isinstance(c, str)]
+        # Metadata is the caller's to change: what is not of its type is left out, not guessed.
+        found = imported.get("child_ids")
+        before = [c for c in found if isinstance(c, str)] if isinstance(found, list) else []
+        branched = imported.get("branched_at_event_index")
         return {
-            "parent_id": imported.get("parent_id"),
-            "root_id": imported.get("root_id") or snapshot["session_id"],
-            "branched_at_event_index": imported.get("branched_at_event_index"),
+            "parent_id": _id_or_none(imported.get("parent_id")),
+            "root_id": _id_or_none(imported.get("root_id")) or snapshot["session_id"],
+            "branched_at_event_index": (
+                branched if type(branched) is int and branched >= 0 else None
+            ),
             "child_ids": before + [c for c in children if c not in before],
         }
     return {
@@ -221,6 +242,60 @@ def _lineage(snapshot: Mapping[str, Any], ancestry: Mapping[str, Any]) -> dict[s
         "branched_at_event_index": snapshot["branched_at_event_index"],
         "child_ids": children,
     }
+
+
+def mark_item(value: Any) -> Any:
+    """`value` (an `item`, at most `value_depth_max` deep) with its bytes and datetimes as
+    marked objects and its keys beginning with `ITEM_MARK` escaped."""
+    if isinstance(value, bytes):
+        return {_BYTES_MARK: base64.b64encode(value).decode()}
+    if isinstance(value, datetime):
+        return {_DATETIME_MARK: _rfc3339(value)}
+    if isinstance(value, list):
+        return [mark_item(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            (ITEM_MARK + k if k.startswith(ITEM_MARK) else k): mark_item(v)
+            for k, v in value.items()
+        }
+    return value
+
+
+def unmark_item(value: Any, depth: int = 0) -> Any:
+    """What `mark_item` was given. A marked value that does not decode (a placeholder a
+    sanitized export left in its place) stays the text it is; below `value_depth_max` nothing
+    is touched (the engine refuses such an item)."""
+    if depth > limits.value_depth_max or not isinstance(value, (list, dict)):
+        return value
+    if isinstance(value, list):
+        return [unmark_item(v, depth + 1) for v in value]
+    if len(value) == 1:
+        ((key, text),) = value.items()
+        if key == _BYTES_MARK and isinstance(text, str):
+            try:
+                return base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                return text
+        if key == _DATETIME_MARK and isinstance(text, str):
+            try:
+                at = datetime.fromisoformat(text)
+            except ValueError:
+                return text
+            return at if at.tzinfo is not None else text
+    return {
+        (k[len(ITEM_MARK) :] if k.startswith(ITEM_MARK) else k): unmark_item(v, depth + 1)
+        for k, v in value.items()
+    }
+
+
+def _marked(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("item") is None:
+        return message
+    return {**message, "item": mark_item(message["item"])}
+
+
+def _id_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _event(envelope: Envelope) -> dict[str, Any]:
@@ -242,7 +317,7 @@ def _body(
 ) -> dict[str, Any]:
     sid = snapshot["session_id"]
     lineage = _lineage(snapshot, ancestry)
-    messages = snapshot["transcript"]
+    messages = [_marked(message) for message in snapshot["transcript"]]
     events = [_event(envelope) for envelope in envelopes]
     created_at = _rfc3339(envelopes[-1].recorded_at)
     models = sorted({m["model"] for m in messages if isinstance(m.get("model"), str)})
@@ -275,7 +350,7 @@ def _body(
             "metadata": {"engine": PRODUCER, "engine_version": _version()},
         },
         "workspace": _workspace(snapshot),
-        "transcript": {"sections": [_section(snapshot, lineage, events)]},
+        "transcript": {"sections": [_section(snapshot, lineage, messages, events)]},
         "tools": {"schemas": _tool_schemas(snapshot), "calls": _tool_calls(messages)},
         "permissions": _permissions(events),
         "replay": _replay(sid, events),
@@ -303,7 +378,10 @@ it (identity, times, status and live clients aside)."""
 
 
 def _section(
-    snapshot: Mapping[str, Any], lineage: dict[str, Any], events: list[dict[str, Any]]
+    snapshot: Mapping[str, Any],
+    lineage: dict[str, Any],
+    messages: list[dict[str, Any]],
+    events: list[dict[str, Any]],
 ) -> dict[str, Any]:
     sid = snapshot["session_id"]
     keys = (
@@ -327,7 +405,7 @@ def _section(
         "scope": "session",
         "location": f"$.sessions[{json.dumps(sid, ensure_ascii=False)}]",
         "summary": None,
-        "messages": snapshot["transcript"],
+        "messages": messages,
         "events": events,
         "assets": [],
         "metadata": metadata,

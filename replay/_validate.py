@@ -7,14 +7,26 @@ caller allows them. It reports problems; it never changes the bundle and never t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replay._redact import MODES, WITHHELD, child_path, find_secrets, members, withholds
+from replay._redact import (
+    MODES,
+    REDACTED,
+    WITHHELD,
+    child_path,
+    find_secrets,
+    members,
+    scrub_string,
+    withholds,
+)
 from sessions import InvalidArgumentError
 
 BUNDLE_TYPE = "harn_session_bundle"
+PRODUCER = "sessionlog"
 SCHEMA_VERSION = 1
 SCHEMA_ID = "https://harnlang.com/schemas/session-bundle.v1.json"
 
@@ -69,6 +81,40 @@ _SECTION_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
 )
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "an object"}
 _TYPE_NAMES[bool] = "a boolean"
+_TYPE_NAMES[type(None)] = "null"
+_NULL = type(None)
+# The fields of our own session section's metadata that an import restores, and their types.
+_SESSION_META: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("session_id", (str,)),
+    ("title", (str, _NULL)),
+    ("agent_id", (str, _NULL)),
+    ("system_prompt", (str, _NULL)),
+    ("tool_format", (str, _NULL)),
+    ("metadata", (dict, _NULL)),
+    ("formation", (dict, _NULL)),
+    ("scope", (str, _NULL)),
+    ("parent_spawn_ref", (dict, _NULL)),
+    ("workspace_anchor", (dict, _NULL)),
+    ("workspace_policy", (dict, _NULL)),
+    ("roots", (list, _NULL)),
+    ("scratchpad", (dict, _NULL)),
+)
+_SCOPES = ("persistent", "ephemeral")
+_LINEAGE: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("parent_id", (str, _NULL)),
+    ("root_id", (str, _NULL)),
+    ("branched_at_event_index", (int, _NULL)),
+    ("child_ids", (list,)),
+)
+_USAGE_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
+# One step of a JSONPath as `child_path` writes it: `.name`, `[3]` or `["odd key"]`.
+_PATH_STEP = re.compile(r'\.([A-Za-z0-9_]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
 
 
 @dataclass(frozen=True)
@@ -78,6 +124,11 @@ class BundleIssue:
     path: str
     code: str
     message: str
+
+    def __post_init__(self) -> None:
+        # An issue lands in error messages and logs: a secret in a dict key on its path is
+        # replaced by its placeholder, as sanitizing would.
+        object.__setattr__(self, "path", safe_path(self.path))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -89,6 +140,28 @@ class BundleError(InvalidArgumentError):
     def __init__(self, message: str, issues: list[BundleIssue] | None = None) -> None:
         self.issues = list(issues or [])
         super().__init__(message)
+
+
+def safe_path(path: str) -> str:
+    """`path` with every key that looks like a secret replaced by its placeholder (a path that
+    does not parse as `child_path` writes them is scrubbed whole)."""
+    if not path.startswith("$"):
+        return scrub_string(path)[0]
+    out, at = "$", 1
+    for match in _PATH_STEP.finditer(path, 1):
+        if match.start() != at:
+            return scrub_string(path)[0]
+        name, index, quoted = match.groups()
+        if index is not None:
+            out += f"[{index}]"
+        else:
+            try:
+                key = name if name is not None else json.loads(quoted)
+            except ValueError:
+                return scrub_string(path)[0]
+            out = child_path(out, scrub_string(key)[0])
+        at = match.end()
+    return out if at == len(path) else scrub_string(path)[0]
 
 
 def _type_name(value: object) -> str:
@@ -149,6 +222,112 @@ def _check_sections(bundle: Mapping[str, Any]) -> list[BundleIssue]:
     return issues
 
 
+def _typed(
+    owner: Mapping[str, Any], where: str, fields: tuple[tuple[str, tuple[type, ...]], ...]
+) -> Iterator[BundleIssue]:
+    """An issue for each of `fields` present in `owner` with a type it does not allow; a
+    placeholder a sanitized or replay_only export put in place of a whole value is allowed."""
+    for key, kinds in fields:
+        if key in owner and not _has_type(owner[key], kinds) and not _placeholder(owner[key]):
+            expected = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
+            found = _type_name(owner[key])
+            yield BundleIssue(child_path(where, key), "type", f"expected {expected}, got {found}")
+
+
+def _placeholder(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    return value in (REDACTED, WITHHELD) or (value.startswith("<redacted:") and value[-1:] == ">")
+
+
+def _check_lineage(bundle: Mapping[str, Any]) -> list[BundleIssue]:
+    """The lineage an import keeps and a later export reports: ids are strings, the branch point
+    an index, the children a list of ids."""
+    source = bundle.get("source")
+    if not isinstance(source, Mapping):
+        return []
+    issues = list(
+        _typed(source, "$.source", (("parent_run_id", (str, _NULL)), ("root_run_id", (str, _NULL))))
+    )
+    lineage = source.get("lineage")
+    if lineage is None:
+        return issues
+    if not isinstance(lineage, Mapping):
+        got = _type_name(lineage)
+        return [*issues, BundleIssue("$.source.lineage", "type", f"expected an object, got {got}")]
+    issues += _typed(lineage, "$.source.lineage", _LINEAGE)
+    branched = lineage.get("branched_at_event_index")
+    if type(branched) is int and branched < 0:
+        issues.append(
+            BundleIssue(
+                "$.source.lineage.branched_at_event_index",
+                "range",
+                f"expected a non-negative integer, got {branched}",
+            )
+        )
+    children = lineage.get("child_ids")
+    for index, child in enumerate(children if isinstance(children, list) else []):
+        if not isinstance(child, str):
+            path = f"$.source.lineage.child_ids[{index}]"
+            issues.append(BundleIssue(path, "type", f"expected a string, got {_type_name(child)}"))
+    return issues
+
+
+def _sections(bundle: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    transcript = bundle.get("transcript")
+    sections = transcript.get("sections") if isinstance(transcript, Mapping) else None
+    for index, section in enumerate(sections if isinstance(sections, list) else []):
+        if isinstance(section, Mapping):
+            yield f"$.transcript.sections[{index}]", section
+
+
+def _check_session_meta(bundle: Mapping[str, Any]) -> list[BundleIssue]:
+    """Our own session section carries what an import restores, each field in the type the
+    engine keeps it in: a wrong one is refused, not dropped or defaulted."""
+    producer = bundle.get("producer")
+    if not isinstance(producer, Mapping) or producer.get("name") != PRODUCER:
+        return []
+    issues: list[BundleIssue] = []
+    for where, section in _sections(bundle):
+        meta = section.get("metadata")
+        if section.get("scope") != "session" or not isinstance(meta, Mapping):
+            continue
+        at = child_path(where, "metadata")
+        issues += _typed(meta, at, _SESSION_META)
+        scope = meta.get("scope")
+        if isinstance(scope, str) and scope not in _SCOPES:
+            expected, got = " or ".join(_SCOPES), scrub_string(scope)[0]
+            issues.append(BundleIssue(f"{at}.scope", "scope", f"expected {expected}, got {got!r}"))
+        anchor = meta.get("workspace_anchor")
+        if isinstance(anchor, Mapping):
+            fields = (("root", (str,)), ("anchored_at", (str, _NULL)))
+            issues += _typed(anchor, f"{at}.workspace_anchor", fields)
+    return issues
+
+
+def _check_usage(bundle: Mapping[str, Any]) -> list[BundleIssue]:
+    """A message's token counts are non-negative integers."""
+    issues: list[BundleIssue] = []
+    for where, section in _sections(bundle):
+        messages = section.get("messages")
+        for index, message in enumerate(messages if isinstance(messages, list) else []):
+            usage = message.get("usage") if isinstance(message, Mapping) else None
+            if not isinstance(usage, Mapping):
+                continue
+            at = f"{where}.messages[{index}].usage"
+            for name in _USAGE_COUNTS:
+                count = usage.get(name)
+                if name not in usage or (type(count) is int and count >= 0):
+                    continue
+                found = str(count) if type(count) is int else _type_name(count)
+                issues.append(
+                    BundleIssue(
+                        f"{at}.{name}", "usage", f"expected a non-negative integer, got {found}"
+                    )
+                )
+    return issues
+
+
 def _check_values(bundle: Mapping[str, Any]) -> list[BundleIssue]:
     issues: list[BundleIssue] = []
     kind = bundle.get("_type")
@@ -189,6 +368,7 @@ def validate_bundle(bundle: object, *, allow_secrets: bool = False) -> list[Bund
     if not isinstance(bundle, Mapping):
         return [BundleIssue("$", "type", f"expected an object, got {_type_name(bundle)}")]
     issues = _check_fields(bundle) + _check_sections(bundle) + _check_values(bundle)
+    issues += _check_lineage(bundle) + _check_session_meta(bundle) + _check_usage(bundle)
     if not allow_secrets:
         for path, kinds in find_secrets(dict(bundle)):
             issues.append(BundleIssue(path, "secret", f"looks like a secret ({', '.join(kinds)})"))

@@ -175,7 +175,10 @@ def _indexed_message(message: object, index: int) -> tuple[ev.Message, int]:
         if item is not None:
             return item
         rich = to_message(message, where=where)
-        return rich, len(_SIZE_ENCODER.encode(rich))
+        try:
+            return rich, len(_SIZE_ENCODER.encode(rich))
+        except UnicodeError as exc:  # a lone surrogate in a dict key, which `to_message` let by
+            raise InvalidArgumentError(f"{where}: message cannot be encoded: {exc}") from exc
     except SessionLogError as exc:
         exc.index, exc.where = index, where
         raise
