@@ -196,8 +196,19 @@ def test_sign_in_is_required_and_the_credential_stays_in_the_tab(viewer: dict[st
     page.fill("#credential", server.admin_key)
     page.click("#sign-in button[type=submit]")
     expect(page.locator("table.sessions tbody tr").first).to_be_visible(timeout=WAIT_MS)
-    stored = page.evaluate("[sessionStorage.length, localStorage.length, document.cookie]")
-    assert stored == [1, 0, ""]
+    # The tab keeps the credential, and (once the chain check it starts has answered, which may
+    # or may not be yet) that check's report: nothing else, nowhere else.
+    keys, local, cookie = page.evaluate(
+        "[Object.keys(sessionStorage), localStorage.length, document.cookie]"
+    )
+    assert "sessionlog.credential" in keys
+    assert set(keys) <= {"sessionlog.credential", "sessionlog.verified"}
+    assert (local, cookie) == (0, "")
+    holding = page.evaluate(
+        "(key) => Object.keys(sessionStorage).filter((k) => sessionStorage.getItem(k).includes(key))",
+        server.admin_key,
+    )
+    assert holding == ["sessionlog.credential"]
     assert server.admin_key not in page.url
 
     linked = _page(viewer)  # a #token= link signs in, then the token leaves the address bar
