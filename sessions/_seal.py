@@ -2,7 +2,8 @@
 
 What is sealed: every message (all of it but its role, usage and the synthetic and summary flags,
 as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments, error texts,
-input filters' reasons, and the values of metadata (the session's, a live client's, a scratchpad
+input filters' reasons, a caller's reasons and sources of rewinds, scratchpad changes and live
+clients, and the values of metadata (the session's, a live client's, a scratchpad
 change's), scratchpads and permission requests (their keys stay readable, so the projections merge
 them without a key).
 What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
@@ -94,6 +95,13 @@ _TEXTS: dict[type[ev.Event], tuple[str, ...]] = {
     ev.ToolCallFinished: ("error",),
     ev.ContextCompactionFailed: ("error",),
     ev.InputRejected: ("reason",),  # a filter's reason (or error) may quote the prompt
+    # A caller's free text on a change (why it rewound, who set the scratchpad and why): no
+    # projection reads it, and it may say anything the session does.
+    ev.SessionRewound: ("reason",),
+    ev.SessionReset: ("reason",),
+    ev.ScratchpadSet: ("source", "reason"),
+    ev.ScratchpadCleared: ("source", "reason"),
+    ev.LiveSessionClient: ("reason",),
 }
 _VALUES: dict[type[ev.Event], tuple[str, ...]] = {
     ev.SessionOpened: ("metadata",),

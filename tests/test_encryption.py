@@ -651,3 +651,41 @@ def test_a_session_opened_beside_a_log_without_its_keyring_takes_a_slot_no_event
         with pytest.raises(MissingKeyError):
             other.messages(sid)
         assert other.snapshot(fresh)["title"] == "opened here"
+
+
+def test_the_reasons_and_sources_a_caller_gives_are_sealed_and_gone_after_forget(
+    tmp_path: Path,
+) -> None:
+    """A rewind's reason, a scratchpad change's source and reason, and a live client's reason are
+    free text a caller gives (they may quote the conversation): sealed like the rest, and gone
+    from every file once the session is forgotten."""
+    path = tmp_path / "s"
+    words = {
+        what: f"{what}-secret-7f3a"
+        for what in ("rewind", "set-src", "set-why", "clear-src", "clear-why", "take", "leave")
+    }
+    with SessionStore.open(path, keys=KEY) as store:
+        sid = store.open_session()
+        store.inject_many(sid, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+        store.rewind(sid, 1, reason=words["rewind"])
+        store.set_scratchpad(
+            sid, {"k": 1}, {"source": words["set-src"], "reason": words["set-why"]}
+        )
+        store.clear_scratchpad(sid, {"source": words["clear-src"], "reason": words["clear-why"]})
+        store.takeover(sid, "client-1", {"reason": words["take"]})
+        store.detach(sid, "client-1", {"reason": words["leave"]})
+        kinds = {"session_rewound", "scratchpad_set", "scratchpad_cleared", "live_session_client"}
+        texts = [
+            value
+            for envelope in store.log.read_stream(sid)
+            if envelope.type in kinds
+            for name in ("reason", "source")
+            if (value := getattr(envelope.data, name, None)) is not None
+        ]
+        assert len(texts) == 7
+        assert all(text.startswith("\x00sealed:") for text in texts)
+        assert store.scratchpad(sid) is None
+        store.forget(sid)
+        assert store.log.verify().ok
+    stored = every_byte(path)
+    assert [w for w in words.values() if w.encode() in stored] == []
