@@ -30,7 +30,7 @@ import msgspec
 
 from eventlog import InvalidArgumentError
 from eventlog import events as ev
-from sessions._messages import text_of, to_dict, to_message
+from sessions._messages import answers_call, text_of, to_dict, to_message
 
 STRATEGIES = ("llm", "truncate", "observation_mask", "custom")
 OPTIONS = frozenset(
@@ -145,7 +145,7 @@ def _is_tool_output(message: ev.Message) -> bool:
 def split_point(messages: list[ev.Message], keep_last: int) -> int:
     """Index of the first message to keep, never between a tool call and its result."""
     split = max(len(messages) - keep_last, 0)
-    while 0 < split < len(messages) and _is_tool_output(messages[split]):
+    while 0 < split < len(messages) and answers_call(messages[split]):
         split -= 1
     return split
 
@@ -194,9 +194,10 @@ def _run(strategy: str, messages: list[ev.Message], opts: _Options) -> list[ev.M
         return masked + newer
     assert opts.summarizer is not None
     summary = opts.summarizer([to_dict(m) for m in older])
-    if not isinstance(summary, str):
+    if not isinstance(summary, str) or not summary.strip():
+        # An empty assistant message is refused by the provider APIs on every later call.
         raise InvalidArgumentError(
-            f"compact: the summarizer must return a str, got {type(summary).__name__}"
+            f"compact: the summarizer must return a non-empty str, got {summary!r:.80}"
         )
     boundary = ev.Message(
         role="user",
@@ -232,7 +233,7 @@ def plan(
         while len(result) > 1 and tokens(result) > opts.hard_limit_tokens:
             # Drop the oldest message together with the tool results that answer it.
             cut = 1
-            while cut < len(result) and _is_tool_output(result[cut]):
+            while cut < len(result) and answers_call(result[cut]):
                 cut += 1
             if cut == len(result):
                 break  # only the newest call and its results are left: they stay together

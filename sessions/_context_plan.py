@@ -16,7 +16,7 @@ import msgspec
 
 from eventlog import events as ev
 from sessions._context_policy import ContextPolicy, summary_chars_max
-from sessions._messages import text_of, to_dict
+from sessions._messages import answers_call, text_of, to_dict, tool_result_ids, tool_use_ids
 
 SOFT_TRIM = "soft_trim"
 HARD_CLEAR = "hard_clear"
@@ -30,26 +30,22 @@ def is_tool_result(message: ev.Message) -> bool:
     return message.role == "tool" or message.tool_call_id is not None
 
 
-def _call_ids(message: ev.Message) -> set[str]:
-    ids: set[str] = set()
-    for call in message.tool_calls or ():
-        if isinstance(call, Mapping) and isinstance(call.get("id"), str):
-            ids.add(call["id"])
-    return ids
-
-
 # Checkpoints
 
 
 def checkpoint_split(messages: list[ev.Message], keep_turns: int) -> int | None:
     """Index of the first message to keep when the older ones are summarized: the start of the
-    last `keep_turns` turns (a turn starts at a user message that is not synthetic), moved back
-    so no tool result is kept without its call. None when nothing older is left to summarize
-    (the view's own checkpoint pair alone is not worth summarizing again)."""
+    last `keep_turns` turns (a turn starts at a user message that is not synthetic and holds no
+    `tool_result` block), moved back so no tool result is kept without its call. None when
+    nothing older is left to summarize (the view's own checkpoint pair alone is not worth
+    summarizing again)."""
     starts = [
         index
         for index, message in enumerate(messages)
-        if message.role == "user" and not message.synthetic and not message.summary
+        if message.role == "user"
+        and not message.synthetic
+        and not message.summary
+        and not answers_call(message)
     ]
     if keep_turns == 0:
         split = len(messages)
@@ -70,9 +66,9 @@ def _keep_calls_with_results(messages: list[ev.Message], split: int) -> int:
         if anonymous and messages[split].tool_call_id is None:
             split -= 1  # a result without an id belongs to the message before it
             continue
-        wanted = {m.tool_call_id for m in messages[split:] if m.tool_call_id is not None}
+        wanted = set().union(*(tool_result_ids(m) for m in messages[split:]))
         earlier = next(
-            (index for index in range(split) if _call_ids(messages[index]) & wanted), None
+            (index for index in range(split) if tool_use_ids(messages[index]) & wanted), None
         )
         if earlier is None:
             return split

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -295,10 +295,101 @@ def text_of(content: object) -> str:
     return "\n".join(parts)
 
 
+media_tokens_estimate: Final = 1_600
+"""What one image, document or file attachment is counted as: about what the largest image a
+provider accepts costs (Anthropic: about 1,600 tokens); counting it as nothing let a context of
+screenshots overflow its window unseen."""
+
+_MEDIA_BLOCKS = frozenset(
+    ("image", "image_url", "input_image", "document", "file", "input_file", "audio", "input_audio")
+)
+
+
+def _texts(value: object, parts: list[str]) -> int:
+    """Append the text inside `value` (content, blocks, nested tool-result blocks) to `parts`;
+    returns the tokens of the media blocks in it."""
+    if isinstance(value, str):
+        parts.append(value)
+        return 0
+    if isinstance(value, list):
+        return sum(_texts(item, parts) for item in value)
+    if not isinstance(value, Mapping):
+        return 0
+    if value.get("type") in _MEDIA_BLOCKS:
+        return media_tokens_estimate
+    media = 0
+    for key in ("text", "content", "output", "input", "arguments"):
+        found = value.get(key)
+        if isinstance(found, (str, list)) or (key == "content" and isinstance(found, Mapping)):
+            media += _texts(found, parts)
+        elif found is not None:
+            parts.append(msgspec.json.encode(found, enc_hook=repr).decode())
+    return media
+
+
+def _text_tokens(text: str) -> int:
+    # About four ASCII characters make a token; any other character (CJK, emoji, most accented
+    # letters) takes one or more, so counting it as a quarter under-counted those texts 4x.
+    ascii_chars = len(text) if text.isascii() else len(text.encode("ascii", "ignore"))
+    return (ascii_chars + 3) // 4 + (len(text) - ascii_chars)
+
+
 def default_token_counter(message: Mapping[str, Any]) -> int:
-    """About four characters per token: no tokenizer needed, close enough for thresholds."""
-    text = text_of(message.get("content"))
+    """About four ASCII characters per token and one per other character, a fixed estimate per
+    image, document or file: no tokenizer needed, close enough for thresholds. An item entry
+    counts as its JSON."""
+    parts: list[str] = []
+    item = message.get("item")
+    if item is not None:
+        parts.append(msgspec.json.encode(item, enc_hook=repr).decode())
+    media = _texts(message.get("content"), parts)
     calls = message.get("tool_calls")
     if calls:
-        text += str(calls)
-    return (len(text) + 3) // 4
+        parts.append(str(calls))
+    for ref in message.get("files") or ():
+        size = ref.get("size_bytes") if isinstance(ref, Mapping) else None
+        mime = ref.get("mime_type") if isinstance(ref, Mapping) else None
+        textual = isinstance(mime, str) and not mime.startswith(("image/", "audio/"))
+        if textual and type(size) is int and size >= 0:
+            media += (size + 3) // 4
+        else:
+            media += media_tokens_estimate
+    return _text_tokens("".join(parts)) + media
+
+
+def tool_use_ids(message: ev.Message) -> set[str]:
+    """The ids of the tool calls a message makes: its `tool_calls`, and `tool_use` blocks."""
+    calls: list[object] = list(message.tool_calls or ())
+    if isinstance(message.content, list):
+        calls.extend(
+            block
+            for block in message.content
+            if isinstance(block, Mapping) and block.get("type") == "tool_use"
+        )
+    return {
+        call["id"]
+        for call in calls
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str)
+    }
+
+
+def tool_result_ids(message: ev.Message) -> set[str]:
+    """The ids of the tool calls a message answers: its `tool_call_id`, and the `tool_use_id` of
+    its `tool_result` blocks (a user message in the Anthropic format)."""
+    found = {message.tool_call_id} if message.tool_call_id is not None else set()
+    if isinstance(message.content, list):
+        for block in message.content:
+            is_result = isinstance(block, Mapping) and block.get("type") == "tool_result"
+            if is_result and isinstance(block.get("tool_use_id"), str):
+                found.add(block["tool_use_id"])
+    return found
+
+
+def answers_call(message: ev.Message) -> bool:
+    """Whether a message is (or holds) a tool result, so must stay after the call it answers."""
+    if message.role == "tool" or message.tool_call_id is not None:
+        return True
+    return isinstance(message.content, list) and any(
+        isinstance(block, Mapping) and block.get("type") == "tool_result"
+        for block in message.content
+    )

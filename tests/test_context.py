@@ -384,6 +384,81 @@ def test_a_bad_policy_is_refused_with_its_field(bad: dict[str, Any]) -> None:
         ContextPolicy(**bad)
 
 
+def test_a_checkpoint_keeps_an_anthropic_tool_result_with_its_tool_use(store: SessionStore) -> None:
+    """A user message of `tool_result` blocks answers a call: it starts no turn, and the split
+    never keeps it without the assistant `tool_use` before it."""
+    sid = store.open_session()
+    for turn in range(4):
+        use = {"type": "tool_use", "id": f"t{turn}", "name": "ls", "input": {}}
+        answer = {"type": "tool_result", "tool_use_id": f"t{turn}", "content": "r" * 100}
+        store.inject_many(
+            sid,
+            [
+                {"role": "user", "content": f"question {turn} " + "q" * 250},
+                {"role": "assistant", "content": [use]},
+                {"role": "user", "content": [answer]},
+                {"role": "assistant", "content": f"done {turn}"},
+            ],
+        )
+    policy = ContextPolicy(window_tokens=1_000, summarizer=summarize, keep_turns=1)
+    assert store.maintain_context(sid, policy=policy)["checkpoint"] is True
+    view = store.context(sid)
+    assert view[0]["summary"] and view[1]["content"] == "summary of 12 messages"
+    assert view[2]["content"].startswith("question 3")  # the whole last turn, call and result
+    assert view[3]["content"][0]["id"] == "t3" and view[4]["content"][0]["tool_use_id"] == "t3"
+    assert len(view) == 6
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens_min"),
+    [
+        ({"role": "user", "content": "漢" * 4_000}, 4_000),
+        (
+            {"role": "item", "item": {"type": "function_call_output", "output": "x" * 40_000}},
+            10_000,
+        ),
+        (
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [{"type": "text", "text": "y" * 40_000}],
+                    }
+                ],
+            },
+            10_000,
+        ),
+        ({"role": "user", "content": [{"type": "image", "source": {"url": "u"}}]}, 1_000),
+        ({"role": "user", "content": "see", "files": [{"path": "a.png"}]}, 1_000),
+    ],
+    ids=["cjk", "item", "nested-tool-result", "image", "file"],
+)
+def test_the_default_counter_counts_what_the_model_is_sent(
+    message: dict[str, Any], tokens_min: int
+) -> None:
+    """Non-ASCII text, items, nested blocks and attachments used to count as (almost) nothing,
+    so such a context overflowed its window without a checkpoint or a prune."""
+    from sessions._messages import default_token_counter
+
+    assert default_token_counter(message) >= tokens_min
+    assert default_token_counter({"role": "user", "content": "a" * 400}) == 100  # ASCII as before
+
+
+def test_a_context_of_items_is_summarized_with_the_default_counter(tmp_path: Path) -> None:
+    policy = ContextPolicy(window_tokens=1_000, summarizer=summarize, keep_turns=1)
+    with SessionStore.open(tmp_path / "s", context_policy=policy) as store:
+        sid = store.open_session()
+        for turn in range(4):
+            output = {"type": "function_call_output", "call_id": f"c{turn}", "output": "o" * 900}
+            store.inject_many(
+                sid, [{"role": "user", "content": f"q{turn}"}, {"role": "item", "item": output}]
+            )
+        report = store.maintain_context(sid)
+        assert report["checkpoint"] is True and report["tokens"] < 1_000
+
+
 def test_the_store_default_policy_is_used(tmp_path: Path) -> None:
     policy = ContextPolicy(window_tokens=1_000, summarizer=summarize)
     with SessionStore.open(tmp_path / "s", token_counter=chars, context_policy=policy) as store:

@@ -579,6 +579,33 @@ def test_compact_llm_records_the_summary_so_replay_never_summarizes(
     assert len(calls) == 1
 
 
+def test_compact_llm_refuses_an_empty_summary_and_writes_nothing(store: SessionStore) -> None:
+    """An empty assistant message would be refused by the provider on every later call."""
+    many(store, "a", 6)
+    before = store.log.head
+    with pytest.raises(InvalidArgumentError, match="non-empty str"):
+        store.compact("a", compact_strategy="llm", keep_last=2, summarizer=lambda ms: "  ")
+    assert store.log.head == before and contents(store, "a") == [f"m{i}" for i in range(6)]
+
+
+def test_compact_keeps_an_anthropic_tool_result_with_its_tool_use(store: SessionStore) -> None:
+    """`keep_last` landing on a user message of `tool_result` blocks moves back to its call."""
+    store.open_session("a")
+    use = {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}
+    answer = {"type": "tool_result", "tool_use_id": "t1", "content": "r"}
+    store.inject_many(
+        "a",
+        [
+            user("q"),
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [answer]},
+            {"role": "assistant", "content": "done"},
+        ],
+    )
+    assert store.compact("a", compact_strategy="truncate", keep_last=2) == 3
+    assert store.context("a")[0] == {"role": "assistant", "content": [use]}
+
+
 def test_compact_llm_uses_the_store_summarizer(make_store: StoreFactory) -> None:
     calls = []
     store = make_store(summarizer=lambda ms: calls.append(ms) or "S")
