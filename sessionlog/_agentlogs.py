@@ -21,7 +21,7 @@ from sessionlog._commands import (
     emit_json,
     opened,
 )
-from sessionlog._render import Progress, emit, table
+from sessionlog._render import Progress, emit, safe, table
 
 
 def import_agent_log(args: argparse.Namespace) -> int:
@@ -54,7 +54,7 @@ def import_agent_log(args: argparse.Namespace) -> int:
         return EXIT_OK
     for found in files:
         for line, why in found.skipped_lines:
-            print(f"skipped {found.path}:{line}: {why}")
+            print(safe(f"skipped {found.path}:{line}: {why}"))
     emit(
         table(
             ("file", "format", "sessions", "messages", "tool calls", "unknown", "new"), _rows(files)

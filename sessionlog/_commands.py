@@ -8,6 +8,7 @@ call and a rendering is a sign the library lacks a verb. Failures the library re
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import shlex
@@ -153,8 +154,22 @@ def readable_file(name: str) -> Path:
     return path
 
 
+_JSON_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+"""DEL and the C1 controls (CSI is one), which `json.dumps` leaves raw: as `\\u` escapes."""
+
+
+def json_text(value: object, indent: int | None = None) -> str:
+    """`value` as JSON for standard output: non-ASCII characters written as they are where it
+    carries UTF-8, else as `\\u` escapes, so the JSON stays valid whatever the terminal's
+    encoding (the fallback `backslashreplace` of `main` would write invalid `\\U` escapes)."""
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    utf8 = codecs.lookup(encoding).name == "utf-8"
+    text = json.dumps(value, indent=indent, ensure_ascii=not utf8, default=str)
+    return text.translate(_JSON_CONTROLS)  # the same JSON, never a raw C1 control on a terminal
+
+
 def emit_json(value: object) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    print(json_text(value, indent=2))
 
 
 def _summary_of(store: SessionStore, session_id: str, where: str) -> dict[str, Any]:
@@ -381,7 +396,7 @@ def tail(args: argparse.Namespace) -> int:
         )
         for envelope in events:
             line = (
-                json.dumps(_render.event_dict(envelope), ensure_ascii=False)
+                json_text(_render.event_dict(envelope))
                 if args.json
                 else _render.event_line(envelope)
             )

@@ -3,7 +3,8 @@
 `rich` draws them: on a terminal with styles, tables that fit its width and a progress bar with
 rate and time left; piped or redirected, the same things come out as plain text (no styles, no
 width limit, no bar) that scripts can read. Nothing here opens a store or decides anything about
-sessions. The demo draws with these too, so both print the same way.
+sessions, and nothing prints session text raw: its control characters are shown as escapes (`safe`).
+The demo draws with these too, so both print the same way.
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ from eventlog import Envelope, to_builtins
 from sessionlog import _limits
 
 # Output
+
+_CONTROLS = {
+    code: f"\\x{code:02x}"
+    for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+    if code not in (0x09, 0x0A)
+}
+"""Control characters other than tab and newline, each shown as its `\\xNN` escape: session
+content is anyone's text, and ESC, CSI or OSC sequences printed raw would drive the terminal
+(rewrite the screen, set its title, plant links or answerback); a carriage return would overwrite
+the line before it."""
+
+
+def safe(text: str) -> str:
+    """`text` with every terminal control character made visible and inert (see `_CONTROLS`)."""
+    return text.translate(_CONTROLS)
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -102,12 +118,12 @@ def _text(value: object) -> str:
         return "-"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return str(value)
+    return safe(str(value))
 
 
 def cut(text: str, limit: int) -> str:
     """`text` on one line, shortened to `limit` characters with an ellipsis when longer."""
-    flat = " ".join(text.split())
+    flat = safe(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
 
 
@@ -176,9 +192,9 @@ def session_header(snapshot: Mapping[str, Any]) -> Table:
 
 def message_lines(number: int, message: Mapping[str, Any]) -> list[str]:
     """One message for a person to read: `[n] role (notes)`, then its text and tool calls."""
-    out = [f"[{number}] {message.get('role', '?')}" + _about(message)]
+    out = [safe(f"[{number}] {message.get('role', '?')}" + _about(message))]
     text = content_text(message.get("content"))
-    out.extend("    " + line for line in text.splitlines() or [""])
+    out.extend("    " + safe(line) for line in text.splitlines() or [""])
     for call in message.get("tool_calls") or []:
         out.append("    -> " + cut(_call_text(call), _limits.cell_chars_max))
     return out
@@ -240,7 +256,7 @@ def text_tree(root: Node, mark: str | None = None) -> Tree:
             parts.append(f"forked at message {node.fork_at}")
         if node.status != "active":
             parts.append(node.status)
-        text = Text("  ".join(parts) + ("  <-" if node.session_id == mark else ""))
+        text = Text(safe("  ".join(parts)) + ("  <-" if node.session_id == mark else ""))
         text.stylize("bold", 0, len(node.session_id))
         return text
 
@@ -324,7 +340,7 @@ def event_line(envelope: Envelope) -> str:
         )
     at = envelope.recorded_at.isoformat().replace("T", " ")[:23]
     head = f"{envelope.position:>8}  {at}  {envelope.stream} v{envelope.version}  {envelope.type}"
-    return head + (f"  {cut(glimpse, _limits.cell_chars_max)}" if glimpse else "")
+    return safe(head) + (f"  {cut(glimpse, _limits.cell_chars_max)}" if glimpse else "")
 
 
 # Progress

@@ -8,6 +8,7 @@ It must never print a traceback for an operating error, nor hold any session log
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from sessionlog._commands import (
     STORE_ENV,
     Failure,
 )
+from sessionlog._render import safe
 from sessionlog._retention import add_policy_options, retention_commands
 from sessions import (
     ConcurrencyError,
@@ -140,6 +142,15 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected a number up to {limits.position_max}, got {text[:40]}"
         )
+    return value
+
+
+def _port(text: str) -> int:
+    """A TCP port: past 65535 the socket layer would silently listen on the number modulo 65536
+    while the server announces the one given."""
+    value = _positive(text)
+    if value > 65_535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value}")
     return value
 
 
@@ -445,7 +456,7 @@ def _listen_options(o: _Command, port: int, when: str, keys_help: str) -> None:
     o.add_argument(
         "--host", default="127.0.0.1", help=f"{when}the address to listen on (default 127.0.0.1)"
     )
-    o.add_argument("--port", type=_positive, default=port, help=f"{when}the port (default {port})")
+    o.add_argument("--port", type=_port, default=port, help=f"{when}the port (default {port})")
     o.add_argument("--api-keys-file", metavar="FILE", help=when + keys_help)
 
 
@@ -516,13 +527,23 @@ def cli_words(message: str) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    line = cli_words(" ".join(message.split()))  # one line, whatever the message held
+    # One line, whatever the message held, and inert on a terminal: it may quote a file's bytes.
+    line = safe(cli_words(" ".join(message.split())))
     print(f"sessionlog: {line}", file=sys.stderr)
     return code
 
 
+def _tolerant_output() -> None:
+    """Write what the output's encoding cannot hold as backslash escapes, never fail on it: a
+    title in Japanese on a Latin-1 terminal, or a file name that is not UTF-8, is still shown."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (the console script exits with it)."""
+    _tolerant_output()
     args = build_parser().parse_args(argv)
     run: Command = args.run
     try:

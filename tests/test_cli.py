@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import secrets
 import shutil
 import signal
 import subprocess
@@ -499,3 +500,118 @@ def test_export_draws_its_progress_on_a_terminal_only(tmp_path: Path) -> None:
     assert drawn.endswith(b"\x1b[2K")
     piped = run("export", sid, "-o", tmp_path / "c.json", store=store)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+# Output a terminal can trust
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\rfake\x9b31m\x7f"
+"""A title-setting OSC, a screen wipe, a carriage return and a C1 CSI, as session text may hold."""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("hostile") / "store"
+    with SessionStore.open(store) as sessions:
+        sessions.open_session("h1", title="title" + HOSTILE)
+        sessions.inject("h1", {"role": "user", "content": "line one\nline" + HOSTILE})
+        call = {"id": "c1", "type": "function", "function": {"name": "run" + HOSTILE}}
+        call["function"]["arguments"] = json.dumps({"cmd": HOSTILE})
+        sessions.inject(
+            "h1",
+            {"role": "assistant", "content": "ok", "name": "n" + HOSTILE, "tool_calls": [call]},
+        )
+        sessions.fork("h1", "h1-fork")
+    return store
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("show", "h1"),
+        ("ls",),
+        ("tail",),
+        ("tree", "h1"),
+        ("tree", "h1", "--format", "dot"),
+        ("tree", "h1", "--format", "mermaid"),
+        ("as-of", "4", "h1"),
+    ],
+)
+def test_session_text_cannot_drive_the_terminal(hostile: Path, args: tuple[str, ...]) -> None:
+    done = run(*args, store=hostile)
+    assert done.returncode == 0, done.stderr
+    controls = {
+        c for c in done.stdout if (ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0
+    }
+    assert controls == set(), sorted(map(hex, map(ord, controls)))
+    assert "x1b]0;owned" in done.stdout  # shown, as its escapes
+
+
+def test_session_text_drawn_on_a_terminal_stays_inert(hostile: Path) -> None:
+    for args in (["ls"], ["show", "h1"]):
+        done, drawn = on_terminal(["--store", str(hostile), *args], drawn_on="stdout")
+        assert done.returncode == 0, done.stderr
+        assert b"\x1b]0;" not in drawn and b"\x07" not in drawn and b"\x1b[2J" not in drawn
+        assert b"\\x1b]0;owned" in drawn
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_output_in_an_encoding_without_the_characters(tmp_path: Path, encoding: str) -> None:
+    store = tmp_path / "store"
+    title = "héllo ✓ 日本 😀"
+    with SessionStore.open(store) as sessions:
+        sessions.open_session("u1", title=title)
+        sessions.inject("u1", {"role": "user", "content": "check ✓"})
+
+    def out(*args: str) -> str:
+        done = subprocess.run(
+            [str(SCRIPT), "--store", str(store), *args],
+            capture_output=True,
+            env={**os.environ, "PYTHONIOENCODING": encoding},
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0 and done.stderr == b"", done.stderr
+        return done.stdout.decode(encoding)
+
+    for args in (("ls",), ("tree", "u1"), ("tail",)):
+        assert "h" in out(*args)
+    assert "check \\u2713" in out("show", "u1")
+    listed = out("ls", "--json")
+    assert listed.isascii() and json.loads(listed)["sessions"][0]["title"] == title
+    tailed = out("tail", "--json").splitlines()[0]
+    assert tailed.isascii() and json.loads(tailed)["data"]["title"] == title
+
+
+def test_an_error_line_is_inert_on_a_terminal(hostile: Path) -> None:
+    done = run("show", "x" + HOSTILE, store=hostile)
+    assert done.returncode == 3
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr and "\r" not in done.stderr
+    assert done.stderr.startswith("sessionlog: show: no session `x\\x1b]0;owned\\x07")
+
+
+def test_json_output_carries_no_raw_control_characters(hostile: Path) -> None:
+    for args in (("show", "h1", "--json"), ("ls", "--json"), ("tail", "--json")):
+        done = run(*args, store=hostile)
+        assert done.returncode == 0, done.stderr
+        assert not any(
+            (ord(c) < 32 and c not in "\n") or 0x7F <= ord(c) < 0xA0 for c in done.stdout
+        )
+    shown = json.loads(run("show", "h1", "--json", store=hostile).stdout)
+    assert shown["title"] == "title" + HOSTILE  # the same text, escaped only in the JSON
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp"])
+def test_a_port_past_65535_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    # Refused before anything listens: the socket layer would take the port modulo 65536.
+    agents = ("--agents", str(tmp_path / "agents.toml")) if command == "mcp" else ()
+    done = subprocess.run(
+        [str(SCRIPT), "--store", str(tmp_path / "s"), command, *agents, "--port", "99999"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={**os.environ, "SESSIONLOG_API_KEYS": "admin=" + secrets.token_urlsafe(32)},
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "expected a port from 0 to 65535, got 99999" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "s").exists()

@@ -398,6 +398,8 @@ def test_the_page_is_public_and_locked_down_the_data_is_not(viewer: dict[str, An
         assert as_("bob", f"/v1/viewer/sessions/alice-secret{path}").status_code == 404
         assert as_("alice", f"/v1/viewer/sessions/alice-secret{path}").status_code == 200
     assert as_("bob", "/v1/viewer/diff?a=alice-secret&b=alice-secret").status_code == 404
+    for path in ("/v1/viewer/status", "/v1/viewer/sessions", "/v1/viewer/sessions/alice-secret"):
+        assert as_("alice", path).headers["cache-control"] == "no-store"  # private data, not kept
 
 
 def test_the_viewer_reads_agree_with_the_session_api(viewer: dict[str, Any]) -> None:
@@ -493,3 +495,50 @@ def test_live_tail_resumes_after_the_server_restarts(viewer: dict[str, Any]) -> 
     message = page.locator("article.message", has_text="after the restart")
     expect(message).to_have_count(1, timeout=WAIT_MS)
     _close(page)
+
+
+def _admin_post(server: Server, path: str, body: dict[str, Any]) -> None:
+    answer = httpx.post(
+        server.url + path,
+        json=body,
+        headers={"authorization": f"Bearer {server.admin_key}"},
+        timeout=60,
+    )
+    assert answer.status_code == 201, answer.text
+
+
+def test_a_tool_call_recorded_as_null_does_not_break_the_transcript(
+    viewer: dict[str, Any],
+) -> None:
+    server: Server = viewer["server"]
+    _admin_post(server, "/v1/sessions", {"id": "odd-calls", "title": "odd calls"})
+    call = {"id": "k1", "type": "function", "function": {"name": "probe", "arguments": "{}"}}
+    message = {"role": "assistant", "content": "calls of odd shapes", "tool_calls": [None, call]}
+    _admin_post(server, "/v1/sessions/odd-calls/messages", {"message": message})
+    _admin_post(
+        server,
+        "/v1/sessions/odd-calls/messages",
+        {"message": {"role": "user", "content": "after the odd calls"}},
+    )
+    page = _page(viewer)
+    _open(page, viewer, "odd-calls")
+    expect(page.locator("article.message")).to_have_count(2, timeout=WAIT_MS)
+    expect(page.locator(".call-name")).to_have_text("probe")
+    expect(page.locator("article[data-index='1']")).to_contain_text("after the odd calls")
+    _close(page)  # and no script on the page raised
+
+
+def test_a_tree_naming_endless_sub_agents_is_cut(viewer: dict[str, Any]) -> None:
+    server: Server = viewer["server"]
+    children = [f"no-such-agent-{n}" for n in range(100_000)]
+    metadata = {"agent_log": {"children": children}}
+    _admin_post(server, "/v1/sessions", {"id": "many-agents", "metadata": metadata})
+    answer = httpx.get(
+        server.url + "/v1/viewer/sessions/many-agents/tree",
+        headers={"authorization": f"Bearer {server.admin_key}"},
+        timeout=WAIT_MS / 1000,
+    )
+    assert answer.status_code == 200
+    family = answer.json()
+    assert [node["id"] for node in family["nodes"]] == ["many-agents"]
+    assert family["cut"] is True  # looked at a bounded number of candidates, and says so

@@ -10,7 +10,7 @@ unknown); none of them writes.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -33,6 +33,10 @@ names a provider), or anything else (made through the API or the library)."""
 
 _TREE_NODES_MAX = 500
 """A family larger than this is cut (the answer says so): the picture would be unreadable."""
+_TREE_VISITS_MAX = 4 * _TREE_NODES_MAX
+"""Candidates the tree looks at before it is cut, shown or not: a session's metadata may name
+any number of sub-agent sessions that do not exist or that the caller may not see, and each
+costs reads; without this bound one request could hold a worker for minutes."""
 _DIFF_MESSAGES_MAX = 200
 _COMPARE_PAGE_MESSAGES = 1_000
 _PRUNED_MAX = 2_000
@@ -40,6 +44,15 @@ _PAST_STORES_MAX = 2
 """Past states kept built, so moving the slider back and forth rebuilds nothing it saw last. Each
 is the log up to its position held in memory (`SessionStore.as_of`): keep few."""
 _RECENT_MAX = 16
+
+
+PRIVATE = {"cache-control": "no-store"}
+"""Every answer holds session data read with a credential: no browser or proxy may keep it (the
+page's own fetches say so too, but a cache must not depend on the client asking)."""
+
+
+def _private(data: Any) -> Response:
+    return respond(data, headers=PRIVATE)
 
 
 def source_of(summary: dict[str, Any]) -> str:
@@ -68,7 +81,7 @@ async def list_sessions(request: Request) -> Response:
         found, after = scan.run(store, lambda item: _row(store, who, item, text, source))
         return {"data": found, "next_cursor": after}
 
-    return respond(await read(page))
+    return _private(await read(page))
 
 
 def _row(
@@ -117,7 +130,7 @@ async def get_session(request: Request) -> Response:
         answer["head"] = store.log.head
         return answer
 
-    return respond(await read(header))
+    return _private(await read(header))
 
 
 def _position_of(store: SessionStore, sid: str, version: int, events: int) -> int:
@@ -173,7 +186,7 @@ async def list_messages(request: Request) -> Response:
         data = source.messages(sid, after=after, limit=limit)
         return {"data": data, "after": after, "length": source.length(sid), "as_of": as_of}
 
-    return respond(await read(page))
+    return _private(await read(page))
 
 
 async def pruned(request: Request) -> Response:
@@ -191,7 +204,7 @@ async def pruned(request: Request) -> Response:
             cache.put(key, hit)
         return hit
 
-    return respond(await read(find))
+    return _private(await read(find))
 
 
 def _pruned(store: SessionStore, sid: str) -> dict[str, Any]:
@@ -323,10 +336,12 @@ def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
             break
         root = parent
     nodes: list[dict[str, Any]] = []
-    queue: list[tuple[str, str, str | None, Any]] = [(root, "root", None, None)]
+    queue: deque[tuple[str, str, str | None, Any]] = deque([(root, "root", None, None)])
     seen: set[str] = set()
-    while queue and len(nodes) < _TREE_NODES_MAX:
-        node_id, kind, parent, at = queue.pop(0)
+    visits = 0
+    while queue and len(nodes) < _TREE_NODES_MAX and visits < _TREE_VISITS_MAX:
+        node_id, kind, parent, at = queue.popleft()
+        visits += 1
         if node_id in seen or not may_see(store, who, node_id):
             continue
         summary = store.summary(node_id)
@@ -344,7 +359,7 @@ def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
 
 async def tree(request: Request) -> Response:
     store, who, sid = await _visible(request, "ancestry")
-    return respond(await read(family, store, who, sid))
+    return _private(await read(family, store, who, sid))
 
 
 # Two branches
@@ -418,7 +433,7 @@ async def diff_route(request: Request) -> Response:
         await read(check_visible, store, who, sid, "diff")
     a, b = ids
     assert a is not None and b is not None
-    return respond(await read(diff, store, a, b))
+    return _private(await read(diff, store, a, b))
 
 
 # The log
@@ -438,7 +453,7 @@ async def status(request: Request) -> Response:
             "admin": who.admin,
         }
 
-    return respond(await read(head))
+    return _private(await read(head))
 
 
 _S = "/v1/viewer/sessions/{session_id}"

@@ -327,7 +327,9 @@ function isError(message) {
 function callsOf(message) {
   const calls = [];
   for (const call of Array.isArray(message.tool_calls) ? message.tool_calls : []) {
-    const fn = call.function || call;
+    // A recorded message may hold anything here (null, a number): show what is a call, skip the rest.
+    if (!call || typeof call !== "object") continue;
+    const fn = call.function && typeof call.function === "object" ? call.function : call;
     calls.push({ id: call.id, name: String(fn.name || "tool"), arguments: fn.arguments ?? fn.input });
   }
   if (Array.isArray(message.content)) {
