@@ -336,12 +336,17 @@ def test_mid_stream_error_event() -> None:
     async def body() -> None:
         async with StubServer() as stub:
             events = anthropic_stream(["x"])[:3]
-            events.append(("error", {"type": "error",
-                                     "error": {"type": "api_error", "message": "boom"}}))  # fmt: skip
+            refusal = {"type": "invalid_request_error", "message": "boom"}
+            events.append(("error", {"type": "error", "error": refusal}))
             stub.script(Reply(events=events))
             provider = anthropic(stub)
             with pytest.raises(ProviderHTTPError, match="boom"):
                 await provider.complete(USER, {"model": "m"})
+            # An internal error mid-answer (the API's 500) is retried, as a 500 status is.
+            failed = [*anthropic_stream(["x"])[:3], ("error", {"type": "error",
+                      "error": {"type": "api_error", "message": "internal"}})]  # fmt: skip
+            stub.script(Reply(events=failed), Reply(events=anthropic_stream(["whole"])))
+            assert (await provider.complete(USER, {"model": "m"})).text == "whole"
             await provider.aclose()
 
     run(body)
@@ -876,5 +881,50 @@ def test_an_error_body_that_never_ends_is_read_only_in_part() -> None:
             await provider.aclose()
         assert caught.value.status == 500 and "overloaded" in str(caught.value)
         assert len(str(caught.value)) <= ERROR_TEXT_MAX + 200
+
+    run(body)
+
+
+def test_tool_calls_sharing_an_id_are_made_unique(store: SessionStore) -> None:
+    """A reply whose calls share an id (some models and gateways repeat one): a call repeated
+    word for word runs once, another under the same id gets its own, so each result answers
+    one call and the next request holds no two calls of one id."""
+    from sessions.runtime import Tool
+
+    same = {"id": "call_0", "name": "read_file", "arguments": {"path": "a.txt"}}
+    other = {"id": "call_0", "name": "read_file", "arguments": {"path": "b.txt"}}
+    ran: list[str] = []
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(
+                Reply(
+                    events=openai_stream([], tool_calls=[same, same, other], finish="tool_calls")
+                ),
+                Reply(events=openai_stream(["done"])),
+            )
+            tool = Tool(name="read_file", fn=lambda path: ran.append(path) or path)
+            async with Runtime(store, providers=[openai(stub)], default_provider="openai") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                assert (await rt.prompt(sid, "read", tools=[tool]))["text"] == "done"
+            sent = stub.requests[1].json["messages"]
+        calls = [c["id"] for m in sent for c in m.get("tool_calls") or []]
+        answers = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+        assert calls == ["call_0", "call_0#2"] and sorted(answers) == sorted(calls)
+        assert sorted(ran) == ["a.txt", "b.txt"]
+
+    run(body)
+
+
+def test_an_openai_server_error_inside_a_stream_is_retried() -> None:
+    async def body() -> None:
+        async with StubServer() as stub:
+            failed = [*openai_stream(["par"])[:1], (None, {"error": {"type": "server_error",
+                                                                   "message": "try again"}})]  # fmt: skip
+            stub.script(Reply(events=failed), Reply(events=openai_stream(["whole"])))
+            provider = openai(stub)
+            done = await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert done.text == "whole" and len(stub.requests) == 2
 
     run(body)

@@ -207,8 +207,8 @@ def _error(error: object, where: str) -> Exception:
     refused = context_refusal(400, text, where, CONTEXT_WORDS)
     if refused is not None:
         return refused
-    if info.get("type") == "overloaded_error":
-        return StreamDropped(f"{where}: the API was overloaded mid-stream")
+    if info.get("type") in ("overloaded_error", "api_error"):  # a 529 or a 500, mid-answer
+        return StreamDropped(f"{where}: the API failed mid-answer ({info['type']})")
     return ProviderHTTPError(f"{where}: the API sent an error: {text[:500]}")
 
 

@@ -208,12 +208,23 @@ def _indexless_slot(
 
 
 def _api_error(error: dict[str, Any], where: str) -> Exception:
-    """The error object of a 200 answer (in a stream, or as its whole body)."""
+    """The error object of a 200 answer (in a stream, or as its whole body). One that says the
+    server failed or is overloaded is a dropped answer, retried as a 5xx is."""
     text = f"{error.get('code', '')} {error.get('message', '')}"
     refused = context_refusal(400, text, where, CONTEXT_WORDS)
     if refused is not None:
         return refused
+    kinds = {error.get("type"), error.get("code")}
+    if kinds & PASSING_ERRORS:
+        named = next(str(kind) for kind in (error.get("code"), error.get("type")) if kind)
+        return StreamDropped(f"{where}: the API failed mid-answer ({named[:80]})")
     return ProviderHTTPError(f"{where}: the API sent an error: {text.strip()[:500]}")
+
+
+PASSING_ERRORS = frozenset(
+    ("server_error", "internal_error", "overloaded", "overloaded_error", "rate_limit_exceeded")
+)
+"""The `type` or `code` of an error object in a 200 answer that says the failure may pass."""
 
 
 def _stop_reason(finish: object) -> str:

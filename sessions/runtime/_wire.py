@@ -10,6 +10,7 @@ Nothing here touches storage or the network.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import mimetypes
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -107,8 +108,13 @@ def call_parts(call: object, where: str) -> tuple[str, str, dict[str, Any]]:
 def finished_calls(calls: Iterable[object], truncated: bool, where: str) -> list[dict[str, Any]]:
     """Tool calls in the transcript's form. When the model ran out of tokens (`truncated`), a
     call whose arguments are not a whole JSON object was cut off and is dropped, never run: the
-    reply is kept with its stop reason. Otherwise such a call is `ProviderHTTPError`."""
+    reply is kept with its stop reason. Otherwise such a call is `ProviderHTTPError`.
+
+    Ids are made unique within the reply: a call repeated word for word under one id is taken
+    once, and another call under an id already used gets the id with ``#2``, ``#3``... after it.
+    Each call's result answers its id, and an API refuses a turn whose calls share one."""
     out: list[dict[str, Any]] = []
+    seen: dict[str, dict[str, Any]] = {}
     for call in calls:
         try:
             call_id, name, arguments = call_parts(call, where)
@@ -116,7 +122,15 @@ def finished_calls(calls: Iterable[object], truncated: bool, where: str) -> list
             if truncated:
                 continue
             raise
-        out.append({"id": call_id, "name": name, "arguments": arguments})
+        found: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+        if call_id in seen:
+            if seen[call_id] == found:
+                continue
+            found["id"] = next(
+                f"{call_id}#{n}" for n in itertools.count(2) if f"{call_id}#{n}" not in seen
+            )
+        seen[found["id"]] = found
+        out.append(found)
     return out
 
 
