@@ -53,7 +53,9 @@ class Forking:
             keep = 0  # a root of its own; else what its branch holds there, its prefix too
             if point is not None:
                 prefix = self.sessions[parent].fork_of
-                keep = (prefix[1] if prefix else 0) + self.sessions[parent].fork_at_lines[point]
+                # (not there only when the file changed between the readings: the reader says so)
+                at = self.sessions[parent].fork_at_lines.get(point, 0)
+                keep = (prefix[1] if prefix else 0) + at
             built.fork_of = (parent, keep)
             built.info["branch"] = {"from_line": point, "leaf_line": self.tree.leaves[key]}
             found.append(built)

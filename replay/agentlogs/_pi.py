@@ -15,6 +15,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from replay.agentlogs._branches import Forking
 from replay.agentlogs._common import (
     AgentLogError,
     Built,
@@ -116,15 +117,9 @@ def parse(source: Source) -> Parsed:
 
 def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed:
     main = Built(MAIN, source)
-    sessions = {MAIN: main}
-    calls_at: dict[int, list[str]] = {}  # branch point -> the calls still open there
-    started: set[str] = set()
-    points = tree.points if tree is not None else set()
-    for key in tree.forks if tree is not None else ():
-        sessions[key] = Built(key, source)
-    source.held = main.held_bytes
-    if tree is not None:
-        source.held = lambda: sum(built.held_bytes() for built in sessions.values())
+    forking = None if tree is None else Forking(tree, main, source)
+    sessions = {MAIN: main} if forking is None else forking.sessions
+    source.held = lambda: sum(built.held_bytes() for built in sessions.values())
     about: dict[str, Any] = {}
     records = 0
     for line, record in json_lines(source):
@@ -132,32 +127,17 @@ def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed
         kind = record.get("type")
         if kind != "session":
             entries.append(Entry.of(line, record))
-        built = sessions[tree.owner.get(line, MAIN)] if tree is not None else main
-        if tree is not None and built.key not in started:
-            started.add(built.key)  # a branch starts: the calls open where it left may answer
-            point = tree.forks[built.key][1] if built is not main else None
-            if point is not None:
-                built.open_calls.update(dict.fromkeys(calls_at.get(point, ()), -1))
+        built = main  # a line outside the tree (the header, damage) belongs to the main session
+        if forking is not None and line in forking.tree.owner:
+            built = forking.session_of(line)
         _entry(built, about, line, record, kind)
-        if line in points:
-            built.fork_at_lines[line] = built.length
-            calls_at[line] = list(built.open_calls)
-    for key, built in sessions.items():
-        if key != MAIN and tree is not None:
-            parent, point = tree.forks[key]
-            keep = 0  # a root of its own; else what its branch holds there, its prefix too
-            if point is not None:
-                prefix = sessions[parent].fork_of
-                # (not there only when the file changed between the readings: `parse` says so)
-                at = sessions[parent].fork_at_lines.get(point, 0)
-                keep = (prefix[1] if prefix else 0) + at
-            built.fork_of = (parent, keep)
-            built.info["branch"] = {"from_line": point, "leaf_line": tree.leaves[key]}
+        if forking is not None:
+            forking.read(line, built)
+    forks = [] if forking is None else forking.forks()
+    for built in sessions.values():
         built.title = built.title or built.first_prompt
         built.finish()
-    main.counts["branches"] = len(sessions) - 1
-    if tree is not None:
-        main.info["branch"] = {"leaf_line": tree.leaves[MAIN]}
+    main.counts["branches"] = len(forks)
     return Parsed(
         sessions=list(sessions.values()),
         tool_version=str(about["version"]) if "version" in about else None,
