@@ -30,7 +30,7 @@ import msgspec
 
 from eventlog import InvalidArgumentError
 from eventlog import events as ev
-from sessions._messages import answers_call, text_of, to_dict, to_message
+from sessions._messages import answers_call, is_tool_result, text_of, to_dict, to_message
 
 STRATEGIES = ("llm", "truncate", "observation_mask", "custom")
 OPTIONS = frozenset(
@@ -138,10 +138,6 @@ def parse_options(options: Mapping[str, Any], summarizer: Summarizer | None) -> 
     return parsed
 
 
-def _is_tool_output(message: ev.Message) -> bool:
-    return message.role == "tool" or message.tool_call_id is not None
-
-
 def split_point(messages: list[ev.Message], keep_last: int) -> int:
     """Index of the first message to keep, never between a tool call and its result."""
     split = max(len(messages) - keep_last, 0)
@@ -157,7 +153,7 @@ def _convert_all(values: object, where: str) -> list[ev.Message]:
 
 
 def _mask(message: ev.Message, opts: _Options) -> ev.Message:
-    if not _is_tool_output(message):
+    if not is_tool_result(message):
         return message
     text = text_of(message.content)
     if len(text) <= opts.tool_output_max_chars:

@@ -16,7 +16,14 @@ import msgspec
 
 from eventlog import events as ev
 from sessions._context_policy import ContextPolicy, summary_chars_max
-from sessions._messages import answers_call, text_of, to_dict, tool_result_ids, tool_use_ids
+from sessions._messages import (
+    answers_call,
+    is_tool_result,
+    text_of,
+    to_dict,
+    tool_result_ids,
+    tool_use_ids,
+)
 
 SOFT_TRIM = "soft_trim"
 HARD_CLEAR = "hard_clear"
@@ -24,10 +31,6 @@ DOOM_LOOP_KEY = "doom_loop"
 """The metadata key of a doom-loop warning message (its reason, tool and repeats)."""
 
 Ref = tuple[int, int]
-
-
-def is_tool_result(message: ev.Message) -> bool:
-    return message.role == "tool" or message.tool_call_id is not None
 
 
 # Checkpoints

@@ -385,9 +385,15 @@ def tool_result_ids(message: ev.Message) -> set[str]:
     return found
 
 
+def is_tool_result(message: ev.Message) -> bool:
+    """Whether a message is a tool result in the chat form (role `tool`, or a `tool_call_id`)."""
+    return message.role == "tool" or message.tool_call_id is not None
+
+
 def answers_call(message: ev.Message) -> bool:
-    """Whether a message is (or holds) a tool result, so must stay after the call it answers."""
-    if message.role == "tool" or message.tool_call_id is not None:
+    """Whether a message is (or holds) a tool result, so must stay after the call it answers:
+    `is_tool_result`, or a message holding `tool_result` blocks (the Anthropic form)."""
+    if is_tool_result(message):
         return True
     return isinstance(message.content, list) and any(
         isinstance(block, Mapping) and block.get("type") == "tool_result"
