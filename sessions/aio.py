@@ -85,6 +85,14 @@ def _answer(future: Outcome[T], gate: Door | None, job: Callable[[], T]) -> None
         hand_over(future, gate, value, None)
 
 
+def _raised(settled: tuple[T, bool]) -> T:
+    """The value of a settled write (`outcome`), or its caller's cancellation, raised now."""
+    value, cancelled = settled
+    if cancelled:
+        raise asyncio.CancelledError
+    return value
+
+
 def _name_of(function: Callable[..., Any]) -> str:
     return getattr(function, "__name__", None) or type(function).__name__
 
@@ -126,10 +134,7 @@ class AsyncSessionStore:
         must commit together, reads they depend on included): once submitted it runs, and
         commits or fails, whatever its caller does next, and a cancelled caller raises
         `CancelledError` only once it has, as the write verbs do."""
-        value, cancelled = await self.run_write_outcome(function, *args, **kwargs)
-        if cancelled:
-            raise asyncio.CancelledError
-        return value
+        return _raised(await self.run_write_outcome(function, *args, **kwargs))
 
     async def run_write_outcome(
         self, function: Callable[..., T], *args: Any, **kwargs: Any
@@ -157,10 +162,7 @@ class AsyncSessionStore:
         await its result; cancelled, it raises only once the write is settled (see the module
         doc)."""
         queued = self.store._group.submit(functools.partial(verb, *args, **kwargs))
-        value, cancelled = await outcome(queued)
-        if cancelled:
-            raise asyncio.CancelledError
-        return value
+        return _raised(await outcome(queued))
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `function(*args, **kwargs)` on the store's worker thread and wait for it: for

@@ -177,13 +177,10 @@ def scrub(text: str, secret: str | None) -> str:
             pieces: list[str] = []
             start = 0
             while (found := text.find(secret[:KEY_PIECE_MIN], start)) >= 0:
-                end = found + KEY_PIECE_MIN
-                while end < len(text) and end - found < len(secret):
-                    if text[end] != secret[end - found]:
-                        break
-                    end += 1
+                quoted = text[found : found + len(secret)]
+                held = os.path.commonprefix([quoted, secret])  # noqa: RUF071 - characters, not paths
                 pieces += [text[start:found], "[redacted]"]
-                start = end
+                start = found + len(held)
             text = "".join(pieces) + text[start:]
     return text[:ERROR_TEXT_MAX]
 
