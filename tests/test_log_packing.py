@@ -97,6 +97,18 @@ def test_a_record_that_does_not_pack_well_is_stored_as_it_is() -> None:
     assert pack(small) is small
 
 
+def test_a_short_chat_message_is_stored_as_it_is_though_it_would_pack() -> None:
+    # A paragraph of chat in its envelope (about 300 bytes) would pack by more than an eighth,
+    # but saves too few bytes to be worth zstd's call on every append and cold read.
+    record = RECORD_PREFIX + bytes(32) + msgspec.msgpack.encode(prose(6, 45))
+    squeezed = zstandard.ZstdCompressor(level=-1).compress(record[BODY_START:])
+    assert 250 < len(record) < PACK_MIN_BYTES
+    assert BODY_START + len(squeezed) < len(record) - len(record) // 8
+    assert pack(record) is record
+    longer = RECORD_PREFIX + bytes(32) + msgspec.msgpack.encode(prose(6, 90))
+    assert len(longer) >= PACK_MIN_BYTES and pack(longer).startswith(PACKED_PREFIX)
+
+
 @pytest.mark.parametrize("where", ["frame header", "frame body", "frame end"])
 def test_a_changed_byte_of_a_packed_record_is_refused_at_its_position(
     tmp_path: Path, where: str
