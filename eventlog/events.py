@@ -123,7 +123,8 @@ class SessionForked(Event, tag="session_forked", frozen=True):
 
 class MessageInjected(Event, tag="message_injected", frozen=True):
     """One message appended to the end of the session's transcript. `idempotency_key`, when
-    set, is remembered for the session: a later command with the same key writes nothing."""
+    set, is remembered for the session: a later command with the same key writes nothing. An
+    encrypted session stores a digest of the caller's key, keyed by the session's data key."""
 
     message: Message
     idempotency_key: str | None = None

@@ -435,11 +435,11 @@ def _stored_already(
     timestamp) is none of them, and the newest is then not read. A different event under the id
     of the one found is refused: dropping it would leave the caller's session ahead of storage."""
     if idempotency_key is not None:
-        with store.log.view() as view:  # the transaction's view
-            found = view.kv_get(pj.idempotency_key(key, idempotency_key))
-            if found is not None:
-                _same_event(_item_at(view, int.from_bytes(found, "big")), item)
-                return True
+        found = store.injected_with(key, idempotency_key)
+        if found is not None:
+            with store.log.view() as view:  # the transaction's view
+                _same_event(_item_at(view, found), item)
+            return True
     if transcript.length == 0:
         return False
     newest_at = transcript.item_timestamp

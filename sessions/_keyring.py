@@ -32,6 +32,12 @@ _ABSENT = b"K0"
 _CHECK_CONTEXT = b"sessionlog keyring check"
 _EMPTY = bytes(SLOT_BYTES)
 FILE_NAME = "keyring"
+_DIGEST_CONTEXT = "sessionlog 2026-12 keyed digests of a session's idempotency keys"
+"""blake3's key derivation context: the digest key is derived from the data key, never stored."""
+DIGEST_BYTES = 16
+"""A keyed digest of a caller's text: 128 bits, as the projection's own index digests."""
+KEYED_TEXT = "\x00keyed:"
+"""How a caller's text kept as a keyed digest starts (then the digest in hex)."""
 
 
 def owner_digest(session_id: str) -> bytes:
@@ -192,6 +198,8 @@ class Keyring:
         self.slots = slots
         self.provider = provider
         self._keys: dict[int, AESGCM] = {}
+        self._digest_keys: dict[int, bytes] = {}
+        """Beside each cached data key, the key of `keyed`, derived from it (memory only)."""
         self._checked = False
 
     @property
@@ -282,9 +290,7 @@ class Keyring:
         digest = owner_digest(owner)
         wrapped = provider.wrap(key, _context(slot, digest))
         self.slots.write(slot, _RECORD + _pack(digest, wrapped))
-        aead = AESGCM(key)
-        self._keys[slot] = aead
-        return slot, aead
+        return slot, self._cache(slot, key)
 
     def key(self, slot: int, where: str, *, fresh: bool = False) -> AESGCM | None:
         """The data key of `slot`; None when it was shredded. `fresh` reads the slot again even
@@ -303,6 +309,7 @@ class Keyring:
             )
         if record == _EMPTY[: len(record)]:
             self._keys.pop(slot, None)
+            self._digest_keys.pop(slot, None)
             return None
         cached = self._keys.get(slot)
         if cached is not None:
@@ -311,13 +318,29 @@ class Keyring:
         if not record.startswith(_RECORD):
             raise CorruptStoreError(f"keyring: slot {slot} holds no key record")
         digest, wrapped = _unpack(record[len(_RECORD) :], 2, f"slot {slot}")
-        aead = AESGCM(provider.unwrap(wrapped, _context(slot, digest)))
+        return self._cache(slot, provider.unwrap(wrapped, _context(slot, digest)))
+
+    def _cache(self, slot: int, key: bytes) -> AESGCM:
+        aead = AESGCM(key)
         self._keys[slot] = aead
+        self._digest_keys[slot] = blake3.blake3(key, derive_key_context=_DIGEST_CONTEXT).digest()
         return aead
+
+    def keyed(self, slot: int, text: str, where: str) -> str | None:
+        """`text` as an encrypted session keeps a caller's idempotency key: its digest under a key
+        derived from the data key of `slot` (`KEYED_TEXT` and hex). The same text gives the same
+        digest while the key lives, so a retry finds it; once the key is shredded (None) no
+        guess of the text can be checked against it."""
+        if self.key(slot, where) is None:
+            return None
+        key = self._digest_keys[slot]
+        digest = blake3.blake3(text.encode("utf-8", "surrogatepass"), key=key)
+        return KEYED_TEXT + digest.hexdigest(DIGEST_BYTES)
 
     def shred(self, slot: int) -> None:
         """Overwrite the slot with zeros, synced: the wrapped key is gone from the file."""
         self._keys.pop(slot, None)
+        self._digest_keys.pop(slot, None)
         self.slots.tidy()
         if slot > 0 and self.slots.read(slot).strip(b"\x00"):
             self.slots.write(slot, _EMPTY)

@@ -2,10 +2,11 @@
 
 What is sealed: every message (all of it but its role, usage and the synthetic and summary flags,
 as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments, error texts,
-input filters' reasons, a caller's reasons and sources of rewinds, scratchpad changes and live
-clients, and the values of metadata (the session's, a live client's, a scratchpad
-change's), scratchpads and permission requests (their keys stay readable, so the projections merge
-them without a key).
+input filters' and cancelled prompts' reasons, a caller's reasons and sources of rewinds,
+scratchpad changes and live clients, and the values of metadata (the session's, a live client's,
+a scratchpad change's), scratchpads and permission requests (their keys stay readable, so the
+projections merge them without a key). A caller's idempotency key is kept as its digest under the
+session's key (`Keyring.keyed`), which the projection indexes without a key.
 What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
 clients: `verify`, the projections and paging need no key.
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -92,6 +93,7 @@ _TEXTS: dict[type[ev.Event], tuple[str, ...]] = {
     ev.SessionForked: ("title",),
     ev.SessionRenamed: ("title",),
     ev.PromptFailed: ("error",),
+    ev.PromptCancelled: ("reason",),  # the caller's reason for closing may quote the session
     ev.ToolCallFinished: ("error",),
     ev.ContextCompactionFailed: ("error",),
     ev.InputRejected: ("reason",),  # a filter's reason (or error) may quote the prompt
@@ -174,6 +176,9 @@ class Sealer:
             text = getattr(event, name)
             if text is not None:
                 changes[name] = _seal_value(aead, slot, position, name, text)
+        key = getattr(event, "idempotency_key", None)
+        if key is not None:  # a caller's text the projection indexes: a digest, the same each retry
+            changes["idempotency_key"] = self.keyring.keyed(slot, key, "write")
         for name in _VALUES.get(kind, ()):
             values = getattr(event, name)
             changes[name] = {
@@ -587,11 +592,3 @@ def _forgotten(message: ev.Message) -> ev.Message:
         summary=message.summary,
         metadata={"forgotten": True},
     )
-
-
-def seal_all(
-    sealer: Sealer | None, tx: Transaction, sid: str, events: Sequence[ev.Event]
-) -> list[ev.Event]:
-    """`Sealer.seal` when the store has a sealer (for appends outside `SessionStore._emit`)."""
-    listed = list(events)
-    return listed if sealer is None or not listed else sealer.seal(tx, sid, listed)

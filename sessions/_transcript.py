@@ -11,12 +11,13 @@ from typing import Any
 import projections as pj
 from eventlog import (
     ConcurrencyError,
+    ForgottenError,
     InvalidArgumentError,
     LengthConflictError,
     LimitExceededError,
+    LogView,
     SessionExistsError,
     SessionLogError,
-    Transaction,
     check_encodable,
     limits,
 )
@@ -28,6 +29,7 @@ from sessions._group import grouped
 from sessions._host import Command, SessionHost
 from sessions._ids import check_session_id
 from sessions._messages import plain_message, to_dicts, to_message
+from sessions._seal import Sealer
 
 
 class TranscriptVerbs(SessionHost):
@@ -59,7 +61,7 @@ class TranscriptVerbs(SessionHost):
             parsed = to_message(message, where="inject")
 
         def decide(cmd: Command) -> None:
-            if key is not None and self._seen_key(cmd.tx, cmd.session_id, key):
+            if _seen(cmd, key, "inject"):
                 return
             transcript = cmd.transcript
             if expected is not None:
@@ -102,7 +104,7 @@ class TranscriptVerbs(SessionHost):
         events, count, checked = message_events(messages, key)
 
         def decide(cmd: Command) -> int:
-            if self._seen_key(cmd.tx, cmd.session_id, key):
+            if _seen(cmd, key, "inject_many"):
                 return 0
             _check_length(cmd.transcript, expected, cmd.session_id, "inject_many")
             self._check_room(cmd.transcript, count, "inject_many", batch=True)
@@ -118,9 +120,15 @@ class TranscriptVerbs(SessionHost):
 
         return self._command("inject_many", session_id, decide)
 
-    @staticmethod
-    def _seen_key(tx: Transaction, session_id: str, key: str | None) -> bool:
-        return key is not None and tx.kv_get(pj.idempotency_key(session_id, key)) is not None
+    def injected_with(self, session_id: str, idempotency_key: str) -> int | None:
+        """The log position of the command that carried `idempotency_key` (`inject`,
+        `inject_many`) on the session's current incarnation; None when none did."""
+        key = _check_key(idempotency_key, "injected_with")
+        with self.log.view() as view:  # inside `store.transaction()`, the transaction's view
+            state = self._state(view, session_id, "injected_with")
+            if key is None:
+                return None
+            return _key_position(view, state, key, self._sealer, "injected_with")
 
     @grouped
     def pop(self, session_id: str, *, expected_length: int | None = None) -> dict[str, Any] | None:
@@ -292,6 +300,30 @@ class TranscriptVerbs(SessionHost):
 
 
 _IDEMPOTENCY_KEY_CHARS_MAX = 512
+
+
+def _seen(cmd: Command, key: str | None, verb: str) -> bool:
+    """Whether a command on the session carried idempotency `key` already."""
+    return key is not None and _key_position(cmd.tx, cmd.state, key, cmd.sealer, verb) is not None
+
+
+def _key_position(
+    view: LogView, state: pj.SessionState, key: str, sealer: Sealer | None, verb: str
+) -> int | None:
+    """Where the session's projection saw idempotency `key`: an encrypted session's events carry
+    its digest under the session's key (`Keyring.keyed`), those written before digests the key
+    itself (its retry after the upgrade still finds it)."""
+    stored = [key]
+    if sealer is not None and state.key_slot:
+        keyed = sealer.keyring.keyed(state.key_slot, key, verb)
+        if keyed is None:
+            raise ForgottenError(state.session_id, verb)
+        stored.insert(0, keyed)
+    for text in stored:
+        found = view.kv_get(pj.idempotency_key(state.session_id, text))
+        if found is not None:
+            return int.from_bytes(found, "big")
+    return None
 
 
 def _optional_count(value: object, name: str, verb: str) -> int | None:
