@@ -28,6 +28,7 @@ PRUNE_VERSION_PREFIX = b"cx/v/"
 RUNTIME_STATE_PREFIX = b"rt/s/"
 RUNTIME_LOOP_PREFIX = b"rt/l/"
 RUNTIME_LOOP_ID_PREFIX = b"rt/i/"
+RUNTIME_REQUEST_PREFIX = b"rt/r/"
 RUNTIME_OPEN_PREFIX = b"rt/o/"
 RUNTIME_BUSY_PREFIX = b"rt/b/"
 
@@ -54,6 +55,7 @@ KEY_PREFIXES: dict[bytes, str] = {
     RUNTIME_STATE_PREFIX: "rt/s/<sid>: the RuntimeState of a runtime session",
     RUNTIME_LOOP_PREFIX: "rt/l/<sid>\\0<position:8>: the LoopRecord of a prompt",
     RUNTIME_LOOP_ID_PREFIX: "rt/i/<sid>\\0<loop_id>: the position of that loop's prompt (8)",
+    RUNTIME_REQUEST_PREFIX: "rt/r/<sid>\\0<request_id>: the position of that request's prompt (8)",
     RUNTIME_OPEN_PREFIX: "rt/o/<sid>: present while a runtime session is open",
     RUNTIME_BUSY_PREFIX: "rt/b/<sid>: present while a prompt is in flight",
 }

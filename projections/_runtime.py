@@ -10,6 +10,7 @@ Key layout (see the table in `_keys.py`):
   rt/s/<sid>                  RuntimeState of the session's current incarnation
   rt/l/<sid>\\0<position:8>    LoopRecord of the prompt started at that log position
   rt/i/<sid>\\0<loop_id>       that position (8), by loop id
+  rt/r/<sid>\\0<request_id>    the position (8) of the request's `prompt_started`, by request id
   rt/o/<sid>                  present while the runtime session is open (what `reap` scans)
   rt/b/<sid>                  present while a prompt is in flight (what crash recovery scans)
   rt/n                        number of open runtime sessions (8)
@@ -42,6 +43,7 @@ CANCELLED = "cancelled"
 _STATE = keys.RUNTIME_STATE_PREFIX
 _LOOP = keys.RUNTIME_LOOP_PREFIX
 _LOOP_ID = keys.RUNTIME_LOOP_ID_PREFIX
+_REQUEST = keys.RUNTIME_REQUEST_PREFIX
 CONTEXT_LENGTH = "context_length"
 """The `prompt_failed` kind of a provider's refusal of the context as too long."""
 TRANSIENT = "transient"
@@ -116,6 +118,11 @@ class LoopRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     usage: LoopUsage = LoopUsage()
     child_loop_refs: list[dict[str, Any]] = []
     """Sessions spawned from this loop: ``{"session_id", "tool_call_id"}`` each."""
+    ended_position: int = 0
+    """Log position of the event that ended the loop (0 while it runs): where a retry finds it."""
+    steps: int = 0
+    """Model calls: one per `step_completed`, and one for a completion the model (not a stop of
+    the runtime, whose reply is synthetic) wrote."""
 
 
 class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -166,6 +173,17 @@ def _loop_id_key(session_id: str, loop_id: str) -> bytes | None:
     return key if len(key) <= limits.kv_key_bytes_max else None  # unindexable: skipped, not fatal
 
 
+def _request_prefix(session_id: str) -> bytes:
+    return _REQUEST + session_id.encode() + b"\x00"
+
+
+def request_key(session_id: str, request_id: str) -> bytes | None:
+    """The index key of `request_id` in `session_id`; None when it is too long to be one (the
+    runtime refuses such an id before it starts a prompt, and the fold skips it)."""
+    key = _request_prefix(session_id) + request_id.encode()
+    return key if len(key) <= limits.kv_key_bytes_max else None
+
+
 # Reading
 
 
@@ -186,6 +204,16 @@ def load_loop(view: LogView, session_id: str, loop_id: str) -> LoopRecord | None
         return None
     data = _kv.get(view, _loop_key(session_id, int.from_bytes(position, "big")))
     return None if data is None else LOOP_CODEC.decode(data)
+
+
+def load_request(view: LogView, session_id: str, request_id: str) -> LoopRecord | None:
+    """The loop of the prompt the session's current incarnation started for `request_id`, by
+    the request index (one key and one record, however long the log); None if it never did."""
+    key = request_key(session_id, request_id)
+    position = None if key is None else _kv.get(view, key)
+    if position is None:
+        return None
+    return _load_loop_at(view, session_id, int.from_bytes(position, "big"))
 
 
 def _ids_under(view: LogView, prefix: bytes) -> Iterator[str]:
@@ -231,8 +259,8 @@ def _put_loop(tx: Transaction, loop: LoopRecord) -> None:
     _kv.put(tx, _loop_key(loop.session_id, loop.position), LOOP_CODEC.encode(loop))
 
 
-def _load_loop_at(tx: Transaction, session_id: str, position: int) -> LoopRecord | None:
-    data = _kv.get(tx, _loop_key(session_id, position))
+def _load_loop_at(view: LogView, session_id: str, position: int) -> LoopRecord | None:
+    data = _kv.get(view, _loop_key(session_id, position))
     return None if data is None else LOOP_CODEC.decode(data)
 
 
@@ -270,8 +298,8 @@ def _forget(tx: Transaction, session_id: str) -> None:
         return
     if previous.open:  # the engine never reopens an open session; a fold must still be total
         _add_open(tx, -1)
-    for prefix in (_loop_prefix(session_id), _loop_id_prefix(session_id)):
-        for key, _ in _kv.scan(tx, prefix):
+    for prefix in (_LOOP, _LOOP_ID, _REQUEST):  # each `<prefix><sid>\0...`
+        for key, _ in _kv.scan(tx, prefix + session_id.encode() + b"\x00"):
             _kv.delete(tx, key)
     for key in (_state_key(session_id), _OPEN + session_id.encode(), _BUSY + session_id.encode()):
         _kv.delete(tx, key)
@@ -317,6 +345,9 @@ def _started(tx: Transaction, envelope: Envelope) -> None:
         provider=data.provider,
         warnings=data.warnings,
     )
+    request = request_key(envelope.stream, data.request_id)
+    if request is not None:
+        _kv.put(tx, request, envelope.position.to_bytes(8, "big"))
     _kv.put(tx, _BUSY + envelope.stream.encode(), b"")
     _put_state(
         tx,
@@ -373,8 +404,9 @@ def _finish(
     stop_reason: str | None = None,
     error: str | None = None,
     kind: str | None = None,
+    steps: int = 0,
 ) -> None:
-    """Close the loop in flight with `outcome`; the session goes idle, or failed."""
+    """Close the loop in flight with `outcome` (and `steps` more model calls); idle or failed."""
     loop = _load_loop_at(tx, state.session_id, state.loop_position)
     if loop is not None:
         _put_loop(
@@ -387,6 +419,8 @@ def _finish(
                 stop_reason=stop_reason,
                 error=error,
                 error_kind=kind,
+                ended_position=envelope.position,
+                steps=loop.steps + steps,
             ),
         )
     if usage is not None:
@@ -420,7 +454,10 @@ def _completed(tx: Transaction, envelope: Envelope) -> None:
     state = _in_flight(tx, envelope, data.request_id)
     if state is not None:
         usage = loop_usage(data.usage)
-        _finish(tx, state, COMPLETED, envelope, usage=usage, stop_reason=data.stop_reason)
+        steps = 0 if data.reply.synthetic else 1  # the synthetic reply of a stop called no model
+        _finish(
+            tx, state, COMPLETED, envelope, usage=usage, stop_reason=data.stop_reason, steps=steps
+        )
 
 
 def _failed(tx: Transaction, envelope: Envelope) -> None:
@@ -494,7 +531,7 @@ def _step(tx: Transaction, envelope: Envelope) -> None:
     usage = loop_usage(data.usage)
     loop = _load_loop_at(tx, state.session_id, state.loop_position)
     if loop is not None:
-        _put_loop(tx, msgspec.structs.replace(loop, usage=loop.usage + usage))
+        _put_loop(tx, msgspec.structs.replace(loop, usage=loop.usage + usage, steps=loop.steps + 1))
     _kv.put(tx, _USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))
     calls = [ref for ref in map(_call_ref, data.reply.tool_calls or ()) if ref is not None]
     _put_state(

@@ -36,11 +36,13 @@ from projections._keys import (
     TRANSCRIPT_PREFIX,
 )
 
-LAYOUT_VERSION = b"\x05"
+LAYOUT_VERSION = b"\x06"
 """Version 2 packs a segment's message references into chunks (version 1: one key per message);
 version 3 adds the runtime's status, loop and usage records (`_runtime.py`, keys under rt/);
 version 4 drops the segment-length keys (G/), which the last chunk of a segment already gives;
-version 5 has a transcript keep its newest item's timestamp (`Transcript.item_timestamp`)."""
+version 5 has a transcript keep its newest item's timestamp (`Transcript.item_timestamp`);
+version 6 indexes each prompt by its request id (rt/r/, what makes a retried request id answer
+the first run) and has a loop record keep where it ended and how many model calls it made."""
 
 ACTIVE = "active"
 CLOSED = "closed"

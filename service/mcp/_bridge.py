@@ -5,7 +5,10 @@ Codes: ``CONFIG`` (an unregistered provider, a provider that cannot take the age
 ``AGENT_NOT_FOUND``, ``SESSION_NOT_FOUND`` (unknown, closed or expired: "Session not found"),
 ``SESSION_BUSY``, ``SESSION_FAILED``, ``CAPACITY`` (max sessions), ``INVALID_ARGUMENT``,
 ``INPUT_REJECTED``, ``CANCELLED``, ``PROVIDER_ERROR``, ``LEASE_LOST`` (the runtime lost its store's
-lease and stopped writing). Nothing here knows MCP; `_server.py` puts it on the wire.
+lease and stopped writing), ``REQUEST_CONFLICT`` (a `requestId` the session already ran with
+another prompt). A `requestId` is idempotent per session, as an `Idempotency-Key` is over HTTP: a
+retry answers the first run's outcome and calls no model. Nothing here knows MCP; `_server.py`
+puts it on the wire.
 
 Every tool that names a session takes the `Caller` and applies the REST service's access rules
 (`service/_access.py`): a session the caller may not see is "Session not found", word for word as
@@ -28,6 +31,7 @@ from sessions.runtime import (
     InputRejectedError,
     PromptCancelledError,
     ProviderError,
+    RequestConflictError,
     Runtime,
     SessionBusyError,
     SessionFailedError,
@@ -57,6 +61,7 @@ _CODES: tuple[tuple[type[BaseException], str], ...] = (
     (UnknownSessionError, "SESSION_NOT_FOUND"),
     (ConfigurationError, "CONFIG"),
     (SessionBusyError, "SESSION_BUSY"),
+    (RequestConflictError, "REQUEST_CONFLICT"),
     (SessionFailedError, "SESSION_FAILED"),
     (CapacityError, "CAPACITY"),
     (InputRejectedError, "INPUT_REJECTED"),

@@ -73,7 +73,10 @@ def tools_server(bridge: Bridge, *, local: bool) -> MCPServer:
     async def sessions_create(ctx: Ctx, agentId: str, metadata: Obj | None = None) -> Obj:
         return await _answer(lambda: bridge.create(who(ctx), agentId, metadata))
 
-    @server.tool(description="Send a prompt to a session and wait for the answer.")
+    @server.tool(
+        description="Send a prompt to a session and wait for the answer. A retry with the same "
+        "`requestId` calls no model again: it answers what the first call recorded."
+    )
     async def sessions_prompt(
         ctx: Ctx,
         sessionId: str,

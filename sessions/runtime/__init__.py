@@ -12,6 +12,7 @@ from sessions.runtime._errors import (
     InputRejectedError,
     PromptCancelledError,
     ProviderError,
+    RequestConflictError,
     SessionBusyError,
     SessionFailedError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Provider",
     "ProviderError",
     "ProviderRegistry",
+    "RequestConflictError",
     "Runtime",
     "SessionBusyError",
     "SessionFailedError",

@@ -21,6 +21,24 @@ class SessionBusyError(SessionLogError):
         )
 
 
+class RequestConflictError(SessionLogError, ValueError):
+    """A prompt carried a request id that the session already ran with another prompt; nothing
+    was written and no model was called. A request id names one prompt of a session: a retry
+    sends the same prompt again (and gets the first run's outcome), a new prompt a new id."""
+
+    def __init__(self, session_id: str, request_id: str, position: int | None) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
+        self.position = position
+        where = "is running" if position is None else f"started at log position {position}"
+        super().__init__(
+            f"prompt: request `{request_id}` of session `{session_id}` was already sent with "
+            f"another prompt (which {where}); a retry must send the same prompt, and a new "
+            "prompt needs a new request id",
+            where="prompt",
+        )
+
+
 class SessionFailedError(SessionLogError):
     """A prompt was sent to a session whose status is `failed`; close it and create another."""
 

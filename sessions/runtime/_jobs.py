@@ -25,6 +25,7 @@ from sessions._store import SessionStore
 from sessions.runtime._errors import SessionBusyError, SessionFailedError
 from sessions.runtime._params import merge_params
 from sessions.runtime._recorder import usage_dict
+from sessions.runtime._replay import Replay, recorded
 
 INTERRUPTED = "interrupted"
 """`prompt_failed.kind` of a prompt that was in flight when its process stopped."""
@@ -131,13 +132,17 @@ def start_prompt(
     params: dict[str, Any],
     loop: tuple[str, str | None, str | None],
     warnings: list[dict[str, Any]],
-) -> Started:
-    """Refuse a busy or failed session, else append `prompt_started` with the merged parameters
+) -> Started | Replay:
+    """Answer a request id the session already ran with its recorded outcome (`_replay.py`);
+    else refuse a busy or failed session, or append `prompt_started` with the merged parameters
     and return the transcript the provider is to see."""
     loop_id, parallel_group = loop[0], loop[2]
 
-    def decide(tx: Transaction) -> Started:
+    def decide(tx: Transaction) -> Started | Replay:
         state, runtime = _session(tx, session_id, "prompt")
+        replay = recorded(tx, store, state, request_id, prompt)
+        if replay is not None:  # before busy and failed: a retry answers what its first run did
+            return replay
         if runtime.status == rt.BUSY:
             raise SessionBusyError(session_id, runtime.request_id)
         if runtime.status == rt.FAILED:

@@ -12,7 +12,8 @@ log's `event_bytes_max` even when every character takes four UTF-8 bytes."""
 
 request_id_chars_max: Final = 128
 """A request or loop id supplied by the caller. Ids are part of projection keys (under 480 bytes
-with the session id) and of every lifecycle event of the prompt; UUIDv7 needs 36."""
+with the session id: a request id of many multi-byte characters that would not fit is refused)
+and of every lifecycle event of the prompt; UUIDv7 needs 36."""
 
 model_chars_max: Final = 256
 """A model identifier. Real ones are under 100 characters."""

@@ -45,6 +45,7 @@ from sessions.runtime._http import (
 )
 from sessions.runtime._providers import ContextLengthError, Provider
 from sessions.runtime._recorder import usage_dict
+from sessions.runtime._replay import Replay
 
 if TYPE_CHECKING:
     from sessions.runtime._runtime import Runtime
@@ -65,6 +66,8 @@ class Flight:
     True once its `prompt_cancelled` is recorded."""
 
     request_id: str
+    prompt: ev.Message | None = None
+    """The user's message, which a retry of the request must repeat (`_replay.join`)."""
     task: asyncio.Future[Any] | None = None
     cancel_reason: str | None = None
     cancelled: bool = False
@@ -314,6 +317,10 @@ class PromptLoop:
             warnings,
         )
         started, interrupted = await outcome(runtime._group(self.store).submit(start))
+        if isinstance(started, Replay):  # a retry: nothing was written, and no model is called
+            if interrupted:
+                raise asyncio.CancelledError
+            return started.result()
         try:
             if interrupted or self.flight.cancel_reason is not None:
                 raise asyncio.CancelledError
@@ -333,9 +340,7 @@ class PromptLoop:
         await runtime._maintain(self.store, sid)
         return {
             "session_id": sid,
-            "text": reply.content
-            if isinstance(reply.content, str)
-            else _wire.text_of(reply.content),
+            "text": _wire.text_of(reply.content),
             "stop_reason": stop_reason,
             "request_id": rid,
             "loop_id": started.loop_id,

@@ -25,7 +25,7 @@ from sessions._group import GroupCommit, outcome
 from sessions._ids import check_session_id
 from sessions._retention import RetentionPolicy
 from sessions._store import SessionStore
-from sessions.runtime import _filters, _jobs, _limits
+from sessions.runtime import _filters, _jobs, _limits, _replay
 from sessions.runtime._args import (
     Hook,
     call_hook,
@@ -39,7 +39,7 @@ from sessions.runtime._args import (
     check_spawn_ref,
     session_metadata,
 )
-from sessions.runtime._errors import InputRejectedError, SessionBusyError
+from sessions.runtime._errors import InputRejectedError
 from sessions.runtime._lease import RuntimeLease
 from sessions.runtime._params import check_params, merge_params, wire_params
 from sessions.runtime._prompting import (
@@ -466,6 +466,11 @@ class Runtime:
         session is idle again), a cancellation as `prompt_cancelled` (`PromptCancelledError`, or
         `CancelledError` when the caller itself was cancelled). A loop continues the session's
         previous loop unless `parent_loop_id` says otherwise.
+
+        A `request_id` is idempotent per session: a retry with one the session already ran calls
+        no model and answers that run's recorded outcome (its result, or the error it raised),
+        after waiting for it if it is still running; the same id with another prompt (text or
+        files) is refused with `RequestConflictError`, and nothing is written.
         """
         sid = check_session_id(session_id, where="prompt")
         text = check_prompt(prompt, "prompt")
@@ -478,18 +483,17 @@ class Runtime:
             on_tool_call=on_tool_call,
         )
         message = user_message(text, files, "prompt")
-        running = self._flights.get(sid)
-        if running is not None:
-            raise SessionBusyError(sid, running.request_id)
+        _replay.check_request(sid, rid)
         store = self._store_of(sid)
         if options.tools:
             await self._check_tools_supported(store, sid)
+        await _replay.join(self._flights, sid, rid, message)  # then no await until it is ours
         warnings, rejection = _filters.screen(self._filters, text)
         if rejection is not None:
             job = partial(_jobs.reject_input, store, sid, rid, *rejection)
             await self._write(store, job)
             raise InputRejectedError(sid, *rejection)
-        flight = self._flights[sid] = Flight(request_id=rid)
+        flight = self._flights[sid] = Flight(request_id=rid, prompt=message)
         try:
             return await PromptLoop(self, store, sid, flight, options).run(
                 message, params, loop, warnings

@@ -1,0 +1,146 @@
+"""Request ids are idempotent per session: a prompt whose `request_id` the session already ran
+is answered with that run's recorded outcome, and no model is called again.
+
+The prompt a request started is found through the runtime projection's request index (rt/r/,
+one key and one loop record, never a scan of the log); its outcome is read from the two events
+the loop record points to, opened when the session is encrypted. `recorded` runs inside
+`_jobs.start_prompt`'s transaction, before anything is appended, so of a prompt and its retry
+racing for a session exactly one runs. Nothing here appends, awaits a provider or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+import projections as pj
+from eventlog import LogView, SessionLogError, TruncatedError, limits
+from eventlog import events as ev
+from eventlog.limits import check_at_most
+from projections import _runtime as rt
+from sessions._store import SessionStore
+from sessions.runtime._errors import (
+    PromptCancelledError,
+    ProviderError,
+    RequestConflictError,
+    SessionBusyError,
+)
+from sessions.runtime._recorder import usage_dict
+from sessions.runtime._wire import text_of
+
+if TYPE_CHECKING:
+    from sessions.runtime._prompting import Flight
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a request the session already ran ended with: the `answer` `prompt` returned, or
+    the `error` it raised (failed or cancelled)."""
+
+    answer: dict[str, Any] | None = None
+    error: SessionLogError | None = None
+
+    def result(self) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        assert self.answer is not None, "a replay holds an answer or an error"
+        return dict(self.answer)
+
+
+def check_request(session_id: str, request_id: str) -> None:
+    """`LimitExceededError` for a request id too long in UTF-8 to be indexed with the session's
+    id (only an id of many multi-byte characters is): a retry of it could not be found."""
+    base = rt.request_key(session_id, "")
+    assert base is not None, "a checked session id leaves room for a request id"
+    size = len(base) + len(request_id.encode())
+    what = "prompt: the index key of `request_id` (with the session id), in bytes"
+    check_at_most(size, limits.kv_key_bytes_max, "kv_key_bytes_max", what)
+
+
+def same_prompt(first: ev.Message, again: ev.Message) -> bool:
+    """Whether a retry carries the prompt its request was first sent with: its text and files
+    (runtime parameters and tools are not compared)."""
+    return first.content == again.content and first.files == again.files
+
+
+async def join(flights: Mapping[str, Flight], sid: str, rid: str, prompt: ev.Message) -> None:
+    """Return once this process runs no prompt on `sid`. A retry of the request running (same
+    id, same prompt) waits for it to end, so it can answer what it recorded; another request
+    is refused as busy, and the same id with another prompt as a conflict, at once."""
+    while (running := flights.get(sid)) is not None:
+        if running.request_id != rid:
+            raise SessionBusyError(sid, running.request_id)
+        if running.prompt is not None and not same_prompt(running.prompt, prompt):
+            raise RequestConflictError(sid, rid, None)
+        await running.done.wait()  # a retry cancelled meanwhile leaves the first one running
+
+
+def recorded(
+    view: LogView,
+    store: SessionStore,
+    state: pj.SessionState,
+    request_id: str,
+    prompt: ev.Message,
+) -> Replay | None:
+    """The outcome of the prompt the session ran for `request_id`; None if it never started
+    one. `RequestConflictError` when that prompt was another, `SessionBusyError` while it is
+    still recorded in flight (by a process that stopped: the next start fails it)."""
+    sid = state.session_id
+    loop = rt.load_request(view, sid, request_id)
+    if loop is None:
+        return None
+    started = _event(view, store, state, loop, loop.position)
+    if isinstance(started, ev.PromptStarted) and not same_prompt(started.prompt, prompt):
+        raise RequestConflictError(sid, request_id, loop.position)
+    if loop.status == rt.RUNNING or not loop.ended_position:
+        raise SessionBusyError(sid, request_id)
+    ended = _event(view, store, state, loop, loop.ended_position)
+    where = f"prompt: request `{request_id}` of `{sid}`"
+    again = "it is not run again: send a new request id to try again"
+    if loop.status == rt.CANCELLED:
+        return Replay(error=PromptCancelledError(f"{where} was cancelled ({loop.error}); {again}"))
+    if not isinstance(ended, ev.PromptCompleted):
+        why = ended.error if isinstance(ended, ev.PromptFailed) else loop.error
+        return Replay(error=ProviderError(f"{where} failed ({loop.error_kind}): {why}; {again}"))
+    answer = {
+        "session_id": sid,
+        "text": text_of(ended.reply.content),
+        "stop_reason": loop.stop_reason,
+        "request_id": request_id,
+        "loop_id": loop.loop_id,
+        "tool_calls": list(ended.reply.tool_calls or []),
+        "usage": usage_dict(loop.usage),
+        "steps": loop.steps,
+    }
+    return Replay(answer=answer)
+
+
+def _event(
+    view: LogView, store: SessionStore, state: pj.SessionState, loop: rt.LoopRecord, at: int
+) -> ev.Event | None:
+    """The event at `at` of `loop`'s session, its sealed message and texts opened."""
+    try:
+        envelope = view.event_at(at)
+    except TruncatedError as exc:
+        raise TruncatedError(
+            f"prompt: request `{loop.request_id}` of `{state.session_id}` already ran (from "
+            f"log position {loop.position}) and is not run again, but its record is gone",
+            at,
+            exc.anchor,
+        ) from exc
+    if envelope is None or envelope.stream != state.session_id:
+        return None
+    data = envelope.data
+    sealer, opener = store._sealer, store._opener(view, state, "prompt")
+    if sealer is None or opener is None:
+        return data
+    if isinstance(data, ev.PromptStarted):
+        (message,) = opener(data, at, [0])
+        return msgspec.structs.replace(data, prompt=message)
+    if isinstance(data, ev.PromptCompleted):
+        (message,) = opener(data, at, [0])
+        return msgspec.structs.replace(data, reply=message)
+    return sealer.open_event(data, state.key_slot, "prompt")  # a failure's error text
