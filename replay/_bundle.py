@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from importlib import metadata as pkg_metadata
 from typing import Any
 
-import msgspec
-
 from eventlog import Envelope, limits, to_builtins
 from replay._redact import (
     MODES,
@@ -27,7 +25,7 @@ from replay._redact import (
     manifest,
     redact,
 )
-from replay._validate import BUNDLE_TYPE, PRODUCER, SCHEMA_ID, SCHEMA_VERSION
+from replay._validate import BUNDLE_TYPE, PRODUCER, SCHEMA_ID, SCHEMA_VERSION, bundle_id
 from sessions import ConcurrencyError, InvalidArgumentError, SessionStore, UnknownSessionError
 from sessions._collector import collector_paused
 
@@ -99,19 +97,6 @@ def _rfc3339(at: datetime) -> str:
 
 def _canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _digest(bundle: Mapping[str, Any]) -> str:
-    """The content digest naming a bundle (its `bundle_id` blanked): sorted keys, compact JSON."""
-    return hashlib.sha256(
-        msgspec.json.encode({**bundle, "bundle_id": ""}, order="sorted")
-    ).hexdigest()
-
-
-def bundle_id(bundle: Mapping[str, Any]) -> str:
-    """The `bundle_id` export gives `bundle` (whatever its own says). Raises `TypeError`,
-    `ValueError` or `RecursionError` for a value JSON cannot carry."""
-    return f"bundle_{_digest(bundle)[:32]}"
 
 
 # Export

@@ -1,17 +1,22 @@
 """Validation of session bundle v1 envelopes, whoever produced them.
 
 Owns the rules a bundle must meet before anything reads it: required fields (named by JSONPath),
-`_type`, `schema_version`, the section shapes, and no leftover secret-looking strings unless the
-caller allows them. It reports problems; it never changes the bundle and never touches a store.
+`_type`, `schema_version`, the section shapes, no leftover secret-looking strings unless the
+caller allows them, and, for a bundle of ours, the content its `bundle_id` digests (`bundle_id`
+is how export names a bundle). It reports problems; it never changes the bundle and never
+touches a store.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from replay._redact import (
     MODES,
@@ -363,7 +368,8 @@ def validate_bundle(bundle: object, *, allow_secrets: bool = False) -> list[Bund
 
     Secret-looking strings (API keys, tokens, credentials in URLs, private keys, home
     directories) are problems unless `allow_secrets` is true, as for a `local` bundle kept on the
-    machine that made it.
+    machine that made it. When nothing else is wrong, a bundle of ours whose content is not the
+    one its `bundle_id` digests (it was changed after export) is a problem at `$.bundle_id`.
     """
     if not isinstance(bundle, Mapping):
         return [BundleIssue("$", "type", f"expected an object, got {_type_name(bundle)}")]
@@ -373,7 +379,41 @@ def validate_bundle(bundle: object, *, allow_secrets: bool = False) -> list[Bund
         for path, kinds in find_secrets(dict(bundle)):
             issues.append(BundleIssue(path, "secret", f"looks like a secret ({', '.join(kinds)})"))
         issues += _check_withheld(bundle)
-    return issues
+    return issues or _check_digest(bundle)
+
+
+def bundle_id(bundle: Mapping[str, Any]) -> str:
+    """The `bundle_id` export gives `bundle` (whatever its own says): the digest of its content
+    with `bundle_id` blanked, as sorted, compact JSON. Raises `TypeError`, `ValueError` or
+    `RecursionError` for a value JSON cannot carry."""
+    content = msgspec.json.encode({**bundle, "bundle_id": ""}, order="sorted")
+    return f"bundle_{hashlib.sha256(content).hexdigest()[:32]}"
+
+
+def _check_digest(bundle: Mapping[str, Any]) -> list[BundleIssue]:
+    """A bundle of ours still has the content its `bundle_id` digests; else it was changed after
+    export, and it must not claim the original's id. Checked once nothing else is wrong: an edit
+    that broke the bundle's shape or left a secret is reported as that. Another producer's
+    bundle (Harn's) names itself otherwise and is not checked."""
+    producer, found = bundle.get("producer"), bundle.get("bundle_id")
+    if not isinstance(producer, Mapping) or producer.get("name") != PRODUCER:
+        return []
+    if not isinstance(found, str) or not found:
+        return []  # reported as missing, mistyped or empty
+    try:
+        expected = bundle_id(bundle)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return [BundleIssue("$", "digest", f"expected values JSON can carry, got {exc}")]
+    if found == expected:
+        return []
+    return [
+        BundleIssue(
+            "$.bundle_id",
+            "digest",
+            "does not match the bundle's content (changed after export?): "
+            f"expected {expected!r}, got {found!r}",
+        )
+    ]
 
 
 def _check_withheld(bundle: Mapping[str, Any]) -> list[BundleIssue]:

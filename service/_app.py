@@ -50,6 +50,7 @@ def create_app(
     heartbeat_interval_s: float = _limits.heartbeat_interval_s,
     retention: RetentionPolicy | None = None,
     retention_interval_s: float = _limits.retention_interval_s_default,
+    past_rebuilds_max: int = _limits.past_rebuilds_max,
 ) -> Gate:
     """The service over `store`. `api_keys` maps each static key to its (admin) principal name.
     `follow=True` makes streams see commits of other processes sharing the store (several
@@ -62,15 +63,22 @@ def create_app(
     With a `retention` policy the app sweeps the store by it (`SessionStore.sweep`) every
     `retention_interval_s` while it runs; a failed sweep is logged and the next one runs. Several
     workers on one store each sweep: a sweep is idempotent, and a session another worker
-    retired meanwhile is skipped."""
+    retired meanwhile is skipped.
+
+    The viewer rebuilds at most `past_rebuilds_max` past states (`as_of`, `version`) at once;
+    a request past that is answered 503 with `Retry-After`."""
     _check_settings(heartbeat_interval_s, retention, retention_interval_s)
+    if type(past_rebuilds_max) is not int or past_rebuilds_max < 1:
+        raise InvalidArgumentError(
+            f"create_app: past_rebuilds_max must be an int >= 1, got {past_rebuilds_max!r}"
+        )
     hub = Hub(
         store,
         follow=follow,
         poll_interval_s=poll_interval_s,
         heartbeat_interval_s=heartbeat_interval_s,
     )
-    parts = Service(store=store, hub=hub)
+    parts = Service(store=store, hub=hub, past_rebuilds_max=past_rebuilds_max)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -158,7 +166,13 @@ async def openapi(request: Request) -> Response:
 
 async def _problem(request: Request, exc: Exception) -> Response:
     status, answer = _problems.problem_of(exc, request.url.path)
-    return Response(_problems.encode(answer), status_code=status, media_type=_problems.MEDIA_TYPE)
+    headers = exc.headers if isinstance(exc, HTTPProblem) else None
+    return Response(
+        _problems.encode(answer),
+        status_code=status,
+        media_type=_problems.MEDIA_TYPE,
+        headers=headers,
+    )
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -36,6 +36,18 @@ as_of_position_max: Final = 200_000
 rebuilds a past state in memory from the first event on, so one request must not make the server
 fold a log of millions of events; look further back in process with `SessionStore.as_of`."""
 
+past_rebuilds_max: Final = 2
+"""Past states (the viewer's `as_of` and `version`) rebuilt at once in one server process. Each
+rebuild folds the log up to its position in memory (up to `as_of_position_max` events) on a
+worker thread; unbounded, a few clients asking for different past states pin every core and hold
+that many copies of the state. A request past the bound is answered 503 with `Retry-After` at
+once, never queued; a past state already built (the viewer keeps the last two) costs no rebuild.
+`create_app(past_rebuilds_max=...)` sets another."""
+
+past_rebuild_retry_after_s: Final = 2
+"""The `Retry-After` of a request refused by `past_rebuilds_max`: about what one rebuild near
+`as_of_position_max` takes."""
+
 stream_buffer_events_max: Final = 1_024
 """Events waiting for one slow SSE consumer. Past it the stream is ended with its cursor, and the
 client resumes from the log: a slow reader never grows the server's memory without bound."""

@@ -36,13 +36,24 @@ MEDIA_TYPE = "application/problem+json"
 
 
 class HTTPProblem(Exception):
-    """A problem the service itself finds (bad JSON, a missing route, an oversized body)."""
+    """A problem the service itself finds (bad JSON, a missing route, an oversized body, too
+    much work at once). `headers` go with the answer (a 503's `Retry-After`); `extra` fields go
+    in its body."""
 
-    def __init__(self, status: int, kind: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        kind: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.kind = kind
         self.detail = detail
+        self.headers = dict(headers or {})
         self.extra = extra
 
 
@@ -82,6 +93,7 @@ TITLES = {
     "invalid-argument": "Invalid argument",
     "integrity": "The store failed an integrity check",
     "unavailable": "The service is stopping",
+    "busy": "The server is doing as much of this at once as it may: try again after Retry-After",
     "storage": "Storage failed",
     "refused": "The engine refused the request",
     "malformed-request": "The request is not well-formed",
@@ -111,6 +123,7 @@ _CODES = {
     "idempotency-key-reused": "idempotency_key_reused",
     "idempotency-result-truncated": "resource_not_found",
     "unsupported-protocol-version": "unsupported_protocol_version",
+    "busy": "service_unavailable",
     "internal": "internal_error",
 }
 

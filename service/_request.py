@@ -42,6 +42,8 @@ class Service:
     hub: Hub
     stopping: bool = False
     """Set when the app shuts down: writes are refused from then on."""
+    past_rebuilds_max: int = _limits.past_rebuilds_max
+    """Past states the viewer may rebuild at once (`create_app`'s setting)."""
 
     async def submit(
         self, run: Callable[[], Any], *, stamp: dict[str, Any] | None = None, solo: bool = False

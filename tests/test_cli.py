@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from eventlog._codec import BODY_START
-from replay._bundle import _digest
+from replay._validate import bundle_id
 from sessions import SessionStore
 from tests._pg import fresh_schema_url
 from tests._raw_lmdb import raw_log
@@ -432,8 +432,10 @@ def test_import_refusals(family: Path, tmp_path: Path) -> None:
     (tmp_path / "changed.json").write_text(json.dumps(bundle))
     edited = run("import", tmp_path / "changed.json", store=target)
     assert edited.returncode == 5
-    assert "changed.json: import: $.bundle_id: does not match" in edited.stderr
-    bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"  # a bundle of a session changed since
+    assert (
+        "changed.json: import: invalid session bundle: $.bundle_id: does not match" in edited.stderr
+    )
+    bundle["bundle_id"] = bundle_id(bundle)  # a bundle of a session changed since
     (tmp_path / "changed.json").write_text(json.dumps(bundle))
     conflict = run("import", tmp_path / "changed.json", store=target)
     assert conflict.returncode == 6

@@ -21,8 +21,7 @@ from replay import (
     import_bundle,
     validate_bundle,
 )
-from replay._bundle import _digest
-from replay._validate import _REQUIRED
+from replay._validate import _REQUIRED, bundle_id
 from sessions import (
     InvalidArgumentError,
     SessionExistsError,
@@ -355,6 +354,7 @@ def test_leftover_secrets_are_refused_unless_allowed(store: SessionStore) -> Non
     sid, _ = rich_session(store)
     bundle = export_bundle(store, sid)
     bundle["transcript"]["sections"][0]["messages"][2]["content"] = "key AKIAABCDEFGHIJKLMNOP"
+    bundle["bundle_id"] = bundle_id(bundle)  # as if exported so
     (issue,) = validate_bundle(bundle)
     assert str(issue) == (
         "$.transcript.sections[0].messages[2].content: looks like a secret (aws_access_key_id)"
@@ -446,12 +446,12 @@ def test_a_bundle_failing_half_way_writes_nothing(tmp_path: Path) -> None:
         bundle = export_bundle(source, sid, "local")
         messages = bundle["transcript"]["sections"][0]["messages"]
         messages[3]["files"] = [f"f{n}" for n in range(11)]  # over files_per_message_max
-        bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"  # as if exported so
+        bundle["bundle_id"] = bundle_id(bundle)  # as if exported so
         with pytest.raises(BundleError, match="files_per_message_max") as caught:
             import_bundle(target, bundle)
         assert [i.path for i in caught.value.issues] == ["$.transcript.sections[0].messages[3]"]
         messages[3] = {"content": "no role"}
-        bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
+        bundle["bundle_id"] = bundle_id(bundle)
         with pytest.raises(BundleError, match=r"messages\[3\]: expected a message object"):
             import_bundle(target, bundle)
         assert target.log.head == 0

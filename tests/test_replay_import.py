@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from replay import BundleError, export_bundle, import_bundle, validate_bundle
-from replay._bundle import _digest
+from replay._validate import bundle_id
 from sessions import InvalidArgumentError, SessionStore
 
 HARN = Path(__file__).parent / "fixtures" / "harn" / "spec" / "session-bundles" / "fixtures"
@@ -36,7 +36,7 @@ def exported(mode: str = "local", **extra: Any) -> dict[str, Any]:
 
 def signed(bundle: dict[str, Any]) -> dict[str, Any]:
     """`bundle` with the id export would give its content: as if exported so."""
-    bundle["bundle_id"] = f"bundle_{_digest(bundle)[:32]}"
+    bundle["bundle_id"] = bundle_id(bundle)
     return bundle
 
 
@@ -66,6 +66,27 @@ def test_a_bundle_edited_after_export_is_refused_by_its_id() -> None:
     assert "does not match the bundle's content" in str(error)
     with SessionStore.memory() as store:  # the bundle as exported imports
         assert import_bundle(store, signed(bundle)) == "s1"
+
+
+@pytest.mark.parametrize("mode", ["local", "sanitized", "replay_only"])
+def test_validate_reports_a_bundle_edited_after_export(mode: str) -> None:
+    """`validate_bundle` checks the digest `import_bundle` checks: an edited bundle of ours is
+    not reported valid, an unedited one is, and the issue is the one import refuses with."""
+    bundle = exported(mode)
+    assert validate_bundle(bundle) == []
+    section(bundle)["messages"][1]["role"] = "user"  # an answer made the user's words
+    issues = validate_bundle(bundle)
+    assert [(issue.path, issue.code) for issue in issues] == [("$.bundle_id", "digest")]
+    assert str(issues[0]).startswith("$.bundle_id: does not match the bundle's content")
+    assert f"got {bundle['bundle_id']!r}" in str(issues[0])
+    assert refused(bundle).issues == issues
+    assert validate_bundle(signed(bundle)) == []
+
+
+def test_validate_names_a_value_json_cannot_carry() -> None:
+    bundle = exported()
+    section(bundle)["metadata"]["metadata"] = {"when": 1j}
+    assert [(i.path, i.code) for i in validate_bundle(bundle)] == [("$", "digest")]
 
 
 def test_session_ids_that_disagree_are_refused_naming_each_path() -> None:

@@ -46,8 +46,10 @@ def openai(stub: StubServer, **options: Any) -> OpenAIProvider:
     return OpenAIProvider(base_url=stub.url, api_key=KEY, defaults={"model": "gpt-stub"}, **options)
 
 
-def anthropic(stub: StubServer) -> AnthropicProvider:
-    return AnthropicProvider(base_url=stub.url, api_key=KEY, defaults={"model": "claude-stub"})
+def anthropic(stub: StubServer, **options: Any) -> AnthropicProvider:
+    return AnthropicProvider(
+        base_url=stub.url, api_key=KEY, defaults={"model": "claude-stub"}, **options
+    )
 
 
 def failures(store: SessionStore, sid: str) -> list[ev.PromptFailed]:
@@ -200,6 +202,43 @@ def test_a_completion_the_log_refuses_is_recorded_as_failed(
                 status = await rt.status(sid)
                 assert (status["status"], status["request_id"]) == ("failed", None)
                 return str(sid)
+
+    sid = run(body)
+    assert [f.kind for f in failures(store, sid)] == ["invalid_reply"]
+
+
+def endless_line(events: bool) -> Reply:
+    """An event stream whose one line never ends: more than `sse_line_bytes_max` bytes without a
+    newline, then silence for an hour. With `events`, the bytes come as many `data:` lines of
+    one event that never ends instead, each line short."""
+    piece = 1024 * 1024
+    count = _limits.sse_line_bytes_max // piece + 2
+    line = b"data: " + b"x" * (piece - 8) + b"\n" if events else b"x" * piece
+    return Reply(raw=[b"data: ", *([line] * count), 3600.0])
+
+
+@pytest.mark.parametrize("events", [False, True], ids=["one-line", "one-event"])
+@pytest.mark.parametrize("which", ["openai", "anthropic"])
+def test_an_endless_stream_line_fails_the_prompt_at_its_bound(
+    store: SessionStore, which: str, events: bool
+) -> None:
+    """A server that streams one line (or one event's data) without end is cut off once it is
+    past `sse_line_bytes_max`, not buffered until `total_timeout_s`: the prompt fails as an
+    invalid reply, and the call is not retried as a dropped stream."""
+
+    async def body() -> str:
+        async with StubServer() as stub:
+            stub.script(endless_line(events), Reply(events=openai_stream(["never asked"])))
+            settings = HttpSettings(retries=2, read_timeout_s=30.0, total_timeout_s=60.0)
+            provider = (openai if which == "openai" else anthropic)(stub, settings=settings)
+            async with Runtime(store, providers=[provider], default_provider=which) as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                with pytest.raises(ProviderError, match="sse_line_bytes_max") as caught:
+                    await asyncio.wait_for(rt.prompt(sid, "hello"), 20)
+                assert isinstance(caught.value.__cause__, LimitExceededError)
+                assert caught.value.__cause__.limit == _limits.sse_line_bytes_max
+            assert len(stub.requests) == 1
+            return str(sid)
 
     sid = run(body)
     assert [f.kind for f in failures(store, sid)] == ["invalid_reply"]

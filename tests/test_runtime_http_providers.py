@@ -708,6 +708,30 @@ def test_a_stream_cut_in_the_middle_of_an_event_is_retried() -> None:
     run(body)
 
 
+def test_stream_lines_end_in_crlf_cr_or_lf_across_chunks() -> None:
+    """The stream's lines are split by the runtime's own bounded reader: CRLF split between two
+    chunks is one line end, a lone CR ends a line, and a multi-byte character cut between
+    chunks is whole again."""
+    text = json.dumps(_chunk({"content": "café "})[1], ensure_ascii=False)
+    first = f"data: {text}\r\n\r\n".encode()
+    second = _sse(_chunk({"content": "au lait"})[1]).replace(b"\n", b"\r")
+    finish = _sse(_chunk({}, "stop")[1]) + _sse("[DONE]")
+    cut = first.index(b"\xc3") + 1
+    pieces: list[bytes | float] = [first[:cut], 0.05, first[cut:-3], 0.05, first[-3:-2]]
+    pieces += [0.05, first[-2:], second, finish]
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(raw=pieces))
+            provider = openai(stub)
+            done = await provider.complete(USER, {"model": "m"})
+            await provider.aclose()
+        assert done.text == "café au lait" and done.stop_reason == "end_turn"
+        assert len(stub.requests) == 1
+
+    run(body)
+
+
 @pytest.mark.parametrize("which", ["openai", "anthropic"])
 def test_a_json_answer_to_a_stream_request_is_read_whole(which: str) -> None:
     """A gateway that ignores `stream` answers with the whole completion as JSON, or with an
@@ -928,3 +952,69 @@ def test_an_openai_server_error_inside_a_stream_is_retried() -> None:
         assert done.text == "whole" and len(stub.requests) == 2
 
     run(body)
+
+
+SIGNED = {"google": {"thought_signature": "CrICAdHtim8-signature-of-the-thought"}}
+"""What Gemini's OpenAI-compatible endpoint puts on a tool call: `extra_content`, which the next
+request must carry back on that call unchanged."""
+
+
+def test_gemini_thought_signature_goes_back_on_its_tool_call(store: SessionStore) -> None:
+    """A streamed tool call carrying `extra_content` (in its first delta, without an index, as
+    Gemini streams it) comes back on that call in the next request, and again when the
+    transcript is sent from the store later."""
+    from sessions.runtime import Tool
+
+    events = [
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"tool_calls": [{"id": "fc_1", "type": "function", "extra_content": SIGNED,
+                                "function": {"name": "lookup", "arguments": '{"q":'}}]}),
+        _chunk({"tool_calls": [{"id": "", "function": {"arguments": ' "x"}'}}]}),
+        _chunk({"tool_calls": [{"id": "fc_2", "type": "function",
+                                "function": {"name": "lookup", "arguments": '{"q": "y"}'}}]}),
+        _chunk({}, "tool_calls"),
+        (None, "[DONE]"),
+    ]  # fmt: skip
+
+    async def body() -> None:
+        async with StubServer() as stub:
+            stub.script(Reply(events=events), Reply(events=openai_stream(["done"])))
+            tool = Tool(name="lookup", fn=lambda q: f"found {q}", parameters={"type": "object"})
+            provider = openai(stub)
+            async with Runtime(store, providers=[provider], default_provider="openai") as rt:
+                sid = (await rt.create("agent"))["session_id"]
+                assert (await rt.prompt(sid, "find x", tools=[tool]))["text"] == "done"
+            turn = stub.requests[1].json["messages"][1]
+        assert turn["role"] == "assistant"
+        first, second = turn["tool_calls"]
+        assert first["id"] == "fc_1" and first["extra_content"] == SIGNED
+        assert first["function"] == {"name": "lookup", "arguments": '{"q":"x"}'}
+        assert second["id"] == "fc_2" and "extra_content" not in second
+        (reply,) = [m for m in store.messages(sid) if m.get("tool_calls")]
+        assert [call.get("extra_content") for call in reply["tool_calls"]] == [None, None]
+        assert reply["metadata"]["provider_blocks"] == [
+            {"type": "tool_call_extra_content", "tool_call_id": "fc_1", "extra_content": SIGNED}
+        ]
+        again = provider.request_body(store.messages(sid), {"model": "m"}, ())
+        assert again["messages"][1]["tool_calls"][0]["extra_content"] == SIGNED
+
+    run(body)
+
+
+def test_gemini_whole_answer_keeps_its_thought_signature() -> None:
+    answer = openai_whole(tool_calls=[CALLS[0]], finish="tool_calls")
+    answer["choices"][0]["message"]["tool_calls"][0]["extra_content"] = SIGNED
+
+    async def body() -> Any:
+        async with StubServer() as stub:
+            stub.script(Reply(body=answer))
+            provider = openai(stub, stream=False)
+            done = await provider.complete(USER, {"model": "gemini-x"})
+            await provider.aclose()
+            return done
+
+    done = run(body)
+    assert [dict(call) for call in done.tool_calls] == [CALLS[0]]
+    assert [dict(block) for block in done.echoed] == [
+        {"type": "tool_call_extra_content", "tool_call_id": "call_a", "extra_content": SIGNED}
+    ]

@@ -134,7 +134,7 @@ async def _assemble(resp: httpx.Response, where: str) -> Completion:
     stop_reason: str | None = None
     model: str | None = None
     finished = False
-    async for name, data in _wire.sse_events(resp):
+    async for name, data in _wire.sse_events(resp, where):
         event = _wire.json_object(data, where)
         kind = event.get("type", name)
         if kind == "error":

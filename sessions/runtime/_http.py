@@ -6,8 +6,10 @@ Retried: 429 and 5xx answers (after `Retry-After` when the server sends one, els
 backoff with full jitter), connect and read timeouts, and connections dropped before the answer
 was whole. Nothing is recorded until a completion is assembled, so a retry never duplicates a
 fact. A whole call, every attempt and wait included, ends by `total_timeout_s`. Cancelling the
-awaiting task closes the response and its connection: the request really stops. `httpx` is
-imported only when a provider first sends something (the `runtime` extra).
+awaiting task closes the response and its connection: the request really stops. Not retried:
+an answer past a bound (a whole body past `ANSWER_BYTES_MAX`, a stream's line or event past
+`sse_line_bytes_max`), which the same server would send again. `httpx` is imported only when a
+provider first sends something (the `runtime` extra).
 
 An API key never leaves this module except in the request header: errors carry the server's
 words with the key scrubbed out, and providers do not show it in their `repr`.

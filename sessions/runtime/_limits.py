@@ -62,3 +62,10 @@ reply_bytes_max: Final = 2 * 1024 * 1024
 which must stay under `event_bytes_max` with its envelope and, in an encrypted session, as
 base64 ciphertext (a third larger); a larger reply fails the prompt (``invalid_reply``) before
 the write would."""
+
+sse_line_bytes_max: Final = 16 * 1024 * 1024
+"""One line of a provider's event stream, and the data of one event (its `data:` lines joined).
+An event carries a piece of the reply, or at most the whole of it (some servers send one chunk):
+a reply the runtime can record (`reply_bytes_max`) fits even JSON-escaped six times over. A
+server that streams one line, or one event, without end is cut off here (``invalid_reply``)
+instead of growing the process's memory until `total_timeout_s`."""

@@ -5,7 +5,9 @@ Runtime parameters map to the request as: `model`, `temperature`, `top_p`, `max_
 field named by `max_tokens_field`), `stop_sequences` -> `stop`, `system_prompt` -> a leading
 system message, `provider_specific` merged into the body last. `top_k` is not part of this API
 and is not sent (put it in `provider_specific` for a server that takes it). Streamed answers are
-assembled into one `Completion`; usage arrives in the stream's last chunk.
+assembled into one `Completion`; usage arrives in the stream's last chunk. A tool call's
+`extra_content` (Gemini's endpoint puts the thought signature there, which the next request must
+return) is kept with the reply (`Completion.echoed`) and sent back on that call unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from sessions.runtime._http import (
     context_refusal,
     read_answer_body,
 )
-from sessions.runtime._providers import Completion, Messages, Params, ToolSpecs
+from sessions.runtime._providers import ECHOED, Completion, Messages, Params, ToolSpecs
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +48,12 @@ CONTEXT_WORDS = (
     "prompt is too long",
 )
 """Words of a 400 answer that refuses the messages as too long, across compatible servers."""
+
+EXTRA = "extra_content"
+"""The field of a tool call that a server wants back on it (Gemini: its thought signature, in
+``extra_content.google.thought_signature``)."""
+EXTRA_BLOCK = "tool_call_extra_content"
+"""The `type` of an echoed block holding one tool call's `extra_content`, by `tool_call_id`."""
 
 
 class OpenAIProvider(HttpProvider):
@@ -123,12 +131,15 @@ class OpenAIProvider(HttpProvider):
         message = choices[0].get("message") or {}
         stop_reason = _stop_reason(choices[0].get("finish_reason"))
         calls = [call for call in message.get("tool_calls") or () if call]
+        finished = _wire.finished_calls(calls, stop_reason == "max_tokens", where, keep=EXTRA)
+        echoed = _extras(finished)  # before the calls are recorded: it takes `extra_content` off
         return Completion(
             text=_wire.text_of(message.get("content")),
             stop_reason=stop_reason,
-            tool_calls=_wire.finished_calls(calls, stop_reason == "max_tokens", where),
+            tool_calls=finished,
             usage=_usage(data.get("usage")),
             model=data.get("model") if isinstance(data.get("model"), str) else None,
+            echoed=echoed,
         )
 
     async def _assemble(self, resp: httpx.Response, where: str) -> Completion:
@@ -138,7 +149,7 @@ class OpenAIProvider(HttpProvider):
         usage: dict[str, int] = {}
         model: str | None = None
         done = False
-        async for _, data in _wire.sse_events(resp):
+        async for _, data in _wire.sse_events(resp, where):
             if data.strip() == "[DONE]":
                 done = True
                 break
@@ -160,16 +171,30 @@ class OpenAIProvider(HttpProvider):
                 "id": slot["id"] or f"call_{uuid7()}",
                 "name": slot["name"],
                 "arguments": "".join(slot["arguments"]),
+                EXTRA: slot[EXTRA],
             }
             for _, slot in sorted(calls.items())
         ]
+        finished = _wire.finished_calls(slots, stop_reason == "max_tokens", where, keep=EXTRA)
+        echoed = _extras(finished)
         return Completion(
             text="".join(text),
             stop_reason=stop_reason,
-            tool_calls=_wire.finished_calls(slots, stop_reason == "max_tokens", where),
+            tool_calls=finished,
             usage=usage,
             model=model,
+            echoed=echoed,
         )
+
+
+def _extras(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `extra_content` of each of `calls` (taken off it: the transcript's call keeps its
+    canonical form) as an echoed block naming the call."""
+    return [
+        {"type": EXTRA_BLOCK, "tool_call_id": call["id"], EXTRA: call.pop(EXTRA)}
+        for call in calls
+        if EXTRA in call
+    ]
 
 
 def _add_delta(delta: dict[str, Any], text: list[str], calls: dict[int, dict[str, Any]]) -> None:
@@ -183,9 +208,11 @@ def _add_delta(delta: dict[str, Any], text: list[str], calls: dict[int, dict[str
         index = part.get("index")
         if not isinstance(index, int):
             index = _indexless_slot(part, function, calls)
-        slot = calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        slot = calls.setdefault(index, {"id": None, "name": "", "arguments": [], EXTRA: None})
         if isinstance(part.get("id"), str) and part["id"]:
             slot["id"] = part["id"]
+        if isinstance(part.get(EXTRA), dict):
+            slot[EXTRA] = part[EXTRA]
         if isinstance(function.get("name"), str) and not slot["name"]:
             slot["name"] = function["name"]
         if isinstance(function.get("arguments"), str):
@@ -276,9 +303,17 @@ def to_openai(
 
 
 def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
+    """The turn, each tool call with the `extra_content` it came with (kept in the reply's
+    metadata under `ECHOED`), as the server that sent it requires."""
     item: dict[str, Any] = {"role": "assistant", "content": _wire.text_of(message.get("content"))}
     calls = [_wire.call_parts(call, where) for call in message.get("tool_calls") or ()]
     if calls:
+        echoed = (message.get("metadata") or {}).get(ECHOED)
+        extras = {
+            block.get("tool_call_id"): block.get(EXTRA)
+            for block in (echoed if isinstance(echoed, list) else ())
+            if isinstance(block, dict) and block.get("type") == EXTRA_BLOCK
+        }
         item["content"] = item["content"] or None
         item["tool_calls"] = [
             {
@@ -288,6 +323,9 @@ def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
             }
             for call_id, name, arguments in calls
         ]
+        for call in item["tool_calls"]:
+            if isinstance(extras.get(call["id"]), dict):
+                call[EXTRA] = extras[call["id"]]
     return item
 
 

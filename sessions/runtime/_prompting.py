@@ -84,10 +84,13 @@ def failure_kind(exc: Exception) -> str:
     """The `prompt_failed` kind of a provider's exception, by its type. ``context_length`` and
     ``transient`` (what the transport retries, still failing once its retries ran out: 429 and
     5xx answers, timeouts, dropped connections and streams) leave the session idle for the caller
-    to try again; anything else (401/403, a bad request, an unreadable answer) is ``provider``
-    and fails it."""
+    to try again; an answer past one of the runtime's bounds (`LimitExceededError`: a stream
+    line past `sse_line_bytes_max`) is ``invalid_reply``, as a reply too large to record is;
+    anything else (401/403, a bad request, an unreadable answer) is ``provider``. Both fail it."""
     if isinstance(exc, ContextLengthError):
         return rt.CONTEXT_LENGTH
+    if isinstance(exc, LimitExceededError):
+        return "invalid_reply"
     if isinstance(exc, (ProviderTimeoutError, ProviderConnectionError)):
         return rt.TRANSIENT
     if isinstance(exc, (TimeoutError, ConnectionError)):  # a provider of the caller's own

@@ -46,8 +46,9 @@ class Completion:
     echoed: Sequence[Mapping[str, Any]] = ()
     """Blocks of the answer that the provider must be sent back, as they came, with this turn
     on the next request (Anthropic's `thinking` and `redacted_thinking` blocks and their
-    signatures, which a tool loop with thinking enabled must return): recorded in the reply's
-    metadata under `ECHOED`, never shown as its text."""
+    signatures, which a tool loop with thinking enabled must return; a tool call's
+    `extra_content` from an OpenAI-compatible server, where Gemini puts its thought signature):
+    recorded in the reply's metadata under `ECHOED`, never shown as its text."""
 
 
 ECHOED = "provider_blocks"

@@ -13,10 +13,13 @@ import base64
 import itertools
 import json
 import mimetypes
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eventlog import LimitExceededError
+from sessions.runtime import _limits
 from sessions.runtime._http import ProviderHTTPError
 
 if TYPE_CHECKING:
@@ -26,27 +29,67 @@ FILE_BYTES_MAX = 32 * 1024 * 1024
 """One attached file read for a model call; the APIs refuse far smaller ones."""
 
 
-async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+async def sse_lines(resp: httpx.Response, where: str) -> AsyncIterator[bytes]:
+    """The lines of a response's body, each without its end (CRLF, CR or LF, as the SSE spec
+    allows). A line longer than `sse_line_bytes_max` raises `LimitExceededError` as soon as
+    that much of it has come: the rest is never read, and memory never holds more of it."""
+    limit = _limits.sse_line_bytes_max
+    held = bytearray()
+    scanned = 0  # held[:scanned] holds no line end
+    async for chunk in resp.aiter_bytes():
+        held += chunk
+        ends = [(m.start(), m.end()) for m in _LINE_END.finditer(held, scanned)]
+        start = 0
+        for first, after in ends:
+            if after == len(held) and held[first:after] == b"\r":
+                break  # a CR at the end of a chunk may be half of a CRLF: wait for more
+            yield bytes(held[start:first])
+            start = after
+        del held[:start]
+        scanned = len(held) - 1 if held.endswith(b"\r") else len(held)
+        if len(held) > limit:
+            raise LimitExceededError(
+                f"{where}: a line of the event stream", "sse_line_bytes_max", limit, len(held)
+            )
+    if held:
+        yield bytes(held.removesuffix(b"\r"))
+
+
+async def sse_events(resp: httpx.Response, where: str) -> AsyncIterator[tuple[str | None, str]]:
     """Server-sent events of a response as ``(event name or None, data)``; multi-line data is
     joined with newlines, comments and other fields skipped. An event the body ends in before
     its blank line is discarded, as the SSE spec says: the stream was cut, and the caller's
-    check for its last event reports the drop (a retry), not half an event as bad JSON."""
+    check for its last event reports the drop (a retry), not half an event as bad JSON. A line,
+    or one event's data, past `sse_line_bytes_max` raises `LimitExceededError`."""
+    limit = _limits.sse_line_bytes_max
     name: str | None = None
-    data: list[str] = []
-    async for line in resp.aiter_lines():
+    data: list[bytes] = []
+    size = 0
+    async for line in sse_lines(resp, where):
         if not line:
             if data:
-                yield name, "\n".join(data)
-            name, data = None, []
+                yield name, b"\n".join(data).decode("utf-8", "replace")
+            name, data, size = None, [], 0
             continue
-        if line.startswith(":"):
+        if line.startswith(b":"):
             continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            name = value
-        elif field == "data":
+        field, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if field == b"event":
+            name = value.decode("utf-8", "replace")
+        elif field == b"data":
             data.append(value)
+            size += len(value) + 1
+            if size > limit:
+                raise LimitExceededError(
+                    f"{where}: the data of one event of the stream",
+                    "sse_line_bytes_max",
+                    limit,
+                    size,
+                )
 
 
 def is_event_stream(resp: httpx.Response) -> bool:
@@ -105,10 +148,13 @@ def call_parts(call: object, where: str) -> tuple[str, str, dict[str, Any]]:
     return call_id, name, arguments_of(raw, where)
 
 
-def finished_calls(calls: Iterable[object], truncated: bool, where: str) -> list[dict[str, Any]]:
+def finished_calls(
+    calls: Iterable[object], truncated: bool, where: str, keep: str | None = None
+) -> list[dict[str, Any]]:
     """Tool calls in the transcript's form. When the model ran out of tokens (`truncated`), a
     call whose arguments are not a whole JSON object was cut off and is dropped, never run: the
-    reply is kept with its stop reason. Otherwise such a call is `ProviderHTTPError`.
+    reply is kept with its stop reason. Otherwise such a call is `ProviderHTTPError`. A call's
+    field named `keep`, when it is a JSON object, stays on it (for the provider to take off).
 
     Ids are made unique within the reply: a call repeated word for word under one id is taken
     once, and another call under an id already used gets the id with ``#2``, ``#3``... after it.
@@ -123,6 +169,8 @@ def finished_calls(calls: Iterable[object], truncated: bool, where: str) -> list
                 continue
             raise
         found: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+        if keep is not None and isinstance(call, Mapping) and isinstance(call.get(keep), Mapping):
+            found[keep] = dict(call[keep])
         if call_id in seen:
             if seen[call_id] == found:
                 continue
