@@ -30,7 +30,7 @@ import lmdb
 
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
 from eventlog._lmdb_errors import reads, translate
-from eventlog._packing import pack, unpack, unpacker
+from eventlog._packing import PACK_MIN_BYTES, pack, unpack, unpacker
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import StorageError
 
@@ -231,8 +231,9 @@ class TreeTxn(LmdbTxnBase):
                 added = txn.put(event_key(first_position), records[0], True, False, True)
                 count = 1
             else:
+                base = _EVENT_BASE  # `event_key` inlined: a call per record shows here
                 items = [
-                    (event_key(position), record)
+                    ((base | position).to_bytes(8, "big"), record)
                     for position, record in enumerate(records, first_position)
                 ]
                 _, count = txn.cursor().putmulti(items, append=True, overwrite=False)
@@ -357,9 +358,9 @@ class PackedTreeTxn(TreeTxn):
     def put_records(
         self, first_position: int, records: Sequence[Buffer], key: bytes, first_version: int
     ) -> None:
-        super().put_records(
-            first_position, [pack(record) for record in records], key, first_version
-        )
+        # `pack` returns a short record as it is: asked here first, it costs no call.
+        packed = [record if len(record) < PACK_MIN_BYTES else pack(record) for record in records]
+        super().put_records(first_position, packed, key, first_version)
 
 
 TXN_TYPES: dict[bytes, type[TreeTxn]] = {FORMAT: TreeTxn, FORMAT_3: PackedTreeTxn}
