@@ -40,6 +40,7 @@ from integrations._langgraph_index import (
     prefixed,
 )
 from sessions import LimitExceededError, SessionStore, UnknownSessionError
+from sessions._collector import collector_paused
 from sessions.aio import AsyncSessionStore
 
 require("langgraph.checkpoint.base", "langgraph")
@@ -66,10 +67,6 @@ THREAD_PREFIX = "lg:"
 def thread_key(thread_id: str) -> str:
     """The sessionlog id of a LangGraph thread."""
     return THREAD_PREFIX + quote(str(thread_id), safe="")
-
-
-def _key_bytes(key: str) -> int:
-    return len(key.encode("utf-8"))
 
 
 class SessionlogSaver(BaseCheckpointSaver[Any]):
@@ -117,7 +114,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         """The thread's index, brought up to date with the store (inside a transaction: with
         what it holds, which no other writer can change until it ends)."""
         key = thread_key(thread_id)
-        if _key_bytes(key) > limits.session_id_bytes_max:
+        if len(key.encode()) > limits.session_id_bytes_max:
             return Thread()  # an id no session can have: nothing was ever stored under it
         summary = self.store.summary(key)
         cached = self._threads.get(key)
@@ -144,7 +141,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         made again on that. Opening the thread's session and the append are one commit, so a
         refused item leaves nothing behind."""
         key = thread_key(thread_id)
-        size = _key_bytes(key)
+        size = len(key.encode())
         if size > limits.session_id_bytes_max:
             raise LimitExceededError(
                 f"SessionlogSaver: thread id {thread_id[:40]!r}, percent-encoded after `lg:`",
@@ -259,6 +256,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.face.call(self._get_tuple, config)
 
+    @collector_paused()  # a checkpoint's thousands of decoded messages hold no cycle
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         with self._lock:
             thread_id = str(config["configurable"]["thread_id"])
@@ -468,7 +466,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
     def _delete_thread(self, thread_id: str) -> None:
         with self._lock:
             self._threads.pop(thread_key(thread_id), None)
-            if _key_bytes(thread_key(thread_id)) > limits.session_id_bytes_max:
+            if len(thread_key(thread_id).encode()) > limits.session_id_bytes_max:
                 return  # no session can have that id
             try:
                 self.store.delete(thread_key(thread_id))
