@@ -71,6 +71,16 @@ def is_tool_result(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "tool" or message.get("tool_call_id") is not None
 
 
+def answers_call(message: Mapping[str, Any]) -> bool:
+    """A tool result in either form: the chat one, or content holding a `tool_result` block
+    (Anthropic's). Compaction never keeps one without the call before it."""
+    content = message.get("content")
+    return is_tool_result(message) or (
+        isinstance(content, list)
+        and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
+    )
+
+
 def visible_text(content: object) -> str:
     """The text of a message's content: the string itself, or its blocks' strings joined by
     newlines (a block is a string, or a dict whose string `TEXT_KEYS` count)."""
@@ -262,7 +272,7 @@ class SessionModel:
             # or only the newest message (with the results answering it) is left.
             while self.tokens(result) > limit:
                 cut = 1
-                while cut < len(result) and is_tool_result(result[cut]):
+                while cut < len(result) and answers_call(result[cut]):
                     cut += 1
                 if cut >= len(result):
                     break
@@ -276,7 +286,7 @@ class SessionModel:
             return [canonical(m) for m in options["custom_compactor"](copy.deepcopy(messages))]
         # The newest keep_last stay; a tool result at the boundary pulls its call in too.
         first_kept = max(len(messages) - options.get("keep_last", KEEP_LAST_DEFAULT), 0)
-        while 0 < first_kept < len(messages) and is_tool_result(messages[first_kept]):
+        while 0 < first_kept < len(messages) and answers_call(messages[first_kept]):
             first_kept -= 1
         older, newer = messages[:first_kept], messages[first_kept:]
         if not older:

@@ -265,3 +265,26 @@ def test_model_compaction_follows_the_documented_rules() -> None:
     masked = model.compacted(history, {"compact_strategy": "observation_mask", "keep_last": 1})
     assert masked[2]["content"] == "[tool output masked: 300 characters]"
     assert model.compacted(history, {"keep_last": 9, "token_threshold": 10_000}) == history
+
+
+def test_model_and_engine_keep_an_anthropic_tool_result_with_its_call() -> None:
+    # A user message holding a tool_result block answers the call before it, as a role-tool
+    # message does: neither the engine nor the model may keep it without that call.
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "run", "input": {}}],
+    }
+    answer = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x" * 300}],
+    }
+    history = [{"role": "user", "content": "q"}, call, answer, {"role": "user", "content": "ok"}]
+    model = SessionModel(count_tokens)
+    with SessionStore.memory(token_counter=count_tokens) as store:
+        sid = store.open_session()
+        store.inject_many(sid, history)
+        store.compact(sid, keep_last=2)  # the boundary falls on the answer: it moves to the call
+        engine = store.snapshot(sid)["transcript"]
+    expected = model.compacted(history, {"keep_last": 2})
+    assert expected == history[1:]
+    assert [canonical(m) for m in engine] == [canonical(m) for m in expected]
