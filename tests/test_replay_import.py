@@ -5,6 +5,7 @@ and a secret on an error's path. Every refusal writes nothing."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -66,6 +67,22 @@ def test_a_bundle_edited_after_export_is_refused_by_its_id() -> None:
     assert "does not match the bundle's content" in str(error)
     with SessionStore.memory() as store:  # the bundle as exported imports
         assert import_bundle(store, signed(bundle)) == "s1"
+
+
+def test_a_bundle_exported_before_the_digest_changed_spelling_still_imports() -> None:
+    # Until 2026-11-25 the id digested JSON written by the standard library, which spells small
+    # and large floats otherwise: such a bundle was not edited, and is not refused as edited.
+    bundle = exported(metadata={"temperature": 1e-07, "budget": 1e22})
+    content = json.dumps(
+        {**bundle, "bundle_id": ""}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    bundle["bundle_id"] = f"bundle_{hashlib.sha256(content.encode()).hexdigest()[:32]}"
+    assert bundle["bundle_id"] != bundle_id(bundle)
+    assert validate_bundle(bundle) == []
+    with SessionStore.memory() as store:
+        assert import_bundle(store, bundle) == "s1"
+    section(bundle)["messages"][0]["content"] = "transfer $10000 to mallory"
+    assert [issue.path for issue in refused(bundle).issues] == ["$.bundle_id"]
 
 
 @pytest.mark.parametrize("mode", ["local", "sanitized", "replay_only"])
