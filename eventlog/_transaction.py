@@ -57,6 +57,17 @@ class Carried(NamedTuple):
     projector_state: ProjectorState | None
 
 
+class Stamp(NamedTuple):
+    """What `Transaction.stamp_next_append` left for the next append."""
+
+    meta: dict[str, Any]
+    digests: tuple[str, ...] = ()
+    """Names of `meta`'s values that are digests of what a caller sent, for a layer that keeps a
+    stream's secrets under a key of its own to key before the append (the engine's sealer)."""
+    stream: str | None = None
+    """The only stream whose key may key them; None: the one the append goes to."""
+
+
 class _EndedTxn:
     """Stands in for the storage transaction of a `Transaction` whose `with` block has ended."""
 
@@ -101,18 +112,46 @@ class Transaction(LogView):
         store's last (`resume`): then no other writer has committed since."""
         self._stored: bool = parent._stored if parent else False
         """Whether a write that surely changes the store has been made (see `carried`)."""
-        self._stamp: dict[str, Any] | None = parent._stamp if parent else None
+        self._stamp: Stamp | None = parent._stamp if parent else None
         self.writes: int = parent.writes if parent else 0
         """Writes begun in this transaction so far (appends, projection writes, commit hooks):
         a caller that ran a block without a savepoint tells by it whether a block that raised
         left anything behind (see `sessions/_group.py`)."""
 
-    def stamp_next_append(self, meta: dict[str, Any] | None) -> None:
+    def stamp_next_append(
+        self,
+        meta: dict[str, Any] | None,
+        *,
+        digests: Sequence[str] = (),
+        stream: str | None = None,
+    ) -> None:
         """Merge `meta` into the meta of the next append of this transaction, once: a layer above
         the commands (a service) marks a request's first event with its idempotency key without
         every command taking a `meta` argument. The next append spends it (one that carries its
-        own idempotency key keeps that key); None clears it."""
-        self._stamp = None if meta is None else dict(check_meta(meta))
+        own idempotency key keeps that key); None clears it.
+
+        `digests` names str values of `meta` that are digests of what a caller sent: a layer that
+        keeps a stream's secrets under a key of its own rewrites them, keyed by it, before the
+        append goes to that stream (the engine does for an encrypted session), and only when it is
+        `stream`, if one is named. This log stores whatever the stamp holds then."""
+        if meta is None:
+            self._stamp = None
+            return
+        checked = dict(check_meta(meta))
+        names = tuple(digests)
+        wrong = [name for name in names if not isinstance(checked.get(name), str)]
+        if wrong:
+            raise InvalidArgumentError(
+                f"stamp_next_append: digests must name str values of meta, got {wrong!r}"
+            )
+        if stream is not None:
+            check_stream(stream)
+        self._stamp = Stamp(checked, names, stream)
+
+    @property
+    def next_stamp(self) -> Stamp | None:
+        """What `stamp_next_append` left for the next append; None when nothing is pending."""
+        return self._stamp
 
     def _load_head(self) -> None:
         txn = self._txn
@@ -146,7 +185,7 @@ class Transaction(LogView):
         events = check_events(events)
         stamp = self._stamp
         if stamp is not None and not (meta and "idempotency_key" in meta):
-            meta = {**(meta or {}), **stamp}
+            meta = {**(meta or {}), **stamp.meta}
         meta = check_meta(meta)
         at = check_time(recorded_at)
         idempotency_key = check_idempotency_key(meta) if meta else None

@@ -4,7 +4,14 @@ honoured.
 
 A retried write (same caller, method, path and key) writes nothing and answers as the first did;
 the same key with another body is a 409. The key is recorded in the first event the write appends,
-in the same commit, so the promise holds across restarts and between worker processes.
+in the same commit, so the promise holds across restarts and between worker processes. What is
+recorded are digests (of the key, scoped to the caller, method and path; of the body); when that
+event goes to an encrypted session the engine keeps them keyed by the session's data key
+(`SessionStore.keyed_digest`), so after `forget` no guess of the key or the body can be checked.
+The key's digest is keyed only when the request's path names that session: a retry must find the
+first attempt before it knows where it wrote. A request that creates a session (an id in its body,
+which a reused key may change, or none) keeps it unkeyed, so a guessed key can still be checked
+after `forget`; its body's digest is keyed by the new session's key all the same.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventlog import LogClosedError, convert
+from eventlog import ForgottenError, LogClosedError, Transaction, convert
 from service import _limits
 from service._access import Caller
 from service._hub import Hub
@@ -45,16 +52,14 @@ class Service:
     past_rebuilds_max: int = _limits.past_rebuilds_max
     """Past states the viewer may rebuild at once (`create_app`'s setting)."""
 
-    async def submit(
-        self, run: Callable[[], Any], *, stamp: dict[str, Any] | None = None, solo: bool = False
-    ) -> Any:
+    async def submit(self, run: Callable[[], Any], *, solo: bool = False) -> Any:
         """`run()` in the store's group commit (`sessions/_group.py`): its own savepoint of a
         commit shared with the requests that arrived together, or, `solo`, a commit of its own
-        (big imports); `stamp` marks its first event. Returns once that commit is durable, so an
-        answer of 2xx always means the write survives a crash. The loop never waits on storage."""
+        (big imports). Returns once that commit is durable, so an answer of 2xx always means the
+        write survives a crash. The loop never waits on storage."""
         if self.stopping:
             raise LogClosedError("the service is stopping; nothing was written")
-        return await self.store._group.submit(run, stamp=stamp, solo=solo)
+        return await self.store._group.submit(run, solo=solo)
 
 
 def service(request: Request) -> Service:
@@ -128,9 +133,12 @@ async def write(
     again: Callable[[Found], Answer],
     raw: bytes = b"",
     solo: bool = False,
+    session_id: str | None = None,
 ) -> Response:
     """Run `act` in the group commit; with an `Idempotency-Key`, a retry answers `again(found)` instead,
-    where `found` is ``(stream, first, last)`` of the first attempt's events."""
+    where `found` is ``(stream, first, last)`` of the first attempt's events. `session_id`: the
+    session the request's path names, to which the write's first event goes (see the module's
+    text); None for a write that creates one."""
     svc = service(request)
     key = request.headers.get("idempotency-key")
     if key is None:
@@ -138,17 +146,23 @@ async def write(
         return respond(data, status)
     scoped, fingerprint = _scoped_key(request, key, raw)
     store = svc.store
+    stamp = {"idempotency_key": scoped, "request_sha256": fingerprint}
+    digests = ("request_sha256",) if session_id is None else tuple(stamp)
 
     def run() -> tuple[Found | None, Answer | None]:
         with store.log.transaction(join=True) as tx:
-            found = tx.appended_with(scoped)
+            found = _first_attempt(store, tx, session_id, scoped)
             if found is None:
-                return None, act()
+                tx.stamp_next_append(stamp, digests=digests, stream=session_id)
+                try:
+                    return None, act()
+                finally:
+                    tx.stamp_next_append(None)
             anchor = tx.anchor[0]
             if found[1] <= anchor:
                 raise _truncated(found, anchor)
             first = tx.event_at(found[1])
-            if first is None or first.meta.get("request_sha256") != fingerprint:
+            if first is None or not _same_body(store, found[0], first.meta, fingerprint):
                 raise HTTPProblem(
                     409,
                     "idempotency-key-reused",
@@ -156,13 +170,41 @@ async def write(
                 )
             return found, None
 
-    stamp = {"idempotency_key": scoped, "request_sha256": fingerprint}
-    found, answer = await svc.submit(run, stamp=stamp, solo=solo)
+    found, answer = await svc.submit(run, solo=solo)
     if found is None:
         assert answer is not None
         return respond(answer[1], answer[0])
     status, data = await read(again, found)
     return respond(data, status, {"idempotent-replayed": "true"})
+
+
+def _first_attempt(
+    store: SessionStore, tx: Transaction, session_id: str | None, scoped: str
+) -> Found | None:
+    """Where the first attempt of a request whose key's digest is `scoped` wrote: looked up under
+    the session's key when it is encrypted, then as it is (a plain session's, one a request that
+    names no session made, or one written before digests were keyed)."""
+    keyed = None
+    if session_id is not None:
+        try:
+            keyed = store.keyed_digest(session_id, scoped)
+        except ForgottenError:
+            pass  # its key is gone, and every digest keyed by it: the write itself refuses it
+    if keyed is not None:
+        found = tx.appended_with(keyed)
+        if found is not None:
+            return found
+    return tx.appended_with(scoped)
+
+
+def _same_body(store: SessionStore, stream: str, meta: dict[str, Any], fingerprint: str) -> bool:
+    """Whether the first attempt, whose first event went to `stream` with `meta`, carried the body
+    whose digest is `fingerprint`: as it is, or keyed by that session's key when it is encrypted."""
+    stored = meta.get("request_sha256")
+    if stored == fingerprint:
+        return True
+    keyed = store.keyed_digest(stream, fingerprint)
+    return keyed is not None and stored == keyed
 
 
 def _truncated(found: Found, anchor: int) -> HTTPProblem:

@@ -217,20 +217,24 @@ async def patch_session(request: Request) -> Response:
         if changes:
             store.update_metadata(sid, sets, remove=removed)
 
-    return await _change(request, change, lambda: _resource(store, sid), raw)
+    return await _change(request, sid, change, lambda: _resource(store, sid), raw)
 
 
 async def _change(
-    request: Request, change: Callable[[], object], answer: Callable[[], Any], raw: bytes = b""
+    request: Request,
+    sid: str,
+    change: Callable[[], object],
+    answer: Callable[[], Any],
+    raw: bytes = b"",
 ) -> Response:
     """Run `change` on the writer and answer 200 with `answer()`; a retry with the same
-    `Idempotency-Key` answers `answer()` and changes nothing."""
+    `Idempotency-Key` answers `answer()` and changes nothing. `change` writes to session `sid`."""
 
     def act() -> Answer:
         change()
         return 200, answer()
 
-    return await write(request, act, again=lambda _: (200, answer()), raw=raw)
+    return await write(request, act, again=lambda _: (200, answer()), raw=raw, session_id=sid)
 
 
 async def close_session(request: Request) -> Response:
@@ -239,7 +243,7 @@ async def close_session(request: Request) -> Response:
     status: Any = body.status if body.status is not None else body.reason
 
     return await _change(
-        request, lambda: store.close_session(sid, status), lambda: _resource(store, sid), raw
+        request, sid, lambda: store.close_session(sid, status), lambda: _resource(store, sid), raw
     )
 
 
@@ -251,7 +255,7 @@ async def delete_session(request: Request) -> Response:
         store.delete(sid, reason=reason)
         return 204, None
 
-    return await write(request, act, again=lambda _: (204, None))
+    return await write(request, act, again=lambda _: (204, None), session_id=sid)
 
 
 async def fork_session(request: Request) -> Response:
@@ -360,7 +364,7 @@ async def inject(request: Request) -> Response:
         count = sum(len(getattr(e.data, "messages", ())) or 1 for e in events)
         return 201, _injected(sid, count, store.length(sid), found[1], found[2])
 
-    return await write(request, act, again=again, raw=raw)
+    return await write(request, act, again=again, raw=raw, session_id=sid)
 
 
 def _injected(sid: str, count: int, length: int, first: int | None, last: int | None) -> Any:
@@ -385,7 +389,7 @@ async def trim(request: Request) -> Response:
             event = view.event_at(found[1])
         return 200, {"session_id": sid, "kept": getattr(event and event.data, "kept_count", 0)}
 
-    return await write(request, act, again=again, raw=raw)
+    return await write(request, act, again=again, raw=raw, session_id=sid)
 
 
 async def compact(request: Request) -> Response:
@@ -395,14 +399,15 @@ async def compact(request: Request) -> Response:
     def act() -> Answer:
         return 200, {"session_id": sid, "kept": store.compact(sid, **options)}
 
-    return await write(
-        request, act, again=lambda _: (200, {"session_id": sid, "kept": store.length(sid)}), raw=raw
-    )
+    def again(_: Found) -> Answer:
+        return 200, {"session_id": sid, "kept": store.length(sid)}
+
+    return await write(request, act, again=again, raw=raw, session_id=sid)
 
 
 async def reset(request: Request) -> Response:
     store, _, sid = await _visible(request, "reset")
-    return await _change(request, lambda: store.reset(sid), lambda: _resource(store, sid))
+    return await _change(request, sid, lambda: store.reset(sid), lambda: _resource(store, sid))
 
 
 # Scratchpad
@@ -447,7 +452,7 @@ async def put_scratchpad(request: Request) -> Response:
         else:
             store.set_scratchpad(sid, body.scratchpad, opts)
 
-    return await _change(request, change, lambda: _scratchpad(store, sid), raw)
+    return await _change(request, sid, change, lambda: _scratchpad(store, sid), raw)
 
 
 # Live clients
@@ -476,7 +481,7 @@ async def client_action(request: Request) -> Response:
     options, raw = await read_json(request, dict[str, Any])
 
     return await _change(
-        request, lambda: verb(sid, client_id, options), lambda: _clients(store, sid), raw
+        request, sid, lambda: verb(sid, client_id, options), lambda: _clients(store, sid), raw
     )
 
 
@@ -495,7 +500,7 @@ async def client_prompt(request: Request) -> Response:
     def again(found: Found) -> Answer:
         return 201, _injected(sid, 1, store.length(sid), found[1], found[2])
 
-    return await write(request, act, again=again, raw=raw)
+    return await write(request, act, again=again, raw=raw, session_id=sid)
 
 
 async def client_permission(request: Request) -> Response:
@@ -508,7 +513,11 @@ async def client_permission(request: Request) -> Response:
         return 200, {"session_id": sid, **routed}
 
     return await write(
-        request, act, again=lambda _: (200, {"session_id": sid, "ok": True}), raw=raw
+        request,
+        act,
+        again=lambda _: (200, {"session_id": sid, "ok": True}),
+        raw=raw,
+        session_id=sid,
     )
 
 

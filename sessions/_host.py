@@ -69,12 +69,38 @@ def append(
     with `new`, only if the stream does not exist yet (`ConcurrencyError` otherwise). `checked`:
     every field of every event already holds exactly its declared, immutable type (see
     `Transaction.append`). A store with keys passes its `sealer`: the content of an encrypted
-    session's events is sealed here, on the one way in (`sessions/_seal.py`)."""
+    session's events is sealed here, on the one way in (`sessions/_seal.py`), and so are the
+    digests a stamp on the transaction names (`key_stamp`)."""
     if sealer is not None and events:
         events = sealer.seal(tx, stream, list(events))
+        key_stamp(tx, sealer.keyring, stream, events[0])
     return tx.append(
         stream, events, expected_version=NO_STREAM if new else ANY, meta=meta, checked=checked
     )
+
+
+def key_stamp(tx: Transaction, keyring: Keyring, stream: str, first: ev.Event) -> None:
+    """Key the digests the transaction's pending stamp names (`Transaction.stamp_next_append`)
+    when its append goes to an encrypted session (`stream`, starting with `first`): each is kept
+    as its digest under the session's data key (`Keyring.keyed`), as a caller's idempotency key
+    is, so a retry that keys its own the same way finds it while the key lives, and once `forget`
+    destroys the key no guess of what the caller sent can be checked against it."""
+    stamp = tx.next_stamp
+    if stamp is None or not stamp.digests or stamp.stream not in (None, stream):
+        return
+    if isinstance(first, (ev.SessionOpened, ev.SessionForked)):
+        slot = first.key_slot  # a session this append creates: its key is new
+    else:
+        state = pj.load_state(tx, stream)
+        slot = 0 if state is None else state.key_slot
+    if not slot:
+        return  # a plain session keeps the stamp as it is
+    keyed: dict[str, Any] = {}
+    for name in stamp.digests:
+        keyed[name] = keyring.keyed(slot, stamp.meta[name], "write")
+        if keyed[name] is None:
+            raise ForgottenError(stream, "write")
+    tx.stamp_next_append({**stamp.meta, **keyed})
 
 
 class Command:

@@ -57,6 +57,15 @@ def check_session_id(session_id: object, *, where: str) -> str:
     return session_id
 
 
+def possible_id(session_id: object) -> str | None:
+    """`session_id` if some session could have it, else None: the tolerant queries (`exists`,
+    `snapshot`, `ancestry`) answer "no such session" for ids no session can have."""
+    try:
+        return check_session_id(session_id, where="query")
+    except InvalidArgumentError:
+        return None
+
+
 def current_id() -> str | None:
     """The session being driven: inside a subscriber callback, or inside `store.driving(id)`."""
     stack = _current.get()

@@ -18,7 +18,7 @@ from eventlog.errors import ForgottenError
 from sessions._checks import check_count, client_dict, iso
 from sessions._host import SessionHost, readable
 from sessions._hot import Hot
-from sessions._ids import check_session_id
+from sessions._ids import check_session_id, possible_id
 from sessions._messages import to_dicts
 from sessions._seal import SEALED_TEXT, Sealer
 
@@ -28,7 +28,7 @@ class QueryVerbs(SessionHost):
 
     def exists(self, session_id: object) -> bool:
         """Whether `session_id` names an open session (never raises for unknown ids)."""
-        sid = _possible_id(session_id)
+        sid = possible_id(session_id)
         if sid is None:
             return False
         with self.log.view() as view:
@@ -224,19 +224,10 @@ class QueryVerbs(SessionHost):
         return {"sessions": page, "next_cursor": last if more else None}
 
 
-def _possible_id(session_id: object) -> str | None:
-    """`session_id` if some session could have it, else None: the tolerant queries (`exists`,
-    `snapshot`, `ancestry`) answer "no such session" for ids no session can have."""
-    try:
-        return check_session_id(session_id, where="query")
-    except InvalidArgumentError:
-        return None
-
-
 def _readable_state(view: LogView, session_id: object) -> pj.SessionState | None:
     """The state of a session the tolerant queries may read (a closed one too); None for an
     unknown or deleted id, or one no session can have."""
-    sid = _possible_id(session_id)
+    sid = possible_id(session_id)
     if sid is None:
         return None
     state = pj.load_state(view, sid)

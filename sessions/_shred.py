@@ -1,4 +1,5 @@
-"""Forgetting on purpose: `forget` destroys a session's data key; `rotate_keys` re-wraps them all.
+"""Forgetting on purpose: `forget` destroys a session's data key; `rotate_keys` re-wraps them all;
+`keyed_digest` keys a caller's digest by a session's key, so `forget` takes that with it too.
 
 `forget` is crash-safe in three steps, each synced before the next: the keyring's header names the
 slot being destroyed; the `session_forgotten` event commits; the slot is zeroed and the mark
@@ -14,6 +15,7 @@ import projections as pj
 from eventlog import (
     ConcurrencyError,
     EventLog,
+    ForgottenError,
     InvalidArgumentError,
     Transaction,
     UnknownSessionError,
@@ -21,7 +23,7 @@ from eventlog import (
 from eventlog import events as ev
 from sessions._checks import check_text
 from sessions._host import SessionHost, append
-from sessions._ids import check_session_id
+from sessions._ids import check_session_id, possible_id
 from sessions._keyring import FileSlots, Keyring, Slots
 from sessions._keys import KeyProvider
 
@@ -130,6 +132,32 @@ class ShredVerbs(SessionHost):
         with self.log.transaction() as tx:
             _finish(tx, keyring)
         self._forget_cached()
+
+    def keyed_digest(self, session_id: object, text: str) -> str | None:
+        """`text`, a digest of what a caller sent, as a write to `session_id` keeps the digests
+        its stamp names (`Transaction.stamp_next_append`): keyed by the session's data key when
+        the session is encrypted, so a retry that keys its own finds the first attempt's while
+        the key lives, and nothing can be checked against it after `forget`. None when
+        `session_id` names no encrypted session (a plain one, none, or no session id at all):
+        such a stamp is kept as it is. `ForgottenError` once the session was forgotten;
+        `MissingKeyError` in a store opened without its keys. Inside `store.transaction()` it
+        reads that transaction's view."""
+        verb = "keyed_digest"
+        if not isinstance(text, str) or not text:
+            raise InvalidArgumentError(
+                f"{verb}: `text` must be a non-empty str, got {type(text).__name__}", where=verb
+            )
+        sid = possible_id(session_id)
+        if sid is None:
+            return None
+        with self.log.view() as view:  # inside `store.transaction()`, the transaction's view
+            state = pj.load_state(view, sid)
+        if state is None or not state.key_slot:
+            return None
+        keyed = None if state.forgotten else self._keyring.keyed(state.key_slot, text, verb)
+        if keyed is None:
+            raise ForgottenError(sid, verb, state.forgotten_reason)
+        return keyed
 
     def rotate_keys(self, new: KeyProvider) -> int:
         """Re-wrap every data key under the key-encryption key of `new` and use it from now on;

@@ -2,6 +2,7 @@
 
 The server is the command a user runs (uvicorn, the CLI's flags, keys from the environment); the
 tests talk to it over HTTP only, and may kill it (SIGKILL) and start it again on the same store.
+`serving(app)` runs an app the test built itself (over a store it holds) in a thread instead.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 from service.client import Client
 
@@ -92,3 +98,21 @@ class Server:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """`app` on a uvicorn server in a thread, until the block ends; yields its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -2,11 +2,13 @@
 cancelled prompt's reason is sealed like an error text; an idempotency key is stored as a digest
 keyed by the session's data key, so retries still find it while the session lives and nothing
 tells the key's text once the key is destroyed. Close reasons stay readable, as the README's
-caveats say. Events written before keys were digested still read, rebuild and deduplicate."""
+caveats say. Events written before keys were digested still read, rebuild and deduplicate. The
+digests a stamp names (the HTTP service's) are kept the same way."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -14,7 +16,13 @@ import pytest
 
 import projections as pj
 from eventlog import events as ev
-from sessions import ForgottenError, LocalKeyProvider, SessionStore
+from sessions import (
+    ForgottenError,
+    InvalidArgumentError,
+    LocalKeyProvider,
+    MissingKeyError,
+    SessionStore,
+)
 from sessions._keyring import Keyring
 from sessions._seal import SEALED_TEXT
 from sessions.runtime import PromptCancelledError, Runtime
@@ -134,3 +142,69 @@ def test_plain_keys_written_before_still_read_rebuild_and_deduplicate(
         store.inject(sid, {"role": "user", "content": "a"}, idempotency_key="old-key")
         assert store.log.head == head
         assert store.messages(sid) == [{"role": "user", "content": "a"}]
+
+
+def test_a_stamps_digests_are_kept_keyed_by_the_session_they_mark(tmp_path: Path) -> None:
+    """The digests a stamp names (a service's request key and body fingerprint) are stored keyed
+    by the key of the encrypted session whose event they mark (a session the write creates too),
+    as `keyed_digest` keys them for a retry, in this store instance or another; a plain session
+    and a session other than the one the stamp names keep them as they are; after `forget` no
+    file holds them and none can be made."""
+    path = tmp_path / "s"
+    with SessionStore.open(path) as plain_store:
+        plain_store.open_session("p")  # written before the store had keys: stays plain
+    key_text, body_text = "req-key-secret-7f3a", "req-body-secret-7f3a"
+
+    def stamped(
+        store: SessionStore,
+        key: str,
+        stream: str | None,
+        write: Callable[[], object],
+        digests: tuple[str, ...] = ("idempotency_key", "request_sha256"),
+    ) -> dict[str, object]:
+        with store.transaction():
+            tx = store.log.current_transaction()
+            assert tx is not None
+            stamp = {"idempotency_key": key, "request_sha256": body_text}
+            tx.stamp_next_append(stamp, digests=digests, stream=stream)
+            head = tx.head
+            write()
+        [first] = store.log.read(after=head, limit=1)
+        return dict(first.meta)
+
+    said = {"role": "user", "content": "a"}
+    with SessionStore.open(path, keys=KEY) as store:
+        sid = store.open_session("e")
+        meta = stamped(store, key_text, "e", lambda: store.inject(sid, said))
+        assert meta == {
+            "idempotency_key": store.keyed_digest(sid, key_text),
+            "request_sha256": store.keyed_digest(sid, body_text),
+        }
+        assert body_text not in meta.values()
+        made = stamped(store, "k2", None, lambda: store.open_session("n"), ("request_sha256",))
+        assert made["idempotency_key"] == "k2"  # not named: left as it is
+        assert made["request_sha256"] == store.keyed_digest("n", body_text)
+        assert made["request_sha256"] != meta["request_sha256"]  # another session, another key
+        elsewhere = stamped(store, "k3", "e", lambda: store.inject("n", said))
+        assert elsewhere["request_sha256"] == body_text  # not the named session: left as it is
+        assert stamped(store, "k4", "p", lambda: store.inject("p", said)) == {
+            "idempotency_key": "k4",
+            "request_sha256": body_text,
+        }
+        assert [store.keyed_digest(s, body_text) for s in ("p", "none", " bad")] == [None] * 3
+        with pytest.raises(InvalidArgumentError):
+            store.keyed_digest(sid, "")
+        kept = store.keyed_digest(sid, body_text)
+    with SessionStore.open(path, keys=KEY) as again:  # another instance derives the same key
+        assert again.keyed_digest(sid, body_text) == kept
+    with SessionStore.open(path) as keyless, pytest.raises(MissingKeyError):
+        keyless.keyed_digest(sid, body_text)
+    with SessionStore.open(path, keys=KEY) as store:
+        store.forget(sid)
+        store.forget("n")
+        with pytest.raises(ForgottenError):
+            store.keyed_digest(sid, body_text)
+        assert store.log.verify().ok
+        left = [e.stream for e in store.log.read() if body_text in e.meta.values()]
+        assert left == ["n", "p"]  # the two stamps left as they were
+    assert key_text.encode() not in every_byte(path)

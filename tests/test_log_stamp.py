@@ -55,4 +55,24 @@ def test_bad_stamps_and_keys_are_refused(log: EventLog) -> None:
             tx.stamp_next_append({"x": "y" * 10_000})
         with pytest.raises(InvalidArgumentError):
             tx.appended_with("")
+        for digests in (["absent"], ["n"]):  # a digest is a str value of the stamp
+            with pytest.raises(InvalidArgumentError, match="digests must name str values"):
+                tx.stamp_next_append({"idempotency_key": "k", "n": 1}, digests=digests)
+        with pytest.raises(InvalidArgumentError):
+            tx.stamp_next_append({"idempotency_key": "k"}, digests=["idempotency_key"], stream="")
+        assert tx.next_stamp is None
     assert log.head == 0
+
+
+def test_the_log_stores_named_digests_as_they_are(log: EventLog) -> None:
+    """The log itself keys nothing: `digests` and `stream` are for the layer above (the engine
+    keys them for an encrypted session); what the stamp holds at the append is what is stored."""
+    with log.transaction() as tx:
+        stamp = {"idempotency_key": "k", "request_sha256": "ab"}
+        tx.stamp_next_append(stamp, digests=["request_sha256"], stream="s")
+        pending = tx.next_stamp
+        assert pending is not None
+        assert (pending.digests, pending.stream) == (("request_sha256",), "s")
+        tx.append("s", [said("a")], expected_version=ANY)
+        assert tx.next_stamp is None
+    assert log.read()[0].meta == {"idempotency_key": "k", "request_sha256": "ab"}

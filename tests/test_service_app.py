@@ -4,17 +4,13 @@ bad settings are refused before anything starts."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,25 +19,7 @@ from eventlog import InvalidArgumentError
 from service import create_app
 from service._serve import retention_policy
 from sessions import DirectorySink, RetentionPolicy, SessionStore
-from tests._service import free_port, new_key
-
-
-@contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """`app` on a uvicorn server in a thread, until the block ends; yields its URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
+from tests._service import new_key, serving
 
 
 @pytest.fixture
