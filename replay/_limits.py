@@ -41,3 +41,9 @@ agent_log_memory_file_ratio: Final = 3
 """What importing one JSONL log may hold, as a multiple of its size (at least
 `seed_memory_floor_bytes`): the messages kept (re-encoded, about the size of their source) plus
 the objects the next line will decode into, estimated before decoding it."""
+
+agent_log_first_line_slots_max: Final = 8
+"""Session ids tried for one line-format log by default: the digest of its first line names the
+first, and each other log sharing that first line (a copy that went its own way, a resumed
+session repeating its summary line) takes the next. Each try is one lookup, so this bounds the
+work of finding an earlier import; past it the file must be given a `session_id`."""

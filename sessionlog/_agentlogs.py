@@ -77,10 +77,17 @@ def _rows(files: list[ImportedFile]) -> list[tuple[object, ...]]:
                 sum(s.messages for s in found.sessions),
                 sum(c.get("tool_calls", 0) for c in counts),
                 sum(c.get("unknown_records", 0) for c in counts),
-                "yes" if found.written else "already imported",
+                _new(found),
             )
         )
     return rows
+
+
+def _new(found: ImportedFile) -> str:
+    if found.updated:  # an earlier import of the log, grown since
+        gained = sum(s.appended - s.replaced for s in found.sessions)
+        return f"grew: +{gained:,} messages"
+    return "yes" if found.written else "already imported"
 
 
 def _file_dict(found: ImportedFile) -> dict[str, Any]:
@@ -91,6 +98,7 @@ def _file_dict(found: ImportedFile) -> dict[str, Any]:
         "records": found.records,
         "blake3": found.blake3,
         "written": found.written,
+        "updated": found.updated,
         "skipped_lines": [list(item) for item in found.skipped_lines],
         "sessions": [
             {
@@ -99,6 +107,8 @@ def _file_dict(found: ImportedFile) -> dict[str, Any]:
                 "messages": s.messages,
                 "roles": dict(s.roles),
                 "counts": dict(s.counts),
+                "appended": s.appended,
+                "replaced": s.replaced,
             }
             for s in found.sessions
         ],

@@ -8,6 +8,7 @@ format's samples are cut to a few dozen lines first, to keep an example fast.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -136,11 +137,14 @@ def skip_damage(store: SessionStore, fmt: str, path: Path) -> None:
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
 def test_damage_gives_a_matching_import_or_a_typed_error(tmp_path: Path, fmt: str) -> None:
     original = sample_bytes(fmt)
-    with SessionStore.open(tmp_path / "store") as store:
+    examples = itertools.count()
 
-        @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-        @given(data=damaged(original))
-        def run(data: bytes) -> None:
+    @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(data=damaged(original))
+    def run(data: bytes) -> None:
+        # A store of its own for each example: each is another file, and one file rewritten
+        # under its name is refused by a store that imported it (test_agent_logs_growth).
+        with SessionStore.open(tmp_path / f"store-{next(examples)}") as store:
             path = tmp_path / f"log{SAMPLES[fmt].suffix}"
             path.write_bytes(data)
             head = store.log.head
@@ -156,7 +160,7 @@ def test_damage_gives_a_matching_import_or_a_typed_error(tmp_path: Path, fmt: st
             event("imported")
             check_import(store, fmt, path, result)
 
-        run()
+    run()
 
 
 def test_a_message_the_engine_refuses_is_reported_at_its_record(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ CLAUDE_LOG = (
     ROOT
     / "tests/fixtures/agent-logs/claude-code/sample-project/5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"
 )
-CLAUDE_MAIN = "claude-code-a49e56653b0e387732a88ad4d1b929d5"
+CLAUDE_MAIN = "claude-code-dfe08cd71c5d7cc1b99faedc065c98c8"  # the blake3 of the log's first line
 XSS = [
     '<img src=x onerror="window.__xss=1">',
     "<script>window.__xss=2</script>",

@@ -7,7 +7,6 @@ the content when asked to), and commits each file atomically and idempotently.
 from replay.agentlogs._common import KIND, AgentLogError, NotAnAgentLogError
 from replay.agentlogs._verb import (
     FORMATS,
-    AgentLogConflictError,
     AgentLogImport,
     ImportedFile,
     ImportedSession,
@@ -16,6 +15,7 @@ from replay.agentlogs._verb import (
     detect_format,
     import_agent_log,
 )
+from replay.agentlogs._write import AgentLogConflictError
 
 __all__ = [
     "FORMATS",

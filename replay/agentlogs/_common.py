@@ -131,7 +131,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
     with file:
         source.size = size = os.fstat(file.fileno()).st_size
         budget = max(_limits.agent_log_memory_file_ratio * size, _limits.seed_memory_floor_bytes)
-        number = 0
+        number = read = 0
         update, held_of = source.digest.update, source.held
         while True:
             try:
@@ -141,6 +141,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
             if not line:
                 break
             number += 1
+            read += len(line)
             update(line)
             if source.progress is not None and number % _PROGRESS_LINES == 0:
                 source.progress(file.tell(), size)
@@ -177,6 +178,7 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
             else:
                 source.damaged(number, f"expected a JSON object, got {json_type_name(value)}")
     source.number = None
+    source.size = read  # what the digest is of: a live log may have grown while it was read
     if source.progress is not None:
         source.progress(size, size)
 

@@ -37,7 +37,8 @@ class Kept:
         self.buffer += _pack(message)
         self.ends.append(len(self.buffer))
 
-    def _packed(self, index: int) -> bytes:
+    def packed(self, index: int) -> bytes:
+        """The kept message `index`, packed, with its patch applied."""
         start = self.ends[index - 1] if index else 0
         data = bytes(self.buffer[start : self.ends[index]])
         patch = self.patches.get(index)
@@ -49,14 +50,16 @@ class Kept:
 
     def line_of(self, index: int) -> int | None:
         """The first line the kept message `index` was read from."""
-        lines = msgspec.msgpack.decode(self._packed(index))["metadata"]["source"]["lines"]
+        lines = msgspec.msgpack.decode(self.packed(index))["metadata"]["source"]["lines"]
         return lines[0] if lines else None
 
-    def batches(self, count_max: int, bytes_max: int) -> Iterator[tuple[int, PackedMessages]]:
-        """(index of its first message, the batch) of consecutive kept messages: up to
-        `count_max` of them, ending with the first that brings the batch to `bytes_max`."""
+    def batches(
+        self, count_max: int, bytes_max: int, start: int = 0
+    ) -> Iterator[tuple[int, PackedMessages]]:
+        """(index of its first message, the batch) of consecutive kept messages from `start`:
+        up to `count_max` of them, ending with the first that brings the batch to `bytes_max`."""
         ends, total = self.ends, len(self.ends)
-        first = 0
+        first = start
         while first < total:
             base = ends[first - 1] if first else 0
             stop = min(total, first + count_max)
@@ -67,7 +70,7 @@ class Kept:
             else:
                 parts, at = bytearray(), []
                 for index in range(first, last):
-                    parts += self._packed(index)
+                    parts += self.packed(index)
                     at.append(len(parts))
                 yield first, PackedMessages(bytes(parts), at)
             first = last

@@ -2,8 +2,9 @@
 
 Owns the options, the choice of format (`auto` looks at the content, never the name), and the
 commit: one transaction per file (its session and any subagent sessions), so a refused file
-leaves nothing. The default session id is derived from the file's blake3, so importing the same
-file again finds it and writes nothing.
+leaves nothing. The default session id of a line-format log is derived from its first line, which
+appending never changes, so importing it again finds the earlier import: unchanged, it writes
+nothing; grown, `_write.update` brings it up to date. A document's is derived from its blake3.
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from eventlog import limits
 from replay import _limits
 from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
 from replay.agentlogs._common import (
     KIND,
     AgentLogError,
-    Built,
     NotAnAgentLogError,
     Parsed,
     Progress,
@@ -30,7 +29,16 @@ from replay.agentlogs._common import (
     restored_records,
 )
 from replay.agentlogs._decode import decode_line
-from sessions import InvalidArgumentError, SessionExistsError, SessionStore
+from replay.agentlogs._write import (
+    AgentLogConflictError,
+    Written,
+    create,
+    first_line_digest,
+    grown_from,
+    rewritten,
+    update,
+)
+from sessions import InvalidArgumentError, SessionStore
 from sessions._collector import collector_paused
 
 _VERB = "import_agent_log"
@@ -43,17 +51,16 @@ _OPTIONS = frozenset(("skip_bad_lines", "recursive"))
 _SUFFIXES = (".jsonl", ".json", ".traj")
 _SNIFF_BYTES = 256 * 1024
 _SNIFF_LINES = 8
-_TITLE_CHARS_MAX = 120
-_PROMPT_CHARS_MAX = 4000  # the summary's copy; the message itself keeps every character
-
-
-class AgentLogConflictError(SessionExistsError):
-    """The session id an import would use already holds a session from another source."""
+_NOTHING = Written(appended=0)
 
 
 @dataclass(frozen=True, slots=True)
 class ImportedSession:
-    """One session an import created (or found already there: `written` false)."""
+    """One session an import created, brought up to date (its log grew since an earlier
+    import), or found already there (`written` false). `messages` is its length now;
+    `appended` how many messages this import added to it, of which `replaced` took the place
+    of as many an earlier import had stored (rewound, as lines appended since changed them: the
+    records after the last message, a streamed part of it, the answer to its call)."""
 
     session_id: str
     parent_id: str | None
@@ -61,12 +68,15 @@ class ImportedSession:
     roles: Mapping[str, int]
     counts: Mapping[str, int]
     written: bool
+    appended: int = 0
+    replaced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ImportedFile:
     """What one file became: its format (and whether `auto` chose it), its sessions, the lines
-    skipped as damaged (with `skip_bad_lines`), and its digest."""
+    skipped as damaged (with `skip_bad_lines`), its digest, and whether it `updated` the
+    sessions of an earlier import of the same log, which has grown by appended lines since."""
 
     path: str
     format: str
@@ -76,6 +86,7 @@ class ImportedFile:
     blake3: str
     skipped_lines: tuple[tuple[int, str], ...] = ()
     subagent_files: tuple[str, ...] = ()  # subagents' own files, imported with it
+    updated: bool = False
 
     @property
     def written(self) -> bool:
@@ -108,9 +119,12 @@ def import_agent_log(
 
     `format` is one of `FORMATS` or `auto` (chosen from the content; `ImportedFile.detected`
     says so). `session_id` names the main session of a single file (subagent sessions get it
-    with a suffix); by default it is derived from the file's blake3, which makes a second import
-    of the same file write nothing. Options: `skip_bad_lines` (keep going past damaged lines,
-    reporting each), `recursive` (descend into subfolders). A damaged line, a file past a bound
+    with a suffix); by default it is derived from the first line of a JSONL log (from the
+    whole file's blake3 for a JSON document), so a second import of the same file writes
+    nothing, and one of a log grown by appended lines since brings the earlier import up to
+    date (`ImportedFile.updated`, `ImportedSession.appended`); a log rewritten since raises
+    `AgentLogConflictError`, writing nothing. Options: `skip_bad_lines` (keep going past
+    damaged lines, reporting each), `recursive` (descend into subfolders). A damaged line, a file past a bound
     or a refused message raises `AgentLogError` naming file:line, and that file writes nothing.
     In a folder, files before it stay imported; files that are not agent logs are listed in
     `not_agent_logs`, as are entries named like logs that are not readable regular files.
@@ -266,11 +280,6 @@ def _import_file(
             lambda file: Source(file, skip_bad_lines=skip_bad_lines, progress=progress),
         )
     digest = source.digest.hexdigest()
-    main_id = session_id or f"{name}-{digest[:32]}"
-    ids = {
-        built.key: main_id if index == 0 else f"{main_id}.{built.key}"
-        for index, built in enumerate(parsed.sessions)
-    }
     about = {
         "kind": KIND,
         "format": name,
@@ -284,7 +293,9 @@ def _import_file(
     }
     if source.skipped:
         about["skipped_lines"] = [[line, why] for line, why in source.skipped]
-    written = _commit(store, path, parsed, ids, about)
+    lines = _BY_NAME[name] in _LINE_FORMATS
+    ids, written, updated = _commit(store, path, parsed, about, session_id, lines)
+    main_id = next(iter(ids.values()))
     sessions = tuple(
         ImportedSession(
             session_id=ids[built.key],
@@ -292,7 +303,9 @@ def _import_file(
             messages=built.length,
             roles=dict(built.roles),
             counts=dict(built.counts),
-            written=written,
+            written=ids[built.key] in written,
+            appended=written.get(ids[built.key], _NOTHING).appended,
+            replaced=written.get(ids[built.key], _NOTHING).replaced,
         )
         for index, built in enumerate(parsed.sessions)
     )
@@ -305,85 +318,71 @@ def _import_file(
         blake3=digest,
         skipped_lines=tuple(source.skipped),
         subagent_files=tuple(parsed.files),
+        updated=updated,
     )
 
 
-def _open_options(built: Built, about: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
-    own = {
-        **about,
-        "session_key": built.key,
-        "models": built.models,
-        "counts": dict(built.counts),
-        "roles": dict(built.roles),
-        "first_prompt": (built.first_prompt or "")[:_PROMPT_CHARS_MAX] or None,
-        "files_written": built.files_written,
-        "unknown_field_names": built.unknown_fields,
-        **built.info,
-    }
-    if built.key == next(iter(ids)):
-        own["children"] = [sid for key, sid in ids.items() if key != built.key]
-    title = built.title
-    if title is not None:
-        title = " ".join(title.split())[:_TITLE_CHARS_MAX] or None
-    spawn = None
-    if built.spawn_ref is not None:
-        spawn = {**built.spawn_ref, "session_id": ids[built.spawn_ref["session"]]}
-        del spawn["session"]
+def _ids(parsed: Parsed, main_id: str) -> dict[str, str]:
     return {
-        "metadata": {"agent_log": own},
-        "system_prompt": built.system_prompt,
-        "title": title,
-        "agent_id": about["format"],
-        "parent_spawn_ref": spawn,
+        built.key: main_id if index == 0 else f"{main_id}.{built.key}"
+        for index, built in enumerate(parsed.sessions)
     }
+
+
+def _held(store: SessionStore, sid: str) -> dict[str, Any] | None:
+    """The `agent_log` metadata of the session `sid` (empty when it was not imported); None
+    when there is no such session."""
+    if not store.exists(sid):
+        return None
+    summary = store.summary(sid) or {}
+    held = (summary.get("metadata") or {}).get("agent_log")
+    return held if isinstance(held, dict) and held.get("kind") == KIND else {}
 
 
 def _commit(
-    store: SessionStore, path: str, parsed: Parsed, ids: dict[str, str], about: dict[str, Any]
-) -> bool:
-    """Write every session of the file in one transaction; False when it is already there."""
-    main_id = next(iter(ids.values()))
+    store: SessionStore,
+    path: str,
+    parsed: Parsed,
+    about: dict[str, Any],
+    session_id: str | None,
+    lines: bool,
+) -> tuple[dict[str, str], dict[str, Written], bool]:
+    """Write every session of the file in one transaction: the ids, what was written into
+    each (nothing when the file is there already), and whether an earlier import of the log,
+    grown since, was brought up to date (only a line-format log grows: `lines`)."""
+    name, digest = about["format"], about["blake3"]
+    whole = f"{name}-{digest[:32]}"  # the id of every import before first-line ids
     with store.transaction():
-        if store.exists(main_id):
-            snapshot = store.snapshot(main_id) or {}
-            held = (snapshot.get("metadata") or {}).get("agent_log") or {}
-            if held.get("blake3") == about["blake3"]:
-                return False
-            raise AgentLogConflictError(
-                f"{_VERB}: session `{main_id}` already exists and was not imported from this "
-                f"file ({path}); give another session id"
-            )
-        for built in parsed.sessions:
-            sid = ids[built.key]
-            try:
-                options = _open_options(built, about, ids)
-                if built.fork_of is None:
-                    store.open_session(sid, **options)
-                else:  # a branch of a tree-shaped log: it shares the prefix it left
-                    store.fork_at(ids[built.fork_of[0]], built.fork_of[1], sid)
-                    store.update_metadata(sid, options["metadata"])
-                _inject(store, path, sid, built)
-            except AgentLogError:
-                raise
-            except InvalidArgumentError as exc:
-                raise AgentLogError(
-                    path, None, f"the session engine refused session `{sid}`: {exc}"
-                ) from exc
-    return True
-
-
-def _inject(store: SessionStore, path: str, sid: str, built: Built) -> None:
-    """Inject the kept messages of `built`; a message the engine refuses is reported at the
-    line it was read from."""
-    kept = built.kept
-    for first, batch in kept.batches(limits.messages_per_event_max, _limits.seed_batch_bytes):
-        try:
-            store.inject_many(sid, batch)
-        except InvalidArgumentError as exc:
-            if exc.index is None:
-                raise
-            problem = f"a message made from this record cannot be stored: {exc}"
-            raise AgentLogError(path, kept.line_of(first + exc.index), problem) from exc
+        first = first_line_digest(path) if lines and session_id is None else None
+        if session_id is not None:
+            slots = [session_id]
+        elif (_held(store, whole) or {}).get("blake3") == digest:
+            return _ids(parsed, whole), {}, False
+        elif first is not None:
+            head = f"{name}-{first[:32]}"
+            count = _limits.agent_log_first_line_slots_max
+            slots = [head, *(f"{head}-{n}" for n in range(2, count + 1))]
+        else:  # a document, rewritten whole; or a log whose first line is not complete yet
+            slots = [whole]
+        for slot in slots:
+            ids, held = _ids(parsed, slot), _held(store, slot)
+            if held is None:
+                made = {ids[b.key]: create(store, path, b, ids, about) for b in parsed.sessions}
+                return ids, made, False
+            if held.get("blake3") == digest:
+                return ids, {}, False
+            if lines and held.get("format") == name and grown_from(path, held, about["bytes"]):
+                return ids, update(store, path, parsed, ids, about), True
+            if session_id is not None or first is None or held.get("file") == about["file"]:
+                problem = f"session `{slot}` already exists and was not imported from this file"
+                problem += f" ({path})"
+                if lines and held.get("file") == about["file"]:
+                    problem = rewritten(path, slot, held)
+                raise AgentLogConflictError(f"{_VERB}: {problem}; give another session id")
+        raise AgentLogConflictError(
+            f"{_VERB}: {len(slots)} other logs share the first line of {path}, each imported "
+            f"under the session id it would take (`{slots[0]}` and on); give it a session id"
+        )
 
 
 def agent_log_summary(store: SessionStore, session_id: str) -> dict[str, Any] | None:

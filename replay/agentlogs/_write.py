@@ -1,0 +1,240 @@
+"""Writing the sessions read from one agent log: made new, or those of an earlier import of the
+same log, grown by appended lines since, brought up to date to equal a fresh import of it.
+
+Owns what a session is opened with, the injecting of kept messages, and the checks that an
+earlier import is a prefix of the file (its bytes, and the transcript they became). It runs
+inside the verb's transaction and never opens one; it reads a file only to check a prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from blake3 import blake3
+
+from eventlog import limits
+from eventlog.events import Message
+from replay import _limits
+from replay.agentlogs._common import AgentLogError, Built, Parsed
+from sessions import InvalidArgumentError, SessionExistsError, SessionStore
+
+_VERB = "import_agent_log"
+_TITLE_CHARS_MAX = 120
+_PROMPT_CHARS_MAX = 4000  # the summary's copy; the message itself keeps every character
+_HASH_READ_BYTES = 1 << 20
+_BOM = b"\xef\xbb\xbf"
+_REWOUND = "import_agent_log: the log grew, and its new lines changed these messages"
+_message = msgspec.msgpack.Decoder(Message).decode
+
+
+class AgentLogConflictError(SessionExistsError):
+    """The session id an import would use already holds a session from another source, or from
+    an earlier version of the same log that the file no longer extends (it was rewritten, not
+    appended to), or one the new lines would change in a way a session cannot be changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What an import wrote into one session: the messages it appended, and how many of them
+    replaced messages an earlier import had stored (rewound, as the new lines changed them)."""
+
+    appended: int
+    replaced: int = 0
+
+
+def first_line_digest(path: str) -> str | None:
+    """The blake3 (hex) of the first line of the file at `path` that is not blank, with its line
+    break: what appending lines never changes. None while that line has no line break yet."""
+    bound = _limits.agent_log_line_bytes_max
+    try:
+        with open(path, "rb") as file:
+            while True:
+                line = file.readline(bound + 1)
+                if not line.endswith(b"\n"):  # at the end, or past the bound
+                    return None
+                if line.removeprefix(_BOM).strip():
+                    return str(blake3(line).hexdigest())
+    except OSError as exc:
+        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def grown_from(path: str, held: dict[str, Any], size: int) -> bool:
+    """Whether the file at `path`, of `size` bytes now, begins with the bytes an earlier import
+    read (`held`: its `bytes` and `blake3`), so that it can only have grown by appending."""
+    before, digest = held.get("bytes"), held.get("blake3")
+    if type(before) is not int or not isinstance(digest, str) or not 0 <= before <= size:
+        return False
+    hasher, left = blake3(), before
+    try:
+        with open(path, "rb") as file:
+            while left:
+                chunk = file.read(min(left, _HASH_READ_BYTES))
+                if not chunk:
+                    return False
+                hasher.update(chunk)
+                left -= len(chunk)
+    except OSError as exc:
+        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+    return bool(hasher.hexdigest() == digest)
+
+
+def open_options(built: Built, about: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
+    own = {
+        **about,
+        "session_key": built.key,
+        "models": built.models,
+        "counts": dict(built.counts),
+        "roles": dict(built.roles),
+        "first_prompt": (built.first_prompt or "")[:_PROMPT_CHARS_MAX] or None,
+        "files_written": built.files_written,
+        "unknown_field_names": built.unknown_fields,
+        **built.info,
+    }
+    if built.key == next(iter(ids)):
+        own["children"] = [sid for key, sid in ids.items() if key != built.key]
+    title = built.title
+    if title is not None:
+        title = " ".join(title.split())[:_TITLE_CHARS_MAX] or None
+    spawn = None
+    if built.spawn_ref is not None:
+        spawn = {**built.spawn_ref, "session_id": ids[built.spawn_ref["session"]]}
+        del spawn["session"]
+    return {
+        "metadata": {"agent_log": own},
+        "system_prompt": built.system_prompt,
+        "title": title,
+        "agent_id": about["format"],
+        "parent_spawn_ref": spawn,
+    }
+
+
+def create(
+    store: SessionStore, path: str, built: Built, ids: dict[str, str], about: dict[str, Any]
+) -> Written:
+    """Open the session of `built` (or fork it from its branch) and inject its messages."""
+    sid = ids[built.key]
+    try:
+        options = open_options(built, about, ids)
+        if built.fork_of is None:
+            store.open_session(sid, **options)
+        else:  # a branch of a tree-shaped log: it shares the prefix it left
+            store.fork_at(ids[built.fork_of[0]], built.fork_of[1], sid)
+            store.update_metadata(sid, options["metadata"])
+        inject(store, path, sid, built)
+    except AgentLogError:
+        raise
+    except InvalidArgumentError as exc:
+        raise AgentLogError(
+            path, None, f"the session engine refused session `{sid}`: {exc}"
+        ) from exc
+    return Written(appended=built.length)
+
+
+def inject(store: SessionStore, path: str, sid: str, built: Built, start: int = 0) -> None:
+    """Inject the kept messages of `built` from `start` on; a message the engine refuses is
+    reported at the line it was read from."""
+    kept = built.kept
+    batches = kept.batches(limits.messages_per_event_max, _limits.seed_batch_bytes, start)
+    for first, batch in batches:
+        try:
+            store.inject_many(sid, batch)
+        except InvalidArgumentError as exc:
+            if exc.index is None:
+                raise
+            problem = f"a message made from this record cannot be stored: {exc}"
+            raise AgentLogError(path, kept.line_of(first + exc.index), problem) from exc
+
+
+def update(
+    store: SessionStore, path: str, parsed: Parsed, ids: dict[str, str], about: dict[str, Any]
+) -> dict[str, Written]:
+    """Bring the sessions an earlier import of this log made up to date with `parsed`, a fresh
+    reading of the whole grown file, so that each equals what importing the file afresh makes:
+    a session the file now reads into is made; in each other, the messages stored equal to the
+    fresh reading's stay, and from the first that differs (as a rule the last: the records after
+    it, a streamed part of it, or the answer to its call came in the new lines) the session is
+    rewound and the fresh messages appended. Refused, raising `AgentLogConflictError`: a file of
+    the earlier import that was rewritten, a session continued after its import, and a change a
+    session cannot take (what spawned it, the branch it leaves, its system prompt)."""
+    main = store.summary(ids[parsed.sessions[0].key]) or {}
+    children = (main.get("metadata") or {}).get("agent_log", {}).get("children") or []
+    gone = [sid for sid in children if sid not in ids.values()]
+    if gone:
+        raise _conflict(f"{path} grew, and no longer reads into session `{gone[0]}`")
+    checked = {path: None}  # the files found to extend what was imported (the caller did this)
+    written: dict[str, Written] = {}
+    for built in parsed.sessions:
+        sid = ids[built.key]
+        if not store.exists(sid):
+            written[sid] = create(store, path, built, ids, about)
+            continue
+        options = open_options(built, about, ids)
+        now = store.summary(sid) or {}
+        held = (now.get("metadata") or {}).get("agent_log") or {}
+        own = options["metadata"]["agent_log"]
+        if held.get("blake3") != own["blake3"] and built.path not in checked:
+            if not grown_from(built.path, held, own["bytes"]):
+                raise _conflict(rewritten(built.path, sid, held))
+            checked[built.path] = None
+        _check_unchanging(now, built, options, ids)
+        written[sid] = _brought_up_to_date(store, path, sid, built)
+        store.update_metadata(sid, options["metadata"])
+        if built.fork_of is None and now.get("title") != options["title"]:
+            store.rename(sid, options["title"])
+    return written
+
+
+def _brought_up_to_date(store: SessionStore, path: str, sid: str, built: Built) -> Written:
+    stored, _ = store.message_structs(sid)
+    kept, same = built.kept, 0
+    while same < min(len(stored), len(kept)) and stored[same] == _message(kept.packed(same)):
+        same += 1
+    for index in range(same, len(stored)):
+        if "source" not in stored[index].metadata:  # not read from the log: someone's own
+            raise _conflict(
+                f"session `{sid}` was continued after its import (message {index} was not read "
+                f"from {path}), so the new lines of the log cannot be added to it",
+            )
+    if same < len(stored):
+        store.rewind(sid, same, reason=_REWOUND)
+    inject(store, path, sid, built, same)
+    return Written(appended=len(kept) - same, replaced=len(stored) - same)
+
+
+def _check_unchanging(
+    now: dict[str, Any], built: Built, options: dict[str, Any], ids: dict[str, str]
+) -> None:
+    """Refuse what an earlier session would have to change and cannot: the session it was
+    forked from and where, what spawned it, its system prompt."""
+    sid = ids[built.key]
+    if built.fork_of is not None:
+        parent, keep = ids[built.fork_of[0]], built.fork_of[1]
+        if (now.get("parent_id"), now.get("branched_at_event_index")) != (parent, keep):
+            raise _conflict(
+                f"the log grew, and branch `{sid}` now leaves `{parent}` after {keep} messages "
+                f"(`{now.get('parent_id')}` after {now.get('branched_at_event_index')} before)"
+            )
+        return
+    for name, what in (
+        ("parent_spawn_ref", "what spawned it"),
+        ("system_prompt", "its system prompt"),
+    ):
+        if now.get(name) != options[name]:
+            raise _conflict(
+                f"the log grew, and session `{sid}` would change {what} ({name}: "
+                f"{now.get(name)!r} before, {options[name]!r} now)",
+            )
+
+
+def rewritten(path: str, sid: str, held: dict[str, Any]) -> str:
+    return (
+        f"{path} was rewritten since session `{sid}` was imported from it: its first "
+        f"{held.get('bytes')!r} bytes are not the ones imported (blake3 "
+        f"{str(held.get('blake3'))[:16]}...), so it is not that log grown by appended lines"
+    )
+
+
+def _conflict(problem: str) -> AgentLogConflictError:
+    return AgentLogConflictError(f"{_VERB}: {problem}; nothing was written")
