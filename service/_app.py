@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from eventlog import InvalidArgumentError, SessionLogError
-from service import _limits, _openapi, _problems, _routes, _routes_log
+from service import _headers, _limits, _openapi, _problems, _routes, _routes_log
 from service._hub import Hub
 from service._problems import HTTPProblem
 from service._request import Service
@@ -65,8 +65,9 @@ def create_app(
     workers on one store each sweep: a sweep is idempotent, and a session another worker
     retired meanwhile is skipped.
 
-    The viewer rebuilds at most `past_rebuilds_max` past states (`as_of`, `version`) at once;
-    a request past that is answered 503 with `Retry-After`."""
+    The app rebuilds at most `past_rebuilds_max` past states at once, one bound for every route
+    that shows one (`?as_of=`, a fork's `at_event_id`, the viewer's `as_of` and `version`); a
+    request past that is answered 503 with `Retry-After`."""
     _check_settings(heartbeat_interval_s, retention, retention_interval_s)
     if type(past_rebuilds_max) is not int or past_rebuilds_max < 1:
         raise InvalidArgumentError(
@@ -193,8 +194,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 
 class Gate:
-    """The outermost ASGI layer: public paths pass, the protocol version is checked, the rest goes
-    through `BearerAuth` (with its 401 as problem+json)."""
+    """The outermost ASGI layer: the protocol version and the headers the service refuses
+    (`_headers`) are checked, public paths pass, the rest goes through `BearerAuth` (with its 401
+    as problem+json)."""
 
     def __init__(self, app: Starlette, guarded: BearerAuth, parts: Service) -> None:
         self.app = app
@@ -216,6 +218,11 @@ class Gate:
             )
             return
         path = scope.get("path", "")
+        refused = _headers.refusal(scope.get("headers", ()))
+        if refused is not None:
+            extra = [(k.encode(), v.encode()) for k, v in refused.headers.items()]
+            await _send_problem(send, refused.status, refused.kind, refused.detail, path, extra)
+            return
         if path in PUBLIC_PATHS or (scope.get("method") == "GET" and viewer_file(path)):
             await self.app(scope, receive, send)
             return

@@ -37,12 +37,13 @@ rebuilds a past state in memory from the first event on, so one request must not
 fold a log of millions of events; look further back in process with `SessionStore.as_of`."""
 
 past_rebuilds_max: Final = 2
-"""Past states (the viewer's `as_of` and `version`) rebuilt at once in one server process. Each
+"""Past states rebuilt at once in one server process, by every route that shows one (the API's
+`?as_of=` and a fork's `at_event_id`, the viewer's `as_of` and `version`) under one bound. Each
 rebuild folds the log up to its position in memory (up to `as_of_position_max` events) on a
 worker thread; unbounded, a few clients asking for different past states pin every core and hold
 that many copies of the state. A request past the bound is answered 503 with `Retry-After` at
 once, never queued; a past state already built (the viewer keeps the last two) costs no rebuild.
-`create_app(past_rebuilds_max=...)` sets another."""
+`create_app(past_rebuilds_max=...)` and `sessionlog serve --past-rebuilds-max` set another."""
 
 past_rebuild_retry_after_s: Final = 2
 """The `Retry-After` of a request refused by `past_rebuilds_max`: about what one rebuild near

@@ -195,7 +195,9 @@ _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
 }
 
 _PUBLIC = {"health"}
-_ERRORS = {"400", "401", "403", "404", "409", "413", "415", "422", "426"}
+_ERRORS = {"400", "401", "403", "404", "409", "412", "413", "415", "422", "426"}
+_MORE_ERRORS = {"getSession": {"503"}, "forkSession": {"503"}}
+"""The operations that rebuild a past state, and so may answer 503 `busy` (`past_rebuilds_max`)."""
 
 
 def document() -> dict[str, Any]:
@@ -221,8 +223,13 @@ def document() -> dict[str, Any]:
             "version": "1",
             "description": (
                 "Sessions of AI-agent conversations as an event-sourced HTTP service, in the "
-                "resource model of the Agents Protocol v1. Errors are RFC 9457 problem details; "
-                "their `type` is one of: "
+                "resource model of the Agents Protocol v1. Bodies are UTF-8 with no content "
+                "coding (else 415); `Content-Type`, `Content-Encoding`, `Idempotency-Key` and "
+                "`Harn-Agents-Protocol-Version` come at most once (else 400). There are no entity "
+                "tags: an `If-Match` other than `*` is answered 412, and an inject is made "
+                "conditional by `expected_length` in its body (409 `length-conflict` when the "
+                "transcript holds another number of entries; nothing is written). Errors are "
+                "RFC 9457 problem details; their `type` is one of: "
                 + ", ".join(_problems.PROBLEM_TYPE_PREFIX + k for k in _problems.KINDS)
             ),
         },
@@ -283,7 +290,8 @@ def _operation(
                 "content": {"application/json": {"schema": _schema(answer)}},
             }
     problem = {"content": {_problems.MEDIA_TYPE: {"schema": {"$ref": _REF.format(name="Problem")}}}}
-    for code in sorted(_ERRORS - ({"401"} if op_id in _PUBLIC else set())):
+    codes = (_ERRORS | _MORE_ERRORS.get(op_id, set())) - ({"401"} if op_id in _PUBLIC else set())
+    for code in sorted(codes):
         responses[code] = {"description": "problem", **problem}
     op["responses"] = responses
     if op_id in _PUBLIC:

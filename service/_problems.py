@@ -19,6 +19,7 @@ from eventlog import (
     IntegrityError,
     InvalidArgumentError,
     KeyUnavailableError,
+    LengthConflictError,
     LimitExceededError,
     LogClosedError,
     SessionExistsError,
@@ -65,6 +66,7 @@ _TABLE: tuple[tuple[type[BaseException], int, str, str], ...] = (
     (BundleConflictError, 409, "bundle-conflict", "conflict"),
     (SessionExistsError, 409, "session-exists", "conflict"),
     (ControllerConflictError, 409, "controller-conflict", "conflict"),
+    (LengthConflictError, 409, "length-conflict", "conflict"),
     (ConcurrencyError, 409, "concurrency", "conflict"),
     (CapacityError, 409, "capacity", "conflict"),
     (LimitExceededError, 413, "limit-exceeded", "payload_too_large"),
@@ -86,6 +88,8 @@ TITLES = {
     "session-exists": "The session already exists",
     "controller-conflict": "Another client controls the session",
     "concurrency": "The session changed meanwhile",
+    "length-conflict": "The transcript does not hold the expected number of entries",
+    "precondition-failed": "A precondition of the request does not hold",
     "capacity": "The store is full",
     "limit-exceeded": "A limit was exceeded",
     "invalid-bundle": "The bundle was refused",
@@ -124,6 +128,7 @@ _CODES = {
     "idempotency-result-truncated": "resource_not_found",
     "unsupported-protocol-version": "unsupported_protocol_version",
     "busy": "service_unavailable",
+    "precondition-failed": "conflict",
     "internal": "internal_error",
 }
 
@@ -164,6 +169,12 @@ def _details(exc: BaseException) -> dict[str, Any]:
         return {"session_id": exc.session_id}
     if isinstance(exc, IntegrityError) and exc.position is not None:
         return {"position": exc.position}
+    if isinstance(exc, LengthConflictError):
+        return {
+            "session_id": exc.session_id,
+            "expected_length": exc.expected,
+            "actual_length": exc.actual,
+        }
     if isinstance(exc, ConcurrencyError):
         return {"stream": exc.stream, "actual_version": exc.actual}
     if isinstance(exc, BundleError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
@@ -31,6 +31,7 @@ from eventlog import ForgottenError, LogClosedError, Transaction, convert
 from service import _limits
 from service._access import Caller
 from service._hub import Hub
+from service._past import PastRebuilds
 from service._problems import HTTPProblem
 from sessions import SessionStore
 
@@ -50,7 +51,12 @@ class Service:
     stopping: bool = False
     """Set when the app shuts down: writes are refused from then on."""
     past_rebuilds_max: int = _limits.past_rebuilds_max
-    """Past states the viewer may rebuild at once (`create_app`'s setting)."""
+    """Past states the app may rebuild at once (`create_app`'s setting)."""
+    past: PastRebuilds = field(init=False)
+    """The one bound on those rebuilds, for the API's routes and the viewer's alike."""
+
+    def __post_init__(self) -> None:
+        self.past = PastRebuilds(self.past_rebuilds_max)
 
     async def submit(self, run: Callable[[], Any], *, solo: bool = False) -> Any:
         """`run()` in the store's group commit (`sessions/_group.py`): its own savepoint of a

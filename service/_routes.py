@@ -26,6 +26,7 @@ from service._access import (
     may_see,
     owned_metadata,
 )
+from service._past import PastRebuilds
 from service._request import Answer, Found, caller, read, read_json, respond, service, write
 from sessions import SessionStore
 
@@ -182,9 +183,10 @@ async def create_session(request: Request) -> Response:
 async def get_session(request: Request) -> Response:
     store, _, sid = await _visible(request, "snapshot")
     as_of = _int_query(request, "as_of", None, 0, 2**62)
+    past = service(request).past
 
     def snap() -> dict[str, Any]:
-        source = store if as_of is None else _past(store, as_of, "snapshot: `as_of`")
+        source = store if as_of is None else past.rebuild(store, as_of, "snapshot: `as_of`")
         summary = source.summary(sid)
         if summary is None:
             raise UnknownSessionError(sid, "snapshot")
@@ -265,7 +267,7 @@ async def fork_session(request: Request) -> Response:
         raise InvalidArgumentError("fork: give `keep_first` or `at_event_id`, not both")
     keep = body.keep_first
     if body.at_event_id is not None:
-        keep = await read(_length_at, store, sid, body.at_event_id)
+        keep = await read(_length_at, service(request).past, store, sid, body.at_event_id)
 
     def act() -> Answer:
         check_new_id(store, who, body.child_id, "fork")
@@ -279,23 +281,18 @@ async def fork_session(request: Request) -> Response:
     return await write(request, act, again=lambda f: (201, _resource(store, f[0])), raw=raw)
 
 
-def _length_at(store: SessionStore, session_id: str, position: int) -> int:
+def _length_at(pasts: PastRebuilds, store: SessionStore, session_id: str, position: int) -> int:
     """The transcript's length right after the log position `position`."""
     if isinstance(position, bool) or position < 1:
         raise InvalidArgumentError(
             f"fork: `at_event_id` must be a log position >= 1, got {position}"
         )
-    past = _past(store, position, "fork: `at_event_id`")
+    past = pasts.rebuild(store, position, "fork: `at_event_id`")
     if past.summary(session_id) is None:
         raise InvalidArgumentError(
             f"fork: session `{session_id}` did not exist at event {position}"
         )
     return past.length(session_id)
-
-
-def _past(store: SessionStore, position: int, what: str) -> SessionStore:
-    check_at_most(position, _limits.as_of_position_max, "as_of_position_max", what)
-    return store.as_of(position)
 
 
 async def ancestry(request: Request) -> Response:
@@ -347,12 +344,13 @@ async def inject(request: Request) -> Response:
     def act() -> Answer:
         with store.log.transaction(join=True) as tx:
             before = tx.head
+            expected = body.expected_length
             if body.message is not None:
-                store.inject(sid, body.message)
+                store.inject(sid, body.message, expected_length=expected)
                 count = 1
             else:
                 assert body.messages is not None
-                count = store.inject_many(sid, body.messages)
+                count = store.inject_many(sid, body.messages, expected_length=expected)
             after = tx.head
             length = store.length(sid)
         first, last = (before + 1, after) if after > before else (None, None)

@@ -7,7 +7,7 @@ written from these classes. Nothing here talks to the store.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -64,10 +64,14 @@ class ForkSession(_Request):
 
 
 class InjectMessages(_Request):
-    """One `message`, or a batch of `messages` (all of them or none)."""
+    """One `message`, or a batch of `messages` (all of them or none). With `expected_length`,
+    they are written only if the transcript holds exactly that many entries (its `length`, as a
+    snapshot, a message page or the last inject's answer gave it); otherwise nothing is written
+    and the answer is a 409 `length-conflict` naming the expected and the actual length."""
 
     message: dict[str, Any] | None = None
     messages: list[dict[str, Any]] | None = None
+    expected_length: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class TrimSession(_Request):

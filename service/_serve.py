@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import InvalidArgumentError
+from service import _limits
 from sessions import LocalKeyProvider, RetentionPolicy, SessionStore
 from sessions.asgi import check_api_keys
 
@@ -61,7 +62,13 @@ def worker_app() -> Any:
     store = SessionStore.open(config["store"], hot_sessions=0, keys=kek)
     keys = load_api_keys(config.get("api_keys_file"))
     policy = retention_policy(**config.get("retention", {}))
-    return create_app(store, api_keys=keys, follow=config["workers"] > 1, retention=policy)
+    return create_app(
+        store,
+        api_keys=keys,
+        follow=config["workers"] > 1,
+        retention=policy,
+        past_rebuilds_max=config.get("past_rebuilds_max", _limits.past_rebuilds_max),
+    )
 
 
 def retention_policy(
@@ -82,15 +89,21 @@ def serve(
     workers: int = 1,
     log_level: str = "info",
     retention: dict[str, Any] | None = None,
+    past_rebuilds_max: int = _limits.past_rebuilds_max,
 ) -> None:
     """Run the service until SIGTERM or SIGINT; with `retention` (`retention_policy`'s
-    arguments), each worker sweeps the store by that policy every hour."""
+    arguments), each worker sweeps the store by that policy every hour. Each worker rebuilds at
+    most `past_rebuilds_max` past states at once (`create_app`'s setting)."""
     import json
 
     import uvicorn
 
     if workers < 1:
         raise InvalidArgumentError(f"serve: --workers must be >= 1, got {workers}")
+    if type(past_rebuilds_max) is not int or past_rebuilds_max < 1:
+        raise InvalidArgumentError(
+            f"serve: --past-rebuilds-max must be an int >= 1, got {past_rebuilds_max!r}"
+        )
     keys = load_api_keys(api_keys_file)
     if not keys:
         raise InvalidArgumentError(
@@ -103,7 +116,13 @@ def serve(
     retention = retention or {}
     retention_policy(**retention)  # refused here, before any worker starts
     os.environ[_WORKER_ENV] = json.dumps(
-        {"store": store, "api_keys_file": api_keys_file, "workers": workers, "retention": retention}
+        {
+            "store": store,
+            "api_keys_file": api_keys_file,
+            "workers": workers,
+            "retention": retention,
+            "past_rebuilds_max": past_rebuilds_max,
+        }
     )
     uvicorn.run(
         "service._serve:worker_app",

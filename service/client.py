@@ -181,12 +181,20 @@ class Client:
         return int(page["length"])
 
     def inject(
-        self, session_id: str, message: Mapping[str, Any], *, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: Mapping[str, Any],
+        *,
+        expected_length: int | None = None,
+        idempotency_key: str | None = None,
     ) -> dict[str, Any]:
+        """`expected_length`: write only if the transcript holds that many entries, else a
+        `ServiceError` of kind `length-conflict` (409), as the store's `LengthConflictError`."""
+        body = _conditional({"message": dict(message)}, expected_length)
         found: dict[str, Any] = self._json(
             "POST",
             f"/v1/sessions/{session_id}/messages",
-            json_body={"message": dict(message)},
+            json_body=body,
             idempotency_key=idempotency_key,
         )
         return found
@@ -196,12 +204,14 @@ class Client:
         session_id: str,
         messages: list[Mapping[str, Any]],
         *,
+        expected_length: int | None = None,
         idempotency_key: str | None = None,
     ) -> int:
+        body = _conditional({"messages": [dict(m) for m in messages]}, expected_length)
         found = self._json(
             "POST",
             f"/v1/sessions/{session_id}/messages",
-            json_body={"messages": [dict(m) for m in messages]},
+            json_body=body,
             idempotency_key=idempotency_key,
         )
         return int(found["appended"])
@@ -422,3 +432,9 @@ def _error(response: httpx.Response) -> ServiceError:
     if not isinstance(problem, dict):
         problem = {"detail": str(problem)[:200]}
     return ServiceError(response.status_code, problem)
+
+
+def _conditional(body: dict[str, Any], expected_length: int | None) -> dict[str, Any]:
+    if expected_length is not None:
+        body["expected_length"] = expected_length
+    return body

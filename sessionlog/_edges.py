@@ -219,6 +219,7 @@ def serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_keys_file=args.api_keys_file,
         workers=args.workers,
+        past_rebuilds_max=args.past_rebuilds_max,
         retention={
             "max_age_days": args.max_age_days,
             "grace_days": args.grace_days,

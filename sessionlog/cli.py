@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import replay
 from eventlog import limits
 from replay import BundleConflictError
+from service import _limits as service_limits  # plain constants: no server library needed
 from sessionlog import _agentlogs, _commands, _edges, _limits
 from sessionlog._commands import (
     EXIT_CONFLICT,
@@ -143,6 +144,13 @@ def _positive(text: str) -> int:
             f"expected a number up to {limits.position_max}, got {text[:40]}"
         )
     return value
+
+
+def _at_least_one(text: str) -> int:
+    """A bound that 0 would turn into a refusal of everything it bounds."""
+    if text.strip().lstrip("-").isdigit() and int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {int(text)}")
+    return _positive(text)
 
 
 def _port(text: str) -> int:
@@ -434,6 +442,14 @@ def _server_commands(command: Callable[..., _Command]) -> None:
     )
     o.add_argument(
         "--workers", type=_positive, default=1, help="server processes over the one store"
+    )
+    o.add_argument(
+        "--past-rebuilds-max",
+        metavar="N",
+        type=_at_least_one,
+        default=service_limits.past_rebuilds_max,
+        help="past states (`as_of`, a fork's `at_event_id`, the viewer's versions) each server "
+        f"process rebuilds at once; past that, 503 busy (default {service_limits.past_rebuilds_max})",
     )
     add_policy_options(o, required=False)
 

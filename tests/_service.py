@@ -2,7 +2,8 @@
 
 The server is the command a user runs (uvicorn, the CLI's flags, keys from the environment); the
 tests talk to it over HTTP only, and may kill it (SIGKILL) and start it again on the same store.
-`serving(app)` runs an app the test built itself (over a store it holds) in a thread instead.
+`serving(app)` runs an app the test made (`create_app`) on uvicorn in a thread instead, for tests
+that hold the store or the app themselves.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Server:
         workers: int = 1,
         port: int | None = None,
         log_path: Path | None = None,
+        options: tuple[str, ...] = (),
     ) -> None:
         self.store = str(store)
         self.workers = workers
@@ -57,12 +59,14 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = log_path or Path(self.store + ".server.log")
+        self.options = options
+        """More flags of `serve`, as the command line takes them."""
 
     def start(self, timeout_s: float = 30.0) -> Server:
         env = {**os.environ, "SESSIONLOG_API_KEYS": f"admin={self.admin_key}"}
         env["PYTHONPATH"] = str(ROOT)
         command = [sys.executable, "-m", "sessionlog", "--store", self.store, "serve"]
-        command += ["--port", str(self.port), "--workers", str(self.workers)]
+        command += ["--port", str(self.port), "--workers", str(self.workers), *self.options]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=ROOT)
         deadline = time.monotonic() + timeout_s

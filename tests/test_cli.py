@@ -617,3 +617,26 @@ def test_a_port_past_65535_is_a_usage_error(tmp_path: Path, command: str) -> Non
     assert done.returncode == 2
     assert "expected a port from 0 to 65535, got 99999" in done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("0", "expected a number >= 1, got 0"),
+        ("-2", "expected a number >= 1, got -2"),
+        ("two", "expected a whole number, got 'two'"),
+    ],
+)
+def test_serve_refuses_a_bad_past_rebuilds_max(tmp_path: Path, value: str, words: str) -> None:
+    # Refused before anything listens or any store is opened, as the other numeric flags are.
+    done = subprocess.run(
+        [str(SCRIPT), "--store", str(tmp_path / "s"), "serve", "--past-rebuilds-max", value],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={**os.environ, "SESSIONLOG_API_KEYS": "admin=" + secrets.token_urlsafe(32)},
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--past-rebuilds-max" in done.stderr and words in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "s").exists()

@@ -4,8 +4,8 @@ of its versions), message pages of a past state, the pruned results of the conte
 family tree (forks and sub-agent sessions), the diff of two branches, and the log's head.
 
 Every handler checks who may see what exactly as the session routes do (an unseen session is
-unknown); none of them writes. Past states are rebuilt at most `past_rebuilds_max` at once: a
-request past that is refused at once (503), never queued behind the others.
+unknown); none of them writes. Past states are rebuilt under the service's one bound
+(`service._past`): a request past it is refused at once (503), never queued behind the others.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from eventlog import InvalidArgumentError, UnknownSessionError
 from eventlog.limits import check_at_most
 from service import _limits
 from service._access import OWNER_KEY, Caller, check_visible, may_see, owner_of
-from service._problems import HTTPProblem
+from service._past import PastRebuilds
 from service._request import caller, read, respond, service
 from service._routes import SessionScan, _int_query, _visible
 from sessions import SessionStore
@@ -146,54 +146,36 @@ def _position_of(store: SessionStore, sid: str, version: int, events: int) -> in
 
 
 class _PastStores:
-    """The few past states the viewer looked at last, by log position, and the bound on how many
-    are rebuilt at once (`past_rebuilds_max`)."""
+    """The few past states the viewer looked at last, by log position. A state not among them
+    is rebuilt under the service's one bound (`Service.past`)."""
 
-    def __init__(self, rebuilds_max: int) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.stores: OrderedDict[int, SessionStore] = OrderedDict()
-        self.rebuilds_max = rebuilds_max
-        self.rebuilding = threading.BoundedSemaphore(rebuilds_max)
 
-    def get(self, store: SessionStore, position: int) -> SessionStore:
+    def get(
+        self, rebuilds: PastRebuilds, store: SessionStore, position: int, what: str
+    ) -> SessionStore:
         with self.lock:
             hit = self.stores.get(position)
             if hit is not None:
                 self.stores.move_to_end(position)
                 return hit
-        if not self.rebuilding.acquire(blocking=False):
-            raise self._busy(position)
-        try:
-            past = store.as_of(position)
-        finally:
-            self.rebuilding.release()
+        past = rebuilds.rebuild(store, position, what)
         with self.lock:
             self.stores[position] = past
             while len(self.stores) > _PAST_STORES_MAX:
                 self.stores.popitem(last=False)
         return past
 
-    def _busy(self, position: int) -> HTTPProblem:
-        wait_s = _limits.past_rebuild_retry_after_s
-        return HTTPProblem(
-            503,
-            "busy",
-            f"viewer: {self.rebuilds_max} past states are being rebuilt, as many as "
-            f"past_rebuilds_max allows at once; ask for log position {position} again in "
-            f"{wait_s} s",
-            headers={"retry-after": str(wait_s)},
-            limit_name="past_rebuilds_max",
-            limit=self.rebuilds_max,
-        )
-
 
 def _past(request: Request, store: SessionStore, position: int, what: str) -> SessionStore:
     """The store as of `position`, within the limit the service's own `as_of` keeps: a past
     state is rebuilt from the log up to there, in memory, no more than `past_rebuilds_max` at
-    once (past that, a 503 `busy` problem)."""
+    once across the API and the viewer (past that, a 503 `busy` problem)."""
     check_at_most(position, _limits.as_of_position_max, "as_of_position_max", what)
-    pasts = _cache(request, "viewer_past", lambda: _PastStores(service(request).past_rebuilds_max))
-    return pasts.get(store, position)
+    pasts = _cache(request, "viewer_past", _PastStores)
+    return pasts.get(service(request).past, store, position, what)
 
 
 async def list_messages(request: Request) -> Response:
