@@ -17,8 +17,9 @@ from service._problems import HTTPProblem
 SINGLE = ("content-type", "content-encoding", "idempotency-key", "harn-agents-protocol-version")
 """Headers that hold one value: a request carrying one of them twice is refused."""
 
-_CHARSETS = ("utf-8", "us-ascii")
-"""Charsets whose bytes the service's UTF-8 reading gets right (ASCII is UTF-8's first half)."""
+_CHARSETS = ("utf-8", "utf8", "us-ascii", "ascii")
+"""Charsets whose bytes the service's UTF-8 reading gets right (ASCII is UTF-8's first half;
+`utf8` is a spelling some clients send)."""
 
 _SHOWN_CHARS_MAX = 80
 """Characters of a refused header's value repeated in the problem's detail."""

@@ -348,3 +348,45 @@ def test_subagent_files_grow_with_their_session(store: SessionStore, tmp_path: P
     with pytest.raises(AgentLogConflictError, match="rewritten"):
         one(store, main)
     assert store.log.head == head
+
+
+def test_a_subagent_file_that_grew_is_imported_though_its_session_file_did_not(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    from tests.test_agent_logs_subagents import SESSION, split_session
+
+    whole = tmp_path / "whole"
+    files = split_session(whole, nested=True, name_agents=True)
+    live = tmp_path / "live"
+    shutil.copytree(whole, live)
+    main, agent = live / f"{SESSION}.jsonl", live / files["b0a1"].relative_to(whole)
+    agent.write_bytes(b"".join(lines_of(files["b0a1"])[:3]))
+    (agent.parent / files["c2d3"].name).unlink()  # not written yet
+    one(store, main)
+    shutil.rmtree(live)
+    shutil.copytree(whole, live)  # the session's own file is unchanged
+    grown = one(store, main)
+    assert grown.updated and all(store.exists(s.session_id) for s in grown.sessions)
+    assert state(store) == fresh(tmp_path, main)
+
+
+def test_an_import_of_less_of_a_log_than_one_that_came_first_writes_nothing(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay.agentlogs import _verb
+
+    lines, live = lines_of(CODEX), tmp_path / CODEX.name
+    live.write_bytes(b"".join(lines[: len(lines) // 2]))
+    commit, raced = _verb._commit, []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:  # read half; a later reading commits first
+        if not raced:
+            raced.append(True)
+            live.write_bytes(b"".join(lines))
+            one(store, live)
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(_verb, "_commit", racing)
+    late = one(store, live)  # not refused as a rewritten file
+    assert not late.written and not late.updated
+    assert state(store) == fresh(tmp_path, live)

@@ -357,3 +357,46 @@ def test_a_request_id_too_long_to_index_is_refused_before_anything_runs(
             ] == ascii_max
 
     run(body)
+
+
+def test_a_retry_of_an_ended_request_answers_while_another_runs(store: SessionStore) -> None:
+    slow = SlowProvider()
+
+    async def body() -> None:
+        async with Runtime(store, providers=[slow], default_provider="slow") as runtime:
+            sid = str((await runtime.create("agent"))["session_id"])
+            slow.release.set()
+            first = await runtime.prompt(sid, "one", request_id="r1")
+            slow.release.clear()
+            slow.entered.clear()
+            second = asyncio.create_task(runtime.prompt(sid, "two", request_id="r2"))
+            await slow.entered.wait()
+            again = await runtime.prompt(sid, "one", request_id="r1")  # not refused as busy
+            assert again == first
+            with pytest.raises(SessionBusyError):
+                await runtime.prompt(sid, "three", request_id="r3")
+            slow.release.set()
+            await second
+            assert slow.calls == 2
+
+    run(body)
+
+
+def test_a_retry_of_a_cancelled_request_on_an_encrypted_session_says_its_reason(
+    tmp_path: Path,
+) -> None:
+    slow = SlowProvider()
+
+    async def body() -> None:
+        with SessionStore.open(tmp_path / "s", keys=KEY) as store:
+            async with Runtime(store, providers=[slow], default_provider="slow") as runtime:
+                sid = str((await runtime.create("agent"))["session_id"])
+                task = asyncio.create_task(runtime.prompt(sid, "long job", request_id="r9"))
+                await slow.entered.wait()
+                assert await runtime.cancel(sid, "r9") is True
+                with pytest.raises(PromptCancelledError):
+                    await task
+                with pytest.raises(PromptCancelledError, match=r"cancelled \(cancelled\);"):
+                    await runtime.prompt(sid, "long job", request_id="r9")  # not its sealed text
+
+    run(body)

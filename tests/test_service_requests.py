@@ -171,7 +171,7 @@ def test_a_charset_other_than_utf8_is_refused(http: httpx.Client) -> None:
         answer = problem(refused, 415, "unsupported-media-type")
         assert "UTF-8" in answer["detail"] and charset.strip('"') in answer["detail"]
     assert _head(http) == head
-    for charset in ("utf-8", "UTF-8", '"utf-8"'):
+    for charset in ("utf-8", "UTF-8", '"utf-8"', "utf8", "us-ascii"):
         sent = http.post(
             path,
             content=text.encode(),

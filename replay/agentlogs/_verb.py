@@ -35,6 +35,7 @@ from replay.agentlogs._write import (
     create,
     first_line_digest,
     grown_from,
+    read_before,
     rewritten,
     update,
 )
@@ -369,10 +370,12 @@ def _commit(
             if held is None:
                 made = {ids[b.key]: create(store, path, b, ids, about) for b in parsed.sessions}
                 return ids, made, False
-            if held.get("blake3") == digest:
+            if held.get("blake3") == digest and _unchanged(store, parsed, ids, digest):
                 return ids, {}, False
             if lines and held.get("format") == name and grown_from(path, held, about["bytes"]):
                 return ids, update(store, path, parsed, ids, about), True
+            if lines and held.get("format") == name and read_before(path, held, about):
+                return ids, {}, False  # another import, of more of the log, came first
             if session_id is not None or first is None or held.get("file") == about["file"]:
                 problem = f"session `{slot}` already exists and was not imported from this file"
                 problem += f" ({path})"
@@ -383,6 +386,16 @@ def _commit(
             f"{_VERB}: {len(slots)} other logs share the first line of {path}, each imported "
             f"under the session id it would take (`{slots[0]}` and on); give it a session id"
         )
+
+
+def _unchanged(store: SessionStore, parsed: Parsed, ids: dict[str, str], digest: str) -> bool:
+    """Whether every session the file reads into was imported from the files as they are now:
+    a subagent's file can grow, or appear, while the session's own file is unchanged."""
+    for built in parsed.sessions:
+        held = _held(store, ids[built.key])
+        if not held or held.get("blake3") != built.info.get("blake3", digest):
+            return False
+    return True
 
 
 def agent_log_summary(store: SessionStore, session_id: str) -> dict[str, Any] | None:

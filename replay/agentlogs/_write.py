@@ -8,6 +8,7 @@ inside the verb's transaction and never opens one; it reads a file only to check
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,20 @@ def grown_from(path: str, held: dict[str, Any], size: int) -> bool:
     except OSError as exc:
         raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
     return bool(hasher.hexdigest() == digest)
+
+
+def read_before(path: str, held: dict[str, Any], about: dict[str, Any]) -> bool:
+    """Whether the earlier import `held` read more of the log at `path` than this one (`about`:
+    its `bytes` and `blake3`), both prefixes of the file as it is now: two imports of a growing
+    log raced, and the one that read it later committed first."""
+    before = held.get("bytes")
+    if type(before) is not int or before <= about["bytes"]:
+        return False
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+    return grown_from(path, held, size) and grown_from(path, about, size)
 
 
 def open_options(built: Built, about: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:

@@ -10,8 +10,9 @@ racing for a session exactly one runs. Nothing here appends, awaits a provider o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -66,16 +67,41 @@ def same_prompt(first: ev.Message, again: ev.Message) -> bool:
     return first.content == again.content and first.files == again.files
 
 
-async def join(flights: Mapping[str, Flight], sid: str, rid: str, prompt: ev.Message) -> None:
-    """Return once this process runs no prompt on `sid`. A retry of the request running (same
-    id, same prompt) waits for it to end, so it can answer what it recorded; another request
-    is refused as busy, and the same id with another prompt as a conflict, at once."""
+async def join(
+    flights: Mapping[str, Flight],
+    store: SessionStore,
+    sid: str,
+    rid: str,
+    prompt: ev.Message,
+    read: Callable[[Callable[[LogView], Replay | None]], Awaitable[Replay | None]],
+) -> Replay | None:
+    """Return None once this process runs no prompt on `sid`. A retry of the request running
+    (same id, same prompt) waits for it to end, so it can answer what it recorded; while another
+    request runs, a retry of one that ended answers what it recorded (`finished`, through
+    `read`), and anything else is refused as busy; the same id with another prompt as a
+    conflict."""
     while (running := flights.get(sid)) is not None:
         if running.request_id != rid:
-            raise SessionBusyError(sid, running.request_id)
+            replay = await read(
+                partial(finished, store=store, session_id=sid, request_id=rid, prompt=prompt)
+            )
+            if replay is not None:
+                return replay
+            if flights.get(sid) is running:  # else it ended meanwhile: look again
+                raise SessionBusyError(sid, running.request_id)
+            continue
         if running.prompt is not None and not same_prompt(running.prompt, prompt):
             raise RequestConflictError(sid, rid, None)
         await running.done.wait()  # a retry cancelled meanwhile leaves the first one running
+    return None
+
+
+def finished(
+    view: LogView, store: SessionStore, session_id: str, request_id: str, prompt: ev.Message
+) -> Replay | None:
+    """`recorded`, read outside the writer: what the session ran for `request_id`, or None."""
+    state = pj.load_state(view, session_id)
+    return None if state is None else recorded(view, store, state, request_id, prompt)
 
 
 def recorded(
@@ -100,8 +126,9 @@ def recorded(
     ended = _event(view, store, state, loop, loop.ended_position)
     where = f"prompt: request `{request_id}` of `{sid}`"
     again = "it is not run again: send a new request id to try again"
-    if loop.status == rt.CANCELLED:
-        return Replay(error=PromptCancelledError(f"{where} was cancelled ({loop.error}); {again}"))
+    if loop.status == rt.CANCELLED:  # the loop record keeps the reason as stored: sealed
+        why = ended.reason if isinstance(ended, ev.PromptCancelled) else loop.error
+        return Replay(error=PromptCancelledError(f"{where} was cancelled ({why}); {again}"))
     if not isinstance(ended, ev.PromptCompleted):
         why = ended.error if isinstance(ended, ev.PromptFailed) else loop.error
         return Replay(error=ProviderError(f"{where} failed ({loop.error_kind}): {why}; {again}"))

@@ -487,7 +487,11 @@ class Runtime:
         store = self._store_of(sid)
         if options.tools:
             await self._check_tools_supported(store, sid)
-        await _replay.join(self._flights, sid, rid, message)  # then no await until it is ours
+        replay = await _replay.join(
+            self._flights, store, sid, rid, message, partial(self._read, store)
+        )
+        if replay is not None:  # else no await from here until the flight is ours
+            return replay.result()
         warnings, rejection = _filters.screen(self._filters, text)
         if rejection is not None:
             job = partial(_jobs.reject_input, store, sid, rid, *rejection)
