@@ -333,7 +333,9 @@ class Keyring:
         guess of the text can be checked against it."""
         if self.key(slot, where) is None:
             return None
-        key = self._digest_keys[slot]
+        key = self._digest_keys.get(slot)
+        if key is None:  # shredded by another thread since `key` looked
+            return None
         digest = blake3.blake3(text.encode("utf-8", "surrogatepass"), key=key)
         return KEYED_TEXT + digest.hexdigest(DIGEST_BYTES)
 
