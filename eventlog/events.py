@@ -276,7 +276,10 @@ class SessionArchived(Event, tag="session_archived", frozen=True):
 
 
 class PromptStarted(Event, tag="prompt_started", frozen=True):
-    """The runtime sent `prompt` to `provider` with the merged `params`; the session is busy."""
+    """The runtime sent `prompt` to `provider` with the merged `params`; the session is busy. An
+    encrypted session keeps `request_id` as its digest keyed by the session's data key (which
+    every later event of the request repeats, and the runtime's request index holds) and the
+    caller's text sealed in `sealed_request_id`; None elsewhere."""
 
     request_id: str
     prompt: Message
@@ -287,6 +290,7 @@ class PromptStarted(Event, tag="prompt_started", frozen=True):
     parallel_group: str | None = None
     warnings: list[dict[str, Any]] = []
     """Input filters that passed the prompt with a warning: ``{"filter": name, "reason": ...}``."""
+    sealed_request_id: str | None = None
 
 
 class PromptCompleted(Event, tag="prompt_completed", frozen=True):
@@ -365,7 +369,8 @@ class ToolCallFinished(Event, tag="tool_call_finished", frozen=True):
 
 
 class InputRejected(Event, tag="input_rejected", frozen=True):
-    """An input filter refused a prompt before any provider was called."""
+    """An input filter refused a prompt before any provider was called (an encrypted session keeps
+    `request_id` as its keyed digest, as `prompt_started` does)."""
 
     filter: str
     reason: str

@@ -55,7 +55,10 @@ KEY_PREFIXES: dict[bytes, str] = {
     RUNTIME_STATE_PREFIX: "rt/s/<sid>: the RuntimeState of a runtime session",
     RUNTIME_LOOP_PREFIX: "rt/l/<sid>\\0<position:8>: the LoopRecord of a prompt",
     RUNTIME_LOOP_ID_PREFIX: "rt/i/<sid>\\0<loop_id>: the position of that loop's prompt (8)",
-    RUNTIME_REQUEST_PREFIX: "rt/r/<sid>\\0<request_id>: the position of that request's prompt (8)",
+    RUNTIME_REQUEST_PREFIX: (
+        "rt/r/<sid>\\0<request_id>: the position of that request's prompt (8); an encrypted "
+        "session's request id is its keyed digest, as its events hold it"
+    ),
     RUNTIME_OPEN_PREFIX: "rt/o/<sid>: present while a runtime session is open",
     RUNTIME_BUSY_PREFIX: "rt/b/<sid>: present while a prompt is in flight",
 }

@@ -11,6 +11,7 @@ Key layout (see the table in `_keys.py`):
   rt/l/<sid>\\0<position:8>    LoopRecord of the prompt started at that log position
   rt/i/<sid>\\0<loop_id>       that position (8), by loop id
   rt/r/<sid>\\0<request_id>    the position (8) of the request's `prompt_started`, by request id
+                              as its events hold it (an encrypted session's: a keyed digest)
   rt/o/<sid>                  present while the runtime session is open (what `reap` scans)
   rt/b/<sid>                  present while a prompt is in flight (what crash recovery scans)
   rt/n                        number of open runtime sessions (8)
@@ -123,6 +124,8 @@ class LoopRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     steps: int = 0
     """Model calls: one per `step_completed`, and one for a completion the model (not a stop of
     the runtime, whose reply is synthetic) wrote."""
+    sealed_request_id: str | None = None
+    """The caller's request id, sealed, where `request_id` is its keyed digest (`prompt_started`)."""
 
 
 class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -164,23 +167,15 @@ def _loop_key(session_id: str, position: int) -> bytes:
     return _loop_prefix(session_id) + position.to_bytes(8, "big")
 
 
-def _loop_id_prefix(session_id: str) -> bytes:
-    return _LOOP_ID + session_id.encode() + b"\x00"
-
-
 def _loop_id_key(session_id: str, loop_id: str) -> bytes | None:
-    key = _loop_id_prefix(session_id) + loop_id.encode()
+    key = _LOOP_ID + session_id.encode() + b"\x00" + loop_id.encode()
     return key if len(key) <= limits.kv_key_bytes_max else None  # unindexable: skipped, not fatal
 
 
-def _request_prefix(session_id: str) -> bytes:
-    return _REQUEST + session_id.encode() + b"\x00"
-
-
 def request_key(session_id: str, request_id: str) -> bytes | None:
-    """The index key of `request_id` in `session_id`; None when it is too long to be one (the
-    runtime refuses such an id before it starts a prompt, and the fold skips it)."""
-    key = _request_prefix(session_id) + request_id.encode()
+    """The index key of `request_id` (as the events hold it) in `session_id`; None when it is too
+    long to be one (the runtime refuses such an id before it starts a prompt; the fold skips it)."""
+    key = _REQUEST + session_id.encode() + b"\x00" + request_id.encode()
     return key if len(key) <= limits.kv_key_bytes_max else None
 
 
@@ -202,8 +197,7 @@ def load_loop(view: LogView, session_id: str, loop_id: str) -> LoopRecord | None
     position = None if key is None else _kv.get(view, key)
     if position is None:
         return None
-    data = _kv.get(view, _loop_key(session_id, int.from_bytes(position, "big")))
-    return None if data is None else LOOP_CODEC.decode(data)
+    return load_loop_at(view, session_id, int.from_bytes(position, "big"))
 
 
 def load_request(view: LogView, session_id: str, request_id: str) -> LoopRecord | None:
@@ -213,7 +207,7 @@ def load_request(view: LogView, session_id: str, request_id: str) -> LoopRecord 
     position = None if key is None else _kv.get(view, key)
     if position is None:
         return None
-    return _load_loop_at(view, session_id, int.from_bytes(position, "big"))
+    return load_loop_at(view, session_id, int.from_bytes(position, "big"))
 
 
 def _ids_under(view: LogView, prefix: bytes) -> Iterator[str]:
@@ -259,7 +253,8 @@ def _put_loop(tx: Transaction, loop: LoopRecord) -> None:
     _kv.put(tx, _loop_key(loop.session_id, loop.position), LOOP_CODEC.encode(loop))
 
 
-def _load_loop_at(view: LogView, session_id: str, position: int) -> LoopRecord | None:
+def load_loop_at(view: LogView, session_id: str, position: int) -> LoopRecord | None:
+    """The loop record of the prompt (or tool call) started at log `position` of the session."""
     data = _kv.get(view, _loop_key(session_id, position))
     return None if data is None else LOOP_CODEC.decode(data)
 
@@ -314,7 +309,7 @@ def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
     position = None if key is None else _kv.get(tx, key)
     if position is None:
         return
-    loop = _load_loop_at(tx, parent_id, int.from_bytes(position, "big"))
+    loop = load_loop_at(tx, parent_id, int.from_bytes(position, "big"))
     if loop is None:
         return
     child = {"session_id": child_id, "tool_call_id": ref.get("tool_call_id")}
@@ -344,6 +339,7 @@ def _started(tx: Transaction, envelope: Envelope) -> None:
         data.params,
         provider=data.provider,
         warnings=data.warnings,
+        sealed_request_id=data.sealed_request_id,
     )
     request = request_key(envelope.stream, data.request_id)
     if request is not None:
@@ -374,6 +370,7 @@ def _start_loop(
     *,
     provider: str | None = None,
     warnings: list[dict[str, Any]] | None = None,
+    sealed_request_id: str | None = None,
 ) -> None:
     """Record the loop `envelope` starts, and index its id to the envelope's position."""
     loop = LoopRecord(
@@ -387,6 +384,7 @@ def _start_loop(
         provider=provider,
         config=config,
         warnings=warnings or [],
+        sealed_request_id=sealed_request_id,
     )
     _put_loop(tx, loop)
     key = _loop_id_key(envelope.stream, loop_id)
@@ -407,7 +405,7 @@ def _finish(
     steps: int = 0,
 ) -> None:
     """Close the loop in flight with `outcome` (and `steps` more model calls); idle or failed."""
-    loop = _load_loop_at(tx, state.session_id, state.loop_position)
+    loop = load_loop_at(tx, state.session_id, state.loop_position)
     if loop is not None:
         _put_loop(
             tx,
@@ -529,7 +527,7 @@ def _step(tx: Transaction, envelope: Envelope) -> None:
     if state is None:
         return
     usage = loop_usage(data.usage)
-    loop = _load_loop_at(tx, state.session_id, state.loop_position)
+    loop = load_loop_at(tx, state.session_id, state.loop_position)
     if loop is not None:
         _put_loop(tx, msgspec.structs.replace(loop, usage=loop.usage + usage, steps=loop.steps + 1))
     _kv.put(tx, _USAGE, USAGE_CODEC.encode(total_usage(tx) + usage))

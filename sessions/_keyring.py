@@ -327,10 +327,10 @@ class Keyring:
         return aead
 
     def keyed(self, slot: int, text: str, where: str) -> str | None:
-        """`text` as an encrypted session keeps a caller's idempotency key: its digest under a key
-        derived from the data key of `slot` (`KEYED_TEXT` and hex). The same text gives the same
-        digest while the key lives, so a retry finds it; once the key is shredded (None) no
-        guess of the text can be checked against it."""
+        """`text` as an encrypted session keeps a caller's idempotency key or request id: its
+        digest under a key derived from the data key of `slot` (`KEYED_TEXT` and hex). The same
+        text gives the same digest while the key lives, so a retry finds it; once the key is
+        shredded (None) no guess of the text can be checked against it."""
         if self.key(slot, where) is None:
             return None
         key = self._digest_keys.get(slot)

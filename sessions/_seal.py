@@ -1,14 +1,6 @@
 """Sealing: the content of an encrypted session's events, encrypted with the session's data key.
 
-What is sealed: every message (all of it but its role, usage and the synthetic and summary flags,
-as one ciphertext in `Message.sealed`), titles, the system prompt, tool arguments, error texts,
-input filters' and cancelled prompts' reasons, a caller's reasons and sources of rewinds,
-scratchpad changes and live clients, and the values of metadata (the session's, a live client's,
-a scratchpad change's), scratchpads and permission requests (their keys stay readable, so the
-projections merge them without a key). A caller's idempotency key is kept as its digest under the
-session's key (`Keyring.keyed`), which the projection indexes without a key.
-What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
-clients: `verify`, the projections and paging need no key.
+What is sealed, keyed and left readable, event by event: `sessions/_sealed_fields.py`.
 
 Each ciphertext is AES-256-GCM under the data key of the session that wrote it, behind a header
 that starts with its format:
@@ -53,6 +45,16 @@ from eventlog import events as ev
 from eventlog.errors import ForgottenError
 from sessions._keyring import Keyring
 from sessions._keys import NONCE_BYTES
+from sessions._sealed_fields import (
+    KEYED,
+    MESSAGE_LISTS,
+    MESSAGES,
+    READABLE_METADATA,
+    SEALED_KINDS,
+    TEXTS,
+    VALUE_LISTS,
+    VALUES,
+)
 
 _HEADER = struct.Struct(">BIQH")
 """Format (1), keyring slot, log position, index of the message in its event."""
@@ -74,54 +76,6 @@ _RAWS_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _FEW = 4
 """Fewer than one in `_FEW` of a list's messages wanted: only those are decoded."""
 _VALUES_CODEC = StructCodec(object, "sealed value")
-
-_MESSAGES: dict[type[ev.Event], tuple[str, ...]] = {
-    ev.MessageInjected: ("message",),
-    ev.PromptStarted: ("prompt",),
-    ev.PromptCompleted: ("reply",),
-    ev.StepCompleted: ("reply",),
-    ev.ToolCallFinished: ("result",),
-    ev.DoomLoopDetected: ("message",),
-    ev.ContextCompacted: ("boundary", "summary"),  # indexes 0 and 1, as `message_of` reads them
-}
-_MESSAGE_LISTS: dict[type[ev.Event], str] = {
-    ev.MessagesInjected: "messages",
-    ev.SessionCompacted: "replacement",
-}
-_TEXTS: dict[type[ev.Event], tuple[str, ...]] = {
-    ev.SessionOpened: ("title", "system_prompt"),
-    ev.SessionForked: ("title",),
-    ev.SessionRenamed: ("title",),
-    ev.PromptFailed: ("error",),
-    ev.PromptCancelled: ("reason",),  # the caller's reason for closing may quote the session
-    ev.ToolCallFinished: ("error",),
-    ev.ContextCompactionFailed: ("error",),
-    ev.InputRejected: ("reason",),  # a filter's reason (or error) may quote the prompt
-    # A caller's free text on a change (why it rewound, who set the scratchpad and why): no
-    # projection reads it, and it may say anything the session does.
-    ev.SessionRewound: ("reason",),
-    ev.SessionReset: ("reason",),
-    ev.ScratchpadSet: ("source", "reason"),
-    ev.ScratchpadCleared: ("source", "reason"),
-    ev.LiveSessionClient: ("reason",),
-}
-_VALUES: dict[type[ev.Event], tuple[str, ...]] = {
-    ev.SessionOpened: ("metadata",),
-    ev.SessionMetadataSet: ("metadata",),
-    ev.ScratchpadSet: ("scratchpad", "metadata"),
-    ev.ScratchpadCleared: ("metadata",),
-    ev.LiveSessionPermissionRoute: ("request", "metadata"),
-    ev.LiveSessionClient: ("metadata",),
-    ev.ToolCallStarted: ("arguments",),
-}
-_VALUE_LISTS: dict[type[ev.Event], str] = {
-    ev.PromptStarted: "warnings",  # input filters' warnings: their reasons may quote the prompt
-}
-"""Lists of records whose values are sealed, but for their `filter` (a name)."""
-SEALED_KINDS = frozenset((*_MESSAGES, *_MESSAGE_LISTS, *_TEXTS, *_VALUES, *_VALUE_LISTS))
-READABLE_METADATA = frozenset(("provider", "runtime_params"))
-"""Metadata keys whose values stay readable: the runtime's binding of a session (which provider
-drives it, with which settings), which its projection reads without a key."""
 
 
 _M = b"message"
@@ -167,19 +121,22 @@ class Sealer:
         if kind not in SEALED_KINDS:
             return event
         changes: dict[str, Any] = {}
-        for index, name in enumerate(_MESSAGES.get(kind, ())):
+        for index, name in enumerate(MESSAGES.get(kind, ())):
             changes[name] = seal_message(aead, slot, position, index, getattr(event, name))
-        listed = _MESSAGE_LISTS.get(kind)
+        listed = MESSAGE_LISTS.get(kind)
         if listed is not None and getattr(event, listed):
             changes[listed] = seal_batch(aead, slot, position, listed, getattr(event, listed))
-        for name in _TEXTS.get(kind, ()):
+        for name in TEXTS.get(kind, ()):
             text = getattr(event, name)
             if text is not None:
                 changes[name] = _seal_value(aead, slot, position, name, text)
-        key = getattr(event, "idempotency_key", None)
-        if key is not None:  # a caller's text the projection indexes: a digest, the same each retry
-            changes["idempotency_key"] = self.keyring.keyed(slot, key, "write")
-        for name in _VALUES.get(kind, ()):
+        keyed = KEYED.get(kind)
+        text = None if keyed is None else getattr(event, keyed)
+        if keyed is not None and text is not None:  # a digest, the same each retry (`KEYED`)
+            changes[keyed] = self.keyring.keyed(slot, text, "write")
+            if kind is ev.PromptStarted:  # what the runtime's answers show while the key lives
+                changes["sealed_request_id"] = _seal_value(aead, slot, position, keyed, text)
+        for name in VALUES.get(kind, ()):
             values = getattr(event, name)
             changes[name] = {
                 key: value
@@ -187,7 +144,7 @@ class Sealer:
                 else _seal_value(aead, slot, position, f"{name}\x00{key}", value)
                 for key, value in values.items()
             }
-        records = _VALUE_LISTS.get(kind)
+        records = VALUE_LISTS.get(kind)
         if records is not None:
             changes[records] = [
                 {
@@ -209,7 +166,7 @@ class Sealer:
             raise ForgottenError(state.session_id, verb, state.forgotten_reason)
         keys = _Keys(self.keyring, state.key_slot, verb, state.session_id, _opened_at(view, state))
         open_message = _message_opener(keys)
-        lists, singles = _MESSAGE_LISTS, _MESSAGES
+        lists, singles = MESSAGE_LISTS, MESSAGES
 
         def open_event(data: ev.Event, position: int, indexes: list[int]) -> list[ev.Message]:
             if type(data) is ev.MessageInjected:  # the most common event
@@ -253,14 +210,18 @@ class Sealer:
             ],
         )
 
+    def open_text(self, text: str | None, own_slot: int, label: str, verb: str) -> str | None:
+        """A sealed text kept in a projection, sealed as `label`; None under a destroyed key."""
+        return _Keys(self.keyring, own_slot, verb).text(text, label)
+
     def open_event(self, event: ev.Event, own_slot: int, verb: str) -> ev.Event:
         """An event's sealed texts and values opened (for comparing what a session was opened
         with)."""
         keys = _Keys(self.keyring, own_slot, verb)
         changes: dict[str, Any] = {}
-        for name in _TEXTS.get(type(event), ()):
+        for name in TEXTS.get(type(event), ()):
             changes[name] = keys.text(getattr(event, name), name)
-        for name in _VALUES.get(type(event), ()):
+        for name in VALUES.get(type(event), ()):
             changes[name] = keys.values(getattr(event, name), name)
         return msgspec.structs.replace(event, **changes) if changes else event
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 import projections as pj
 from eventlog import LogView, SessionExistsError, Transaction, UnknownSessionError
 from eventlog import events as ev
@@ -21,10 +23,12 @@ from eventlog.errors import ConfigurationError
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._host import append, transact
+from sessions._keyring import KEYED_TEXT
+from sessions._seal import Sealer
 from sessions._store import SessionStore
 from sessions.runtime._errors import SessionBusyError, SessionFailedError
 from sessions.runtime._params import merge_params
-from sessions.runtime._recorder import usage_dict
+from sessions.runtime._recorder import in_flight_request_id, usage_dict
 from sessions.runtime._replay import Replay, recorded
 
 INTERRUPTED = "interrupted"
@@ -43,8 +47,9 @@ class Started:
     first: bool
 
 
-def info(view: LogView, session_id: str, verb: str) -> dict[str, Any]:
-    """The status record of an open runtime session; raises `UnknownSessionError` otherwise."""
+def info(view: LogView, session_id: str, verb: str, sealer: Sealer | None) -> dict[str, Any]:
+    """The status record of an open runtime session, naming the request in flight as its caller
+    did (opened with `sealer` in an encrypted session); raises `UnknownSessionError` otherwise."""
     state = pj.load_state(view, session_id)
     runtime = rt.load_runtime(view, session_id)
     if state is None or state.status != pj.ACTIVE or runtime is None or not runtime.open:
@@ -58,7 +63,7 @@ def info(view: LogView, session_id: str, verb: str) -> dict[str, Any]:
         "last_activity_at": iso(transcript.last_activity_at or state.last_activity_at),
         "provider": runtime.provider,
         "scope": state.scope,
-        "request_id": runtime.request_id,
+        "request_id": in_flight_request_id(view, sealer, state, runtime),
         "loops": runtime.loops,
         "usage": usage_dict(runtime.usage),
     }
@@ -79,7 +84,7 @@ def open_session(
             raise SessionExistsError(f"create: session `{session_id}` already exists")
         recorded = {**metadata, "provider": provider, "runtime_params": params}
         sid = store.open_session(session_id, agent_id=agent_id, metadata=recorded, **options)
-        return info(tx, sid, "create")
+        return info(tx, sid, "create", store._sealer)
 
     return transact(store.log, decide)
 
@@ -105,10 +110,10 @@ def adopt_session(
                     f"adopt: session `{session_id}` is already driven with provider "
                     f"`{runtime.provider}`, not `{provider}`"
                 )
-            return info(tx, session_id, "adopt")
+            return info(tx, session_id, "adopt", store._sealer)
         adopted = ev.RuntimeAdopted(provider=provider, agent_id=agent_id, runtime_params=params)
         append(tx, session_id, [adopted], sealer=store._sealer)
-        return info(tx, session_id, "adopt")
+        return info(tx, session_id, "adopt", store._sealer)
 
     return transact(store.log, decide)
 
@@ -144,7 +149,8 @@ def start_prompt(
         if replay is not None:  # before busy and failed: a retry answers what its first run did
             return replay
         if runtime.status == rt.BUSY:
-            raise SessionBusyError(session_id, runtime.request_id)
+            shown = in_flight_request_id(tx, store._sealer, state, runtime)
+            raise SessionBusyError(session_id, shown)
         if runtime.status == rt.FAILED:
             raise SessionFailedError(
                 f"prompt: session `{session_id}` has failed; close it and create another"
@@ -190,11 +196,27 @@ def _spawning_loop(state: pj.SessionState) -> str | None:
     return loop_id if isinstance(loop_id, str) else None
 
 
-def _in_flight(tx: Transaction, session_id: str, request_id: str) -> rt.RuntimeState | None:
+def _in_flight(
+    tx: Transaction, store: SessionStore, session_id: str, request_id: str
+) -> rt.RuntimeState | None:
+    """The session's runtime state while `request_id` is its request in flight, which the
+    projection names as `prompt_started` stored it: an encrypted session's keyed digest of it
+    (`Keyring.keyed`), or the text itself (a plain session's, or one stored before digests)."""
     runtime = rt.load_runtime(tx, session_id)
-    if runtime is None or runtime.status != rt.BUSY or runtime.request_id != request_id:
+    if runtime is None or runtime.status != rt.BUSY or runtime.request_id is None:
         return None
-    return runtime
+    stored = runtime.request_id
+    if stored == request_id or (
+        stored.startswith(KEYED_TEXT) and stored == store.keyed_digest(session_id, request_id)
+    ):
+        return runtime
+    return None
+
+
+def _named(runtime: rt.RuntimeState, events: list[ev.Event]) -> list[ev.Event]:
+    """`events` of the request in flight naming it as the projection does (`_in_flight`): what
+    the runtime writes after `prompt_started` repeats what that stored, never keys it again."""
+    return [msgspec.structs.replace(event, request_id=runtime.request_id) for event in events]
 
 
 def answer_open_calls(runtime: rt.RuntimeState, kind: str, why: str) -> list[ev.Event]:
@@ -233,16 +255,12 @@ def finish_prompt(store: SessionStore, session_id: str, request_id: str, event: 
     marked it failed)."""
 
     def decide(tx: Transaction) -> bool:
-        runtime = _in_flight(tx, session_id, request_id)
+        runtime = _in_flight(tx, store, session_id, request_id)
         if runtime is None:
             return False
         why = getattr(event, "reason", None) or getattr(event, "error", None) or "the loop ended"
-        append(
-            tx,
-            session_id,
-            [*answer_open_calls(runtime, _ending_kind(event), str(why)[:200]), event],
-            sealer=store._sealer,
-        )
+        answers = answer_open_calls(runtime, _ending_kind(event), str(why)[:200])
+        append(tx, session_id, [*answers, *_named(runtime, [event])], sealer=store._sealer)
         return True
 
     return transact(store.log, decide)
@@ -255,9 +273,10 @@ def record_step(
     the prompt is still in flight; False if it is not."""
 
     def decide(tx: Transaction) -> bool:
-        if _in_flight(tx, session_id, request_id) is None:
+        runtime = _in_flight(tx, store, session_id, request_id)
+        if runtime is None:
             return False
-        append(tx, session_id, events, sealer=store._sealer)
+        append(tx, session_id, _named(runtime, events), sealer=store._sealer)
         return True
 
     return transact(store.log, decide)
@@ -280,12 +299,12 @@ def close_session(store: SessionStore, session_id: str, reason: str, verb: str) 
     last status record."""
 
     def decide(tx: Transaction) -> dict[str, Any]:
-        last = info(tx, session_id, verb)
+        last = info(tx, session_id, verb, store._sealer)
         events: list[ev.Event] = []
         runtime = rt.load_runtime(tx, session_id)
-        if last["request_id"] is not None and runtime is not None:
+        if runtime is not None and runtime.request_id is not None:  # named as the projection does
             events.extend(answer_open_calls(runtime, "cancelled", reason))
-            events.append(ev.PromptCancelled(request_id=last["request_id"], reason=reason))
+            events.append(ev.PromptCancelled(request_id=runtime.request_id, reason=reason))
         status = {"reason": reason, "status": last["status"]}
         events.append(ev.AgentSessionClosed(reason=reason, status=status))
         append(tx, session_id, events, sealer=store._sealer)

@@ -16,14 +16,42 @@ import projections as pj
 from eventlog import LogView, to_builtins
 from projections import _runtime as rt
 from sessions._checks import iso
+from sessions._keyring import KEYED_TEXT
+from sessions._seal import Sealer
 
 
-def loop_dict(loop: rt.LoopRecord) -> dict[str, Any]:
-    """A loop record as plain data."""
+def shown_request_id(
+    sealer: Sealer | None, state: pj.SessionState, stored: str | None, sealed: str | None
+) -> str | None:
+    """A request id as the runtime's answers show it: the caller's text. An encrypted session's
+    events hold its keyed digest (`Keyring.keyed`) and `prompt_started` a sealed copy (`sealed`),
+    opened here while the session's key lives; None once it cannot be (the session forgotten,
+    or read without a sealer). An id stored as it is (by a plain session, or by an encrypted one
+    before request ids were digested) is shown so."""
+    if stored is None or not stored.startswith(KEYED_TEXT):
+        return stored
+    if sealer is None or sealed is None or state.forgotten:
+        return None
+    return sealer.open_text(sealed, state.key_slot, "request_id", "record")
+
+
+def in_flight_request_id(
+    view: LogView, sealer: Sealer | None, state: pj.SessionState, runtime: rt.RuntimeState
+) -> str | None:
+    """The caller's id of the request the session runs (`shown_request_id`); None when idle."""
+    stored = runtime.request_id
+    if stored is None or not stored.startswith(KEYED_TEXT):
+        return stored
+    loop = rt.load_loop_at(view, state.session_id, runtime.loop_position)
+    return shown_request_id(sealer, state, stored, None if loop is None else loop.sealed_request_id)
+
+
+def loop_dict(loop: rt.LoopRecord, request_id: str | None) -> dict[str, Any]:
+    """A loop record as plain data, naming its request as `request_id` (`shown_request_id`)."""
     return {
         "loop_id": loop.loop_id,
         "session_id": loop.session_id,
-        "request_id": loop.request_id,
+        "request_id": request_id,
         "parent_loop_id": loop.parent_loop_id,
         "parallel_group": loop.parallel_group,
         "provider": loop.provider,
@@ -107,14 +135,23 @@ class SessionRecord:
         return chain
 
 
-def read_record(view: LogView, session_id: str) -> SessionRecord | None:
+def read_record(
+    view: LogView, session_id: str, sealer: Sealer | None = None
+) -> SessionRecord | None:
     """The record of `session_id`'s current incarnation, open or closed; None if the runtime never
-    knew it."""
+    knew it. An encrypted session's request ids are shown with the store's `sealer` (else None);
+    a tool call's loop names its prompt's request, whose loop holds the sealed copy."""
     runtime = rt.load_runtime(view, session_id)
     state = pj.load_state(view, session_id)
     if runtime is None or state is None:
         return None
-    loops = [loop_dict(loop) for loop in rt.load_loops(view, session_id)]
+    found = rt.load_loops(view, session_id)
+    sealed = {loop.request_id: loop.sealed_request_id for loop in found if loop.sealed_request_id}
+    shown = {
+        rid: shown_request_id(sealer, state, rid, sealed.get(rid))
+        for rid in {loop.request_id for loop in found}
+    }
+    loops = [loop_dict(loop, shown[loop.request_id]) for loop in found]
     return SessionRecord(
         session_id=session_id,
         agent_id=state.agent_id,

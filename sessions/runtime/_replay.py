@@ -2,10 +2,11 @@
 is answered with that run's recorded outcome, and no model is called again.
 
 The prompt a request started is found through the runtime projection's request index (rt/r/,
-one key and one loop record, never a scan of the log); its outcome is read from the two events
-the loop record points to, opened when the session is encrypted. `recorded` runs inside
-`_jobs.start_prompt`'s transaction, before anything is appended, so of a prompt and its retry
-racing for a session exactly one runs. Nothing here appends, awaits a provider or reads a clock.
+one key and one loop record, never a scan of the log: under the request id's keyed digest in an
+encrypted session, then as given); its outcome is read from the two events the loop record points
+to, opened when the session is encrypted. `recorded` runs inside `_jobs.start_prompt`'s
+transaction, before anything is appended, so of a prompt and its retry racing for a session
+exactly one runs. Nothing here appends, awaits a provider or reads a clock.
 """
 
 from __future__ import annotations
@@ -115,15 +116,19 @@ def recorded(
     one. `RequestConflictError` when that prompt was another, `SessionBusyError` while it is
     still recorded in flight (by a process that stopped: the next start fails it)."""
     sid = state.session_id
-    loop = rt.load_request(view, sid, request_id)
+    # What an encrypted session's events hold; a forgotten one refuses the prompt when it writes.
+    keyed = None if state.forgotten else store.keyed_digest(sid, request_id)
+    loop = None if keyed is None else rt.load_request(view, sid, keyed)
+    if loop is None:  # a plain session's, or one stored before request ids were digested
+        loop = rt.load_request(view, sid, request_id)
     if loop is None:
         return None
-    started = _event(view, store, state, loop, loop.position)
+    started = _event(view, store, state, request_id, loop, loop.position)
     if isinstance(started, ev.PromptStarted) and not same_prompt(started.prompt, prompt):
         raise RequestConflictError(sid, request_id, loop.position)
     if loop.status == rt.RUNNING or not loop.ended_position:
         raise SessionBusyError(sid, request_id)
-    ended = _event(view, store, state, loop, loop.ended_position)
+    ended = _event(view, store, state, request_id, loop, loop.ended_position)
     where = f"prompt: request `{request_id}` of `{sid}`"
     again = "it is not run again: send a new request id to try again"
     if loop.status == rt.CANCELLED:  # the loop record keeps the reason as stored: sealed
@@ -146,14 +151,19 @@ def recorded(
 
 
 def _event(
-    view: LogView, store: SessionStore, state: pj.SessionState, loop: rt.LoopRecord, at: int
+    view: LogView,
+    store: SessionStore,
+    state: pj.SessionState,
+    request_id: str,
+    loop: rt.LoopRecord,
+    at: int,
 ) -> ev.Event | None:
-    """The event at `at` of `loop`'s session, its sealed message and texts opened."""
+    """The event at `at` of `loop` (of request `request_id`), its sealed message and texts opened."""
     try:
         envelope = view.event_at(at)
     except TruncatedError as exc:
         raise TruncatedError(
-            f"prompt: request `{loop.request_id}` of `{state.session_id}` already ran (from "
+            f"prompt: request `{request_id}` of `{state.session_id}` already ran (from "
             f"log position {loop.position}) and is not run again, but its record is gone",
             at,
             exc.anchor,

@@ -333,17 +333,16 @@ class Runtime:
             raise InvalidArgumentError(f"adopt: `agent_id` must be a non-empty str: {agent_id!r}")
         params = check_params(runtime_params, "adopt")
         store = self._store_of(sid)
-        return await self._write(
-            store, partial(_jobs.adopt_session, store, sid, name, agent_id, params)
-        )
+        job = partial(_jobs.adopt_session, store, sid, name, agent_id, params)
+        return await self._write(store, job)
 
     async def status(self, session_id: str) -> dict[str, Any]:
         """``{session_id, agent_id, status, created_at, last_activity_at, ...}`` of an open
         session; `UnknownSessionError` for a closed or unknown one."""
         sid = check_session_id(session_id, where="status")
-        return await self._read(
-            self._store_of(sid), partial(_jobs.info, session_id=sid, verb="status")
-        )
+        store = self._store_of(sid)
+        job = partial(_jobs.info, session_id=sid, verb="status", sealer=store._sealer)
+        return await self._read(store, job)
 
     async def open_sessions(self) -> int:
         """How many runtime sessions are open, in both stores."""
@@ -355,12 +354,14 @@ class Runtime:
     async def record(self, session_id: str) -> SessionRecord:
         """The loop recorder's view of a session, open or closed (seed 003)."""
         sid = check_session_id(session_id, where="record")
-        found = await self._read(self._store_of(sid), partial(read_record, session_id=sid))
-        if found is None and self._store_of(sid) is self.store:
-            found = await self._read(self.ephemeral_store, partial(read_record, session_id=sid))
-        if found is None:
-            raise UnknownSessionError(sid, "record")
-        return found
+        stores = [self._store_of(sid)]
+        if stores[0] is self.store:  # not found there, it may be in the ephemeral store
+            stores.append(self.ephemeral_store)
+        for store in stores:
+            job = partial(read_record, session_id=sid, sealer=store._sealer)
+            if (found := await self._read(store, job)) is not None:
+                return found
+        raise UnknownSessionError(sid, "record")
 
     async def total_usage(self) -> dict[str, int]:
         """Usage summed over every loop of both stores (the ephemeral one since this start)."""
@@ -487,9 +488,8 @@ class Runtime:
         store = self._store_of(sid)
         if options.tools:
             await self._check_tools_supported(store, sid)
-        replay = await _replay.join(
-            self._flights, store, sid, rid, message, partial(self._read, store)
-        )
+        reader = partial(self._read, store)
+        replay = await _replay.join(self._flights, store, sid, rid, message, reader)
         if replay is not None:  # else no await from here until the flight is ours
             return replay.result()
         warnings, rejection = _filters.screen(self._filters, text)
