@@ -55,6 +55,13 @@ def import_agent_log(args: argparse.Namespace) -> int:
     for found in files:
         for line, why in found.skipped_lines:
             print(safe(f"skipped {found.path}:{line}: {why}"))
+        if found.pending_tail_bytes:
+            print(
+                safe(
+                    f"pending {found.path}: its last line ({found.pending_tail_bytes:,} bytes) "
+                    "has no line break yet; the next import reads it once complete"
+                )
+            )
     emit(
         table(
             ("file", "format", "sessions", "messages", "tool calls", "unknown", "new"), _rows(files)
@@ -87,6 +94,8 @@ def _new(found: ImportedFile) -> str:
     if found.updated:  # an earlier import of the log, grown since
         gained = sum(s.appended - s.replaced for s in found.sessions)
         return f"grew: +{gained:,} messages"
+    if not found.sessions and found.pending_tail_bytes:
+        return "not yet: its first line is being written"
     return "yes" if found.written else "already imported"
 
 
@@ -100,6 +109,7 @@ def _file_dict(found: ImportedFile) -> dict[str, Any]:
         "written": found.written,
         "updated": found.updated,
         "skipped_lines": [list(item) for item in found.skipped_lines],
+        "pending_tail_bytes": found.pending_tail_bytes,
         "sessions": [
             {
                 "session_id": s.session_id,

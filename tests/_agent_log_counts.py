@@ -29,7 +29,7 @@ def claude(path: Path) -> dict[str, Any]:
     answered = set()
     chain: dict[str, int] = {}  # uuid of a sidechain record -> its sidechain's number
     last: dict[int, object] = {}  # sidechain number (0: main) -> what its last message was
-    sidechains = 0
+    sidechains = compactions = 0
     for _, record in jsonl(path):
         message = record.get("message")
         side = 0
@@ -48,6 +48,9 @@ def claude(path: Path) -> dict[str, Any]:
                 if block.get("type") == "tool_use":
                     calls += 1
                     ids.add(block["id"])
+        elif record.get("isCompactSummary") is True:
+            compactions += 1  # what the agent's next request began with: a summary, no prompt
+            last[side] = "summary"
         elif (
             record.get("type") == "user" and not record.get("isMeta") and isinstance(message, dict)
         ):
@@ -70,7 +73,7 @@ def claude(path: Path) -> dict[str, Any]:
         "dangling": ids - answered,
         "error_results": errors,
         "sidechains": sidechains,
-        "compactions": 0,
+        "compactions": compactions,
     }
 
 

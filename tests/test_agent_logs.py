@@ -375,8 +375,16 @@ def test_cli_imports_a_folder_and_prints_the_summary(
     code = main(["--store", store, "import-agent-log", str(FIXTURES / "pi"), "--json"])
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["files"][0]["written"] is False
-    broken = tmp_path / "broken.jsonl"
-    broken.write_bytes((FIXTURES / "pi" / "large-session.jsonl").read_bytes()[:5000])
+    live = tmp_path / "live.jsonl"  # its last line cut: being written, left for next time
+    live.write_bytes((FIXTURES / "pi" / "large-session.jsonl").read_bytes()[:5000])
+    code = main(["--store", store, "import-agent-log", str(live)])
+    out = capsys.readouterr().out
+    pending = 5000 - live.read_bytes().rindex(b"\n") - 1
+    assert code == 0 and f"pending {live}: its last line ({pending:,} bytes)" in out
+    code = main(["--store", store, "import-agent-log", str(live), "--json"])
+    assert json.loads(capsys.readouterr().out)["files"][0]["pending_tail_bytes"] == pending
+    broken = tmp_path / "broken.jsonl"  # a cut line followed by a line break: damage
+    broken.write_bytes((FIXTURES / "pi" / "large-session.jsonl").read_bytes()[:5000] + b"\n")
     code = main(["--store", store, "import-agent-log", str(broken)])
     err = capsys.readouterr().err
     assert code == 5 and f"{broken}:" in err

@@ -229,33 +229,69 @@ def test_a_one_line_log_has_the_same_id_either_way(store: SessionStore, tmp_path
     assert one(store, live).updated
 
 
-def test_a_log_whose_first_line_is_not_complete_keeps_the_whole_file_id(
+def test_a_log_whose_first_line_is_not_complete_is_left_for_the_next_import(
     store: SessionStore, tmp_path: Path
 ) -> None:
     live = tmp_path / CODEX.name
     lines = lines_of(CODEX)
     live.write_bytes(lines[0].rstrip(b"\n"))  # the record is whole, its line break not yet
-    digest = blake3(live.read_bytes()).hexdigest()[:32]
+    found = one(store, live)
+    assert found.sessions == () and found.records == 0 and not found.written
+    assert found.pending_tail_bytes == len(lines[0]) - 1
+    assert store.log.head == 0
+    live.write_bytes(b"".join(lines[:20]))
     (session,) = one(store, live).sessions
-    assert session.session_id == f"codex-{digest}"
-    live.write_bytes(b"".join(lines[:20]))  # said in the docs: a session of its own
-    assert one(store, live).sessions[0].session_id != session.session_id
+    assert session.session_id == f"codex-{blake3(lines[0]).hexdigest()[:32]}"
 
 
-def test_a_line_skipped_as_cut_is_read_once_complete(store: SessionStore, tmp_path: Path) -> None:
-    lines = lines_of(CODEX)
-    live = tmp_path / CODEX.name
-    live.write_bytes(b"".join(lines[:60]) + lines[60][: len(lines[60]) // 2])
-    with pytest.raises(AgentLogError, match=":61: truncated"):
-        one(store, live)
-    cut = one(store, live, skip_bad_lines=True)
-    assert cut.skipped_lines and cut.skipped_lines[0][0] == 61
-    live.write_bytes(b"".join(lines[:80]))
+@pytest.mark.parametrize(
+    ("fmt", "path"),
+    [(f, p) for f, p in LINE_SAMPLES if len(lines_of(p)) > 2],
+    ids=[i for i, (_, p) in zip(IDS, LINE_SAMPLES, strict=True) if len(lines_of(p)) > 2],
+)
+@pytest.mark.parametrize("tail", ["cut", "whole"])
+def test_a_last_line_being_written_is_left_for_the_next_import(
+    store: SessionStore, tmp_path: Path, fmt: str, path: Path, tail: str
+) -> None:
+    """A live log's last line without its line break (cut in the middle, or a whole record
+    whose line break is not written yet) is neither an error nor imported: the complete lines
+    are, the file's digest and bytes kept are theirs, and once the rest is appended the import
+    brings the session up to date, equal to a fresh import of the whole file."""
+    lines = lines_of(path)
+    at = len(lines) // 2
+    last = lines[at][: len(lines[at]) // 2] if tail == "cut" else lines[at].rstrip(b"\r\n")
+    live = tmp_path / path.name
+    live.write_bytes(b"".join(lines[:at]) + last)
+    found = one(store, live)  # no skip_bad_lines: not damage
+    assert found.pending_tail_bytes == len(last) and not found.skipped_lines
+    complete = tmp_path / "complete" / path.name
+    complete.parent.mkdir()
+    complete.write_bytes(b"".join(lines[:at]))
+    assert found.blake3 == blake3(complete.read_bytes()).hexdigest()
+    assert state(store) == fresh(tmp_path, complete)  # as if the file ended at its last break
+    head = store.log.head
+    assert not one(store, live).written and store.log.head == head  # still being written
+    live.write_bytes(b"".join(lines[: at + 1]))  # the line is complete
     grown = one(store, live)
-    assert grown.updated and not grown.skipped_lines
+    assert grown.updated and grown.pending_tail_bytes == 0
     assert state(store) == fresh(tmp_path, live)
     about = store.snapshot(grown.sessions[0].session_id)["metadata"]["agent_log"]  # type: ignore[index]
-    assert "skipped_lines" not in about and about["bytes"] == live.stat().st_size
+    assert about["bytes"] == live.stat().st_size
+
+
+def test_a_damaged_line_before_the_last_is_still_an_error(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    lines = lines_of(CODEX)
+    live = tmp_path / CODEX.name
+    cut = lines[60][: len(lines[60]) // 2]
+    live.write_bytes(b"".join(lines[:60]) + cut + b"\n" + b"".join(lines[61:80]))
+    with pytest.raises(AgentLogError, match=":61: "):
+        one(store, live)
+    assert store.log.head == 0
+    skipped = one(store, live, skip_bad_lines=True)
+    assert [line for line, _ in skipped.skipped_lines] == [61]
+    assert skipped.pending_tail_bytes == 0
 
 
 def test_a_session_continued_after_its_import_is_not_changed(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blake3 import blake3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -198,8 +199,12 @@ def test_any_tree_imports_as_its_branches(
         assert set().union(*owned) == set(range(1, len(records) + 1))
 
 
+def _appended(data: bytes) -> bytes:
+    return data.replace(b"Read it again.", b"Read it AGAIN.") + data.splitlines(keepends=True)[-1]
+
+
 CHANGES = {
-    "appended": lambda data: data + data.splitlines(keepends=True)[-1].replace(b"b0", b"c0"),
+    "appended": _appended,  # (the second reading stops where the first did) and rewritten
     "shortened": lambda data: b"".join(data.splitlines(keepends=True)[:20]),
     "same size": lambda data: data.replace(b"Read it again.", b"Read it AGAIN."),
 }
@@ -227,3 +232,31 @@ def test_a_tree_that_changes_between_its_readings_is_refused(
         replay.import_agent_log(store, path)
     assert (caught.value.path, caught.value.line) == (str(path), None)
     assert store.log.head == 0
+
+
+def test_a_tree_appended_to_between_its_readings_is_read_as_it_was_first_read(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live log grows while it is read: the second reading of a tree stops where the first
+    did, and the lines appended in between are read by the next import."""
+    from replay.agentlogs import _pi
+
+    records = retried_tool_call(False)
+    path = write(tmp_path, records)
+    first = path.read_bytes()
+    found = _pi.branches
+    reply = {"role": "user", "content": [{"type": "text", "text": "And now?"}]}
+    more = json.dumps(entry(99, records[-1]["id"], reply), separators=(",", ":"))
+
+    def growing(entries: list[Any]) -> Any:
+        tree = found(entries)
+        path.write_bytes(first + more.encode() + b"\n")  # after the first reading
+        return tree
+
+    monkeypatch.setattr(_pi, "branches", growing)
+    (done,) = replay.import_agent_log(store, path).files
+    assert done.blake3 == blake3(first).hexdigest() and not done.updated
+    monkeypatch.setattr(_pi, "branches", found)
+    (grown,) = replay.import_agent_log(store, path).files
+    assert grown.updated and grown.blake3 == blake3(path.read_bytes()).hexdigest()
+    assert grown.sessions[0].appended == 1

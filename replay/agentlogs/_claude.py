@@ -6,9 +6,10 @@ message; `tool_result` blocks become `tool` messages paired with their `tool_use
 Sidechain records (`isSidechain`, a subagent's conversation) become child sessions, each linked to
 the parent's `Task` call that spawned it. A prompt edited and sent again names an earlier record
 as its parent: the path to the last record is the session, each abandoned branch a fork of it
-(as pi's tree: `_pi_tree`); a record written twice (the same `uuid`) is read once. `summary`,
-`isMeta`, `system` and file-history records are kept as attached metadata. It reads and builds;
-it never writes.
+(as pi's tree: `_pi_tree`); a record written twice (the same `uuid`) is read once. A compaction
+(its `compact_boundary` and the compact summary after it) is a context checkpoint. `summary`,
+`isMeta`, other `system` and file-history records are kept as attached metadata. It reads and
+builds; it never writes.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from typing import Any
 import msgspec
 from blake3 import blake3
 
+from replay.agentlogs import _checkpoints
 from replay.agentlogs._branches import Forking
 from replay.agentlogs._common import (
+    AgentLogError,
     Built,
     Message,
     Parsed,
@@ -107,15 +110,22 @@ def looks_like(record: Record) -> bool:
 def parse(source: Source) -> Parsed:
     """The file's sessions. A file whose main records form one line is read once; a tree
     (`parentUuid` of an edited prompt naming an earlier record) is read again, each record
-    into its branch's session."""
+    into its branch's session, and must read the same bytes again, no more."""
     entries: list[Entry] = []
     parsed = _read(source, _Reader(source, None, entries))
     tree = branches(entries)
     if tree is None:
         return parsed
     del parsed  # the reading in file order is dropped before the reading by branch
+    first = (source.size, source.digest.digest())
     source.digest, source.skipped = blake3(), []
-    return _read(source, _Reader(source, tree, []))
+    source.limit = source.size  # what the agent appended since is read by the next import
+    parsed = _read(source, _Reader(source, tree, []))
+    if (source.size, source.digest.digest()) != first:
+        raise AgentLogError(
+            source.path, None, "changed while being read (a tree is read twice): import it again"
+        )
+    return parsed
 
 
 def _read(source: Source, reader: _Reader) -> Parsed:
@@ -182,12 +192,12 @@ class _Reader:
             self._assistant(built, line, record, message)
         elif kind == "user" and isinstance(message, dict) and record.get("isMeta") is not True:
             self._user(built, line, record, message)
+        elif kind == "system" and record.get("subtype") == "compact_boundary":
+            _checkpoints.boundary(built, line, record)
         else:
             if kind == "summary" and isinstance(record.get("summary"), str):
                 built.title = built.title or record["summary"]
                 built.counts["summaries"] += 1
-            elif kind == "system" and record.get("subtype") == "compact_boundary":
-                built.counts["compactions"] += 1
             elif record.get("isMeta") is True:
                 built.counts["meta_records"] += 1
             built.attach(line, record, known=isinstance(kind, str) and kind in _KNOWN)
@@ -280,6 +290,10 @@ class _Reader:
 
     def _user(self, built: Built, line: int, record: Record, message: Record) -> None:
         content = message.get("content")
+        if record.get("isCompactSummary") is True:  # what the request after a compaction began
+            _checkpoints.summary(built, content_of(built.counts, content), line, record)
+            self.held_id.pop(built.key, None)  # no later record merges into the summary
+            return
         blocks = content if isinstance(content, list) else []
         results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
         rest = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
@@ -307,8 +321,6 @@ class _Reader:
         if isinstance(content, str) or rest or not results:
             kept = content if isinstance(content, str) else rest
             user: Message = {"role": "user", "content": content_of(built.counts, kept)}
-            if record.get("isCompactSummary") is True:
-                user.update(synthetic=True, summary=True)
             built.add(user, line, carried)
 
     def finish(self) -> Parsed:

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from replay.agentlogs._checkpoints import checkpoint
 from replay.agentlogs._common import (
     Built,
     Message,
@@ -65,7 +66,7 @@ def parse(source: Source) -> Parsed:
         if kind == "response_item":
             _item(built, line, record, payload)
         elif kind == "compacted" and isinstance(payload.get("message"), str):
-            built.checkpoint(payload["message"], line, record)
+            checkpoint(built, payload["message"], line, record)
         else:
             if kind == "session_meta":
                 _session_meta(built, about, payload)

@@ -72,7 +72,9 @@ class Source:
     progress: Progress | None = None
     digest: Any = field(default_factory=blake3)
     skipped: list[tuple[int, str]] = field(default_factory=list)
-    size: int = 0
+    size: int = 0  # the bytes read: the complete lines, without a pending tail
+    pending: int = 0  # bytes of a last line without its line break yet (left for next time)
+    limit: int | None = None  # read no more than this (a second reading: what the first read)
     held: Callable[[], int] = lambda: 0  # bytes the reader keeps so far (for the budget)
     line: bytes = b""  # the line being read, as the file has it (JSONL)
     number: int | None = None  # its 1-based line (a document's: item); None between readings
@@ -122,7 +124,9 @@ def shape_checked(
 def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
     """(1-based line, object) of every non-blank line, hashing every byte. A line past
     `agent_log_line_bytes_max`, or whose objects would not fit the memory budget, is refused
-    before it is decoded (whatever `skip_bad_lines` says: it is a bound, not damage)."""
+    before it is decoded (whatever `skip_bad_lines` says: it is a bound, not damage). A last
+    line without its line break is a write in progress, not damage: it is neither read nor
+    hashed (`source.pending` says how long it is), so the next import reads it once complete."""
     bound = _limits.agent_log_line_bytes_max
     try:
         file = open(source.path, "rb", buffering=_READ_BUFFER_BYTES)  # noqa: SIM115
@@ -132,13 +136,16 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
         source.size = size = os.fstat(file.fileno()).st_size
         budget = max(_limits.agent_log_memory_file_ratio * size, _limits.seed_memory_floor_bytes)
         number = read = 0
-        update, held_of = source.digest.update, source.held
-        while True:
+        update, held_of, limit = source.digest.update, source.held, source.limit
+        while limit is None or read < limit:
             try:
-                line = file.readline(bound + 1)
+                line = file.readline(bound + 1 if limit is None else min(bound + 1, limit - read))
             except OSError as exc:
                 raise AgentLogError(source.path, number + 1, f"cannot read: {exc}") from exc
             if not line:
+                break
+            if not line.endswith(b"\n") and len(line) <= bound:  # at the end: being written
+                source.pending = len(line)
                 break
             number += 1
             read += len(line)
@@ -426,6 +433,7 @@ class Built:
         self.unknown_fields: list[str] = []
         self.fork_of: tuple[str, int] | None = None  # (session key, messages kept) of a branch
         self.fork_at_lines: dict[int, int] = {}  # line of an entry a branch leaves at -> length
+        self.checkpoint_end = 0  # the index after the latest checkpoint pair (`_checkpoints`)
 
     def check_fields(self, record: Record, known: frozenset[str]) -> None:
         """Count the fields of `record` its format does not define (they stay in the record)."""
@@ -457,7 +465,7 @@ class Built:
     def add(self, message: Message, line: int, record: Record | None) -> Message:
         """Start a new message (finishing the held one); returns it, held, for merging. A
         message made from a record another message already carries passes None."""
-        self._flush()
+        self.flush()
         role = message["role"]
         if type(role) is not str or not role or role.isspace():
             raise AgentLogError(self.path, line, f"expected a non-empty role, got {role!r}")
@@ -528,25 +536,8 @@ class Built:
         self.counts["orphan_results"] += 1
         return False
 
-    def checkpoint(self, summary: str, line: int, record: Record) -> None:
-        """A compaction the agent made: the pair a context checkpoint is (a synthetic user
-        boundary and the assistant summary, both marked `summary`), where it happened."""
-        self.counts["compactions"] += 1
-        self.add(
-            {
-                "role": "user",
-                "content": "[context checkpoint: the earlier messages are summarized next]",
-                "synthetic": True,
-                "summary": True,
-                "metadata": {"context_checkpoint": {"imported": True}},
-            },
-            line,
-            record,
-        )
-        summarized = {"role": "assistant", "content": summary, "synthetic": True, "summary": True}
-        self.add(summarized, line, None)
-
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Finish the held message: packed into `kept`, no longer open to merging."""
         held = self.held
         if held is None:
             return
@@ -578,7 +569,7 @@ class Built:
                 self.held["metadata"]["dangling_tool_calls"] = ids
             else:
                 self.kept.patches[index] = {"dangling_tool_calls": ids}
-        self._flush()
+        self.flush()
 
 
 @dataclass

@@ -37,6 +37,23 @@ class Kept:
         self.buffer += _pack(message)
         self.ends.append(len(self.buffer))
 
+    def insert(self, index: int, messages: list[dict[str, Any]]) -> None:
+        """Put `messages` before the kept message `index` (a checkpoint placed where the agent's
+        context started again, before messages kept already): the buffer is copied once."""
+        start = self.ends[index - 1] if index else 0
+        parts = [_pack(message) for message in messages]
+        data = b"".join(parts)
+        self.buffer[start:start] = data
+        at, sizes = start, []
+        for part in parts:
+            at += len(part)
+            sizes.append(at)
+        moved = [end + len(data) for end in self.ends[index:]]
+        self.ends = self.ends[:index] + array("Q", sizes) + array("Q", moved)
+        self.patches = {
+            (i + len(messages) if i >= index else i): patch for i, patch in self.patches.items()
+        }
+
     def packed(self, index: int) -> bytes:
         """The kept message `index`, packed, with its patch applied."""
         start = self.ends[index - 1] if index else 0

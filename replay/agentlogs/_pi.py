@@ -3,7 +3,8 @@
 The first line is the `session` header; `message` entries carry pi's messages (`user`,
 `assistant` with `text`/`thinking`/`toolCall` blocks, `toolResult`, and pi's own roles), each
 assistant message naming its own provider and model, so a switch mid-session stays per message.
-`compaction` entries become context checkpoints. `model_change`, `thinking_level_change`,
+`compaction` entries become context checkpoints, put before the messages they kept (pi's next
+request was the summary and those messages). `model_change`, `thinking_level_change`,
 labels, session info and extension entries are kept as attached metadata. The `id`/`parentId`
 tree of later versions is followed (`replay.agentlogs._pi_tree`): the branch pi would resume (the
 root to the last entry) is the session, each other branch a fork of the branch it leaves.
@@ -16,6 +17,7 @@ from typing import Any
 from blake3 import blake3
 
 from replay.agentlogs._branches import Forking
+from replay.agentlogs._checkpoints import checkpoint
 from replay.agentlogs._common import (
     AgentLogError,
     Built,
@@ -98,7 +100,7 @@ def parse(source: Source) -> Parsed:
     """The file's session: the active branch (root to the last entry) as its transcript, every
     other branch a fork of the branch it leaves. A file whose entries form one line is read
     once; a tree is read again, each entry into its branch's session, and must read the same
-    bytes again (else the branches found in the first reading do not fit the second)."""
+    bytes again, no more (else the branches found in the first reading do not fit the second)."""
     entries: list[Entry] = []
     parsed = _read(source, None, entries)
     tree = branches(entries)
@@ -107,6 +109,7 @@ def parse(source: Source) -> Parsed:
     del parsed  # the reading in file order is dropped before the reading by branch
     first = (source.size, source.digest.digest())
     source.digest, source.skipped = blake3(), []
+    source.limit = source.size  # what the agent appended since is read by the next import
     parsed = _read(source, tree, [])
     if (source.size, source.digest.digest()) != first:
         raise AgentLogError(
@@ -122,6 +125,8 @@ def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed
     source.held = lambda: sum(built.held_bytes() for built in sessions.values())
     about: dict[str, Any] = {}
     records = 0
+    read: list[int] = []  # the line of each entry, header included (version 1 names an index)
+    ids: dict[object, int] = {}  # the line of each id read so far (the last, as pi's index)
     for line, record in json_lines(source):
         records += 1
         kind = record.get("type")
@@ -130,7 +135,14 @@ def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed
         built = main  # a line outside the tree (the header, damage) belongs to the main session
         if forking is not None and line in forking.tree.owner:
             built = forking.session_of(line)
-        _entry(built, about, line, record, kind)
+        if kind == "compaction" and isinstance(record.get("summary"), str):
+            kept = _first_kept(record, read, ids, forking, built.key)
+            checkpoint(built, record["summary"], line, record, kept)
+        else:
+            _entry(built, about, line, record, kind)
+        read.append(line)
+        if isinstance(record.get("id"), str):
+            ids[record["id"]] = line
         if forking is not None:
             forking.read(line, built)
     forks = [] if forking is None else forking.forks()
@@ -152,14 +164,38 @@ def _entry(built: Built, about: dict[str, Any], line: int, record: Record, kind:
     message = record.get("message")
     if kind == "message" and isinstance(message, dict):
         _message(built, line, record, message)
-    elif kind == "compaction" and isinstance(record.get("summary"), str):
-        built.checkpoint(record["summary"], line, record)
     elif kind == "custom_message":
         added = built.add(_custom(built, record), line, record)
         added["metadata"]["custom_type"] = record.get("customType")
     else:
         _other(built, about, kind, record)
         built.attach(line, record, known=isinstance(kind, str) and kind in _KNOWN)
+
+
+def _first_kept(
+    record: Record, read: list[int], ids: dict[object, int], forking: Forking | None, key: str
+) -> int | None:
+    """The line of the first entry a compaction kept (`firstKeptEntryId`; version 1:
+    `firstKeptEntryIndex` into the file's entries, header included), or None when it kept
+    none: pi keeps the entries from there up to the compaction on the compaction's own branch,
+    so an entry before it elsewhere (or none) keeps nothing. One on the prefix a fork shares
+    with the branch it leaves is 0: the fork's own messages are kept from its first."""
+    index, name = record.get("firstKeptEntryIndex"), record.get("firstKeptEntryId")
+    if type(index) is int and 0 < index < len(read):
+        line: int | None = read[index]
+    else:
+        line = ids.get(name) if isinstance(name, str) else None
+    if line is None or forking is None:
+        return line
+    tree, own, limit = forking.tree, key, None
+    while True:
+        if tree.owner.get(line, MAIN) == key and (limit is None or line <= limit):
+            return line if key == own else 0
+        if key == MAIN:
+            return None
+        key, limit = tree.forks[key]
+        if limit is None:  # a root of its own: no prefix
+            return None
 
 
 def _other(built: Built, about: dict[str, Any], kind: object, record: Record) -> None:
@@ -204,7 +240,7 @@ def _message(built: Built, line: int, record: Record, message: Record) -> None:
         if not answered:
             added["metadata"]["orphan_result"] = True
     elif role in ("compactionSummary", "branchSummary") and isinstance(message.get("summary"), str):
-        built.checkpoint(message["summary"], line, record)
+        checkpoint(built, message["summary"], line, record)
     elif role == "bashExecution":
         command, output = message.get("command"), message.get("output")
         text = f"Ran `{command}`\n{output}" if isinstance(output, str) else f"Ran `{command}`"

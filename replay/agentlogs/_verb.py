@@ -76,8 +76,9 @@ class ImportedSession:
 @dataclass(frozen=True, slots=True)
 class ImportedFile:
     """What one file became: its format (and whether `auto` chose it), its sessions, the lines
-    skipped as damaged (with `skip_bad_lines`), its digest, and whether it `updated` the
-    sessions of an earlier import of the same log, which has grown by appended lines since."""
+    skipped as damaged (with `skip_bad_lines`), its digest (of the lines read), whether it
+    `updated` the sessions of an earlier import of the same log, which has grown by appended
+    lines since, and the last line left for the next import as not yet complete."""
 
     path: str
     format: str
@@ -88,6 +89,10 @@ class ImportedFile:
     skipped_lines: tuple[tuple[int, str], ...] = ()
     subagent_files: tuple[str, ...] = ()  # subagents' own files, imported with it
     updated: bool = False
+    pending_tail_bytes: int = 0
+    """The bytes of the file's last line, which had no line break yet (its agent was writing
+    it): left out of this import, of `blake3` and of the bytes the session keeps, and read by
+    the next import once complete. A log with no complete line yet has no `sessions`."""
 
     @property
     def written(self) -> bool:
@@ -124,9 +129,10 @@ def import_agent_log(
     whole file's blake3 for a JSON document), so a second import of the same file writes
     nothing, and one of a log grown by appended lines since brings the earlier import up to
     date (`ImportedFile.updated`, `ImportedSession.appended`); a log rewritten since raises
-    `AgentLogConflictError`, writing nothing. Options: `skip_bad_lines` (keep going past
-    damaged lines, reporting each), `recursive` (descend into subfolders). A damaged line, a file past a bound
-    or a refused message raises `AgentLogError` naming file:line, and that file writes nothing.
+    `AgentLogConflictError`, writing nothing; a last line with no line break yet waits for the
+    next (`ImportedFile.pending_tail_bytes`). Options: `skip_bad_lines` (keep going past damaged
+    lines, reporting each), `recursive` (descend into subfolders). A damaged line, a file past
+    a bound or a refused message raises `AgentLogError` naming file:line; that file writes nothing.
     In a folder, files before it stay imported; files that are not agent logs are listed in
     `not_agent_logs`, as are entries named like logs that are not readable regular files.
     `progress(bytes_read, file_bytes)` follows the reading of each file.
@@ -274,6 +280,17 @@ def _import_file(
     source = Source(path, skip_bad_lines=skip_bad_lines, progress=progress)
     name, detected, parsed = _parse(source, format)
     source.document_bytes = b""  # read: what is kept of it is packed
+    if not parsed.records and source.pending:  # its first line is still being written
+        return ImportedFile(
+            path=path,
+            format=name,
+            detected=detected,
+            sessions=(),
+            records=0,
+            blake3=source.digest.hexdigest(),
+            skipped_lines=tuple(source.skipped),
+            pending_tail_bytes=source.pending,
+        )
     if name == _claude.NAME:
         _claude.add_subagent_files(
             parsed,
@@ -320,6 +337,7 @@ def _import_file(
         skipped_lines=tuple(source.skipped),
         subagent_files=tuple(parsed.files),
         updated=updated,
+        pending_tail_bytes=source.pending,
     )
 
 
