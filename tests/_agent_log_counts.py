@@ -91,24 +91,27 @@ def codex(path: Path) -> dict[str, Any]:
         if record["type"] != "response_item":
             continue
         kind = item["type"]
-        model_side = kind in ("reasoning", "function_call", "custom_tool_call") or (
+        calling = ("function_call", "custom_tool_call", "local_shell_call")
+        model_side = kind in ("reasoning", "web_search_call", *calling) or (
             kind == "message" and item["role"] == "assistant"
         )
         if model_side:
             if not in_turn:
                 roles["assistant"] += 1
             in_turn = True
-            if kind in ("function_call", "custom_tool_call"):
+            if kind in calling:
                 calls += 1
                 ids.add(item["call_id"])
-        else:
+        elif kind == "message":
             in_turn = False
-            if kind == "message":
-                roles[item["role"]] += 1
-            elif kind.endswith("_output"):
-                results += 1
-                roles["tool"] += 1
-                answered.add(item["call_id"])
+            roles[item["role"]] += 1
+        elif kind in {f"{call}_output" for call in calling}:
+            in_turn = False
+            results += 1
+            roles["tool"] += 1
+            answered.add(item["call_id"])
+        # Any other kind (a damaged one too) is kept as a record of its own: it neither ends the
+        # model's turn nor makes a message.
     return {
         "roles": dict(roles),
         "tool_calls": calls,
