@@ -279,7 +279,9 @@ class PromptStarted(Event, tag="prompt_started", frozen=True):
     """The runtime sent `prompt` to `provider` with the merged `params`; the session is busy. An
     encrypted session keeps `request_id` as its digest keyed by the session's data key (which
     every later event of the request repeats, and the runtime's request index holds) and the
-    caller's text sealed in `sealed_request_id`; None elsewhere."""
+    caller's text sealed in `sealed_request_id`; None elsewhere. It keeps `loop_id`,
+    `parent_loop_id` and `parallel_group` so too (the loop index holds the digest of `loop_id`),
+    their texts sealed in `sealed_loop_id`, `sealed_parent_loop_id` and `sealed_parallel_group`."""
 
     request_id: str
     prompt: Message
@@ -291,6 +293,9 @@ class PromptStarted(Event, tag="prompt_started", frozen=True):
     warnings: list[dict[str, Any]] = []
     """Input filters that passed the prompt with a warning: ``{"filter": name, "reason": ...}``."""
     sealed_request_id: str | None = None
+    sealed_loop_id: str | None = None
+    sealed_parent_loop_id: str | None = None
+    sealed_parallel_group: str | None = None
 
 
 class PromptCompleted(Event, tag="prompt_completed", frozen=True):

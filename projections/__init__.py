@@ -18,6 +18,7 @@ from projections._fold import (
     load_transcript,
 )
 from projections._keys import KEY_PREFIXES, KEYS, kind_of
+from projections._loop_usage import LoopUsage, loop_usage
 from projections._project import project
 from projections._queries import (
     active_count,
@@ -42,13 +43,11 @@ from projections._runtime import (
     CONTEXT_LENGTH,
     TRANSIENT,
     LoopRecord,
-    LoopUsage,
     RuntimeState,
     busy_ids,
     load_loop,
     load_loops,
     load_runtime,
-    loop_usage,
     open_runtime_count,
     open_runtime_ids,
     total_usage,

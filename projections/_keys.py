@@ -54,7 +54,10 @@ KEY_PREFIXES: dict[bytes, str] = {
     PRUNE_VERSION_PREFIX: "cx/v/<sid>: the session version the pruning was folded up to (8)",
     RUNTIME_STATE_PREFIX: "rt/s/<sid>: the RuntimeState of a runtime session",
     RUNTIME_LOOP_PREFIX: "rt/l/<sid>\\0<position:8>: the LoopRecord of a prompt",
-    RUNTIME_LOOP_ID_PREFIX: "rt/i/<sid>\\0<loop_id>: the position of that loop's prompt (8)",
+    RUNTIME_LOOP_ID_PREFIX: (
+        "rt/i/<sid>\\0<loop_id>: the position of that loop's prompt (8); an encrypted "
+        "session's loop id is its keyed digest, as its events hold it"
+    ),
     RUNTIME_REQUEST_PREFIX: (
         "rt/r/<sid>\\0<request_id>: the position of that request's prompt (8); an encrypted "
         "session's request id is its keyed digest, as its events hold it"

@@ -9,7 +9,8 @@ completion for a request that is not in flight) changes nothing, so a rebuild ne
 Key layout (see the table in `_keys.py`):
   rt/s/<sid>                  RuntimeState of the session's current incarnation
   rt/l/<sid>\\0<position:8>    LoopRecord of the prompt started at that log position
-  rt/i/<sid>\\0<loop_id>       that position (8), by loop id
+  rt/i/<sid>\\0<loop_id>       that position (8), by loop id as its events hold it (a keyed
+                              digest in an encrypted session, as for request ids)
   rt/r/<sid>\\0<request_id>    the position (8) of the request's `prompt_started`, by request id
                               as its events hold it (an encrypted session's: a keyed digest)
   rt/o/<sid>                  present while the runtime session is open (what `reap` scans)
@@ -31,6 +32,7 @@ from eventlog import events as ev
 from projections import _keys as keys
 from projections import _kv
 from projections import _state as st
+from projections._loop_usage import LoopUsage, loop_usage
 
 ACTIVE = "active"
 BUSY = "busy"
@@ -45,6 +47,8 @@ _STATE = keys.RUNTIME_STATE_PREFIX
 _LOOP = keys.RUNTIME_LOOP_PREFIX
 _LOOP_ID = keys.RUNTIME_LOOP_ID_PREFIX
 _REQUEST = keys.RUNTIME_REQUEST_PREFIX
+KEYED_LOOP_ID = "keyed_loop_id"
+"""The key of a `parent_spawn_ref` naming the parent's loop by its keyed digest."""
 CONTEXT_LENGTH = "context_length"
 """The `prompt_failed` kind of a provider's refusal of the context as too long."""
 TRANSIENT = "transient"
@@ -58,42 +62,6 @@ _OPEN = keys.RUNTIME_OPEN_PREFIX
 _BUSY = keys.RUNTIME_BUSY_PREFIX
 _OPEN_COUNT = keys.RUNTIME_OPEN_COUNT_KEY
 _USAGE = keys.RUNTIME_USAGE_KEY
-
-
-class LoopUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
-    """Token counts of one loop, or summed over loops."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    total_tokens: int = 0
-
-    def __add__(self, other: LoopUsage) -> LoopUsage:
-        return LoopUsage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
-
-
-def loop_usage(usage: ev.Usage) -> LoopUsage:
-    """A provider's usage as a loop records it. The total is the provider's own `total_tokens`
-    when it reports one (in `extra`), else input plus output."""
-    reported = usage.extra.get("total_tokens")
-    total = reported if isinstance(reported, int) and not isinstance(reported, bool) else None
-    return LoopUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        total_tokens=usage.input_tokens + usage.output_tokens if total is None else total,
-    )
 
 
 class LoopRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -126,6 +94,10 @@ class LoopRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     the runtime, whose reply is synthetic) wrote."""
     sealed_request_id: str | None = None
     """The caller's request id, sealed, where `request_id` is its keyed digest (`prompt_started`)."""
+    sealed_loop_id: str | None = None
+    """The caller's loop id, sealed, where `loop_id` is its keyed digest; and so on for the next two."""
+    sealed_parent_loop_id: str | None = None
+    sealed_parallel_group: str | None = None
 
 
 class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -301,12 +273,15 @@ def _forget(tx: Transaction, session_id: str) -> None:
 
 
 def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
-    """The parent loop a sub-agent session was spawned from lists the child."""
-    parent_id, loop_id = ref.get("session_id"), ref.get("loop_id")
-    if not isinstance(parent_id, str) or not isinstance(loop_id, str):
+    """The parent loop a sub-agent session was spawned from lists the child: found by the loop
+    id as an encrypted parent's index holds it (`KEYED_LOOP_ID`, which the runtime records),
+    else as given (a plain parent's, or a loop stored before loop ids were digested)."""
+    parent_id = ref.get("session_id")
+    if not isinstance(parent_id, str):
         return
-    key = _loop_id_key(parent_id, loop_id)
-    position = None if key is None else _kv.get(tx, key)
+    found = (ref.get(KEYED_LOOP_ID), ref.get("loop_id"))
+    tried = [_loop_id_key(parent_id, loop_id) for loop_id in found if isinstance(loop_id, str)]
+    position = next((p for key in tried if key and (p := _kv.get(tx, key)) is not None), None)
     if position is None:
         return
     loop = load_loop_at(tx, parent_id, int.from_bytes(position, "big"))
@@ -340,6 +315,9 @@ def _started(tx: Transaction, envelope: Envelope) -> None:
         provider=data.provider,
         warnings=data.warnings,
         sealed_request_id=data.sealed_request_id,
+        sealed_loop_id=data.sealed_loop_id,
+        sealed_parent_loop_id=data.sealed_parent_loop_id,
+        sealed_parallel_group=data.sealed_parallel_group,
     )
     request = request_key(envelope.stream, data.request_id)
     if request is not None:
@@ -370,7 +348,7 @@ def _start_loop(
     *,
     provider: str | None = None,
     warnings: list[dict[str, Any]] | None = None,
-    sealed_request_id: str | None = None,
+    **sealed: str | None,
 ) -> None:
     """Record the loop `envelope` starts, and index its id to the envelope's position."""
     loop = LoopRecord(
@@ -384,8 +362,9 @@ def _start_loop(
         provider=provider,
         config=config,
         warnings=warnings or [],
-        sealed_request_id=sealed_request_id,
     )
+    if sealed:  # an encrypted session's texts of its digested ids (`prompt_started`)
+        loop = msgspec.structs.replace(loop, **sealed)
     _put_loop(tx, loop)
     key = _loop_id_key(envelope.stream, loop_id)
     if key is not None:

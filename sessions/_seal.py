@@ -51,6 +51,7 @@ from sessions._sealed_fields import (
     MESSAGES,
     READABLE_METADATA,
     SEALED_KINDS,
+    SHOWN,
     TEXTS,
     VALUE_LISTS,
     VALUES,
@@ -130,12 +131,13 @@ class Sealer:
             text = getattr(event, name)
             if text is not None:
                 changes[name] = _seal_value(aead, slot, position, name, text)
-        keyed = KEYED.get(kind)
-        text = None if keyed is None else getattr(event, keyed)
-        if keyed is not None and text is not None:  # a digest, the same each retry (`KEYED`)
-            changes[keyed] = self.keyring.keyed(slot, text, "write")
-            if kind is ev.PromptStarted:  # what the runtime's answers show while the key lives
-                changes["sealed_request_id"] = _seal_value(aead, slot, position, keyed, text)
+        shown = SHOWN.get(kind, ())
+        for name in KEYED.get(kind, ()):  # a digest, the same each retry (`KEYED`)
+            text = getattr(event, name)
+            if text is not None:
+                changes[name] = self.keyring.keyed(slot, text, "write")
+                if name in shown:  # what the runtime's answers show while the key lives
+                    changes[f"sealed_{name}"] = _seal_value(aead, slot, position, name, text)
         for name in VALUES.get(kind, ()):
             values = getattr(event, name)
             changes[name] = {

@@ -7,9 +7,9 @@ as one ciphertext in `Message.sealed`), titles, the system prompt, tool argument
 input filters' and cancelled prompts' reasons, a caller's reasons and sources of rewinds,
 scratchpad changes and live clients, and the values of metadata (the session's, a live client's,
 a scratchpad change's), scratchpads and permission requests (their keys stay readable, so the
-projections merge them without a key). A caller's idempotency key and a prompt's request id are
-kept as digests under the session's key (`Keyring.keyed`), which the projection indexes without a
-key; `prompt_started` keeps the request id's text sealed beside its digest.
+projections merge them without a key). A caller's idempotency key and a prompt's request id and loop
+ids are kept as digests under the session's key (`Keyring.keyed`), which the projection indexes
+without a key; `prompt_started` keeps their texts sealed beside the digests.
 What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
 clients: `verify`, the projections and paging need no key.
 """
@@ -61,15 +61,21 @@ VALUE_LISTS: dict[type[ev.Event], str] = {
     ev.PromptStarted: "warnings",  # input filters' warnings: their reasons may quote the prompt
 }
 """Lists of records whose values are sealed, but for their `filter` (a name)."""
-KEYED: dict[type[ev.Event], str] = {
-    ev.MessageInjected: "idempotency_key",
-    ev.MessagesInjected: "idempotency_key",
-    ev.PromptStarted: "request_id",
-    ev.InputRejected: "request_id",
+KEYED: dict[type[ev.Event], tuple[str, ...]] = {
+    ev.MessageInjected: ("idempotency_key",),
+    ev.MessagesInjected: ("idempotency_key",),
+    ev.PromptStarted: ("request_id", "loop_id", "parent_loop_id", "parallel_group"),
+    ev.InputRejected: ("request_id",),
 }
-"""A caller's text that the projection indexes, kept as its keyed digest (`Keyring.keyed`). A
-request id enters the log in these two; the events after `prompt_started` name the request as
-the projection holds it (`runtime/_jobs.py`), so one stored in the clear before still matches."""
+"""A caller's text that the projection indexes or the runtime finds, kept as its keyed digest
+(`Keyring.keyed`). A request id enters the log in `prompt_started` and `input_rejected`, and
+a prompt's loop ids in `prompt_started`; the events after it name them as the projection holds
+them (`runtime/_jobs.py`), so ids stored in the clear before still match."""
+SHOWN: dict[type[ev.Event], tuple[str, ...]] = {
+    ev.PromptStarted: ("request_id", "loop_id", "parent_loop_id", "parallel_group"),
+}
+"""Keyed fields whose text is also sealed beside the digest, in `sealed_<field>`, for the
+runtime's answers to show while the key lives."""
 SEALED_KINDS = frozenset((*MESSAGES, *MESSAGE_LISTS, *TEXTS, *VALUES, *VALUE_LISTS))
 READABLE_METADATA = frozenset(("provider", "runtime_params"))
 """Metadata keys whose values stay readable: the runtime's binding of a session (which provider

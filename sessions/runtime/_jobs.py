@@ -19,7 +19,7 @@ import msgspec
 import projections as pj
 from eventlog import LogView, SessionExistsError, Transaction, UnknownSessionError
 from eventlog import events as ev
-from eventlog.errors import ConfigurationError
+from eventlog.errors import ConfigurationError, ForgottenError, MissingKeyError
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._host import append, transact
@@ -28,7 +28,7 @@ from sessions._seal import Sealer
 from sessions._store import SessionStore
 from sessions.runtime._errors import SessionBusyError, SessionFailedError
 from sessions.runtime._params import merge_params
-from sessions.runtime._recorder import in_flight_request_id, usage_dict
+from sessions.runtime._recorder import in_flight_request_id, last_loop_id, usage_dict
 from sessions.runtime._replay import Replay, recorded
 
 INTERRUPTED = "interrupted"
@@ -83,10 +83,28 @@ def open_session(
         if session_id is not None and store.exists(session_id):
             raise SessionExistsError(f"create: session `{session_id}` already exists")
         recorded = {**metadata, "provider": provider, "runtime_params": params}
-        sid = store.open_session(session_id, agent_id=agent_id, metadata=recorded, **options)
+        spawn = options.get("parent_spawn_ref")
+        spawned = {} if spawn is None else {"parent_spawn_ref": _spawn_ref(store, spawn)}
+        opened = {**options, **spawned}
+        sid = store.open_session(session_id, agent_id=agent_id, metadata=recorded, **opened)
         return info(tx, sid, "create", store._sealer)
 
     return transact(store.log, decide)
+
+
+def _spawn_ref(store: SessionStore, ref: dict[str, Any]) -> dict[str, Any]:
+    """`ref` as a sub-agent session records it: with `keyed_loop_id`, the parent's loop id as
+    the parent's loop index holds it, when the store keeps the parent encrypted (a keyed digest,
+    which the projection cannot compute), so the fold lists the child under that loop."""
+    found = {name: value for name, value in ref.items() if name != rt.KEYED_LOOP_ID}
+    loop_id = found.get("loop_id")
+    if not isinstance(loop_id, str) or not loop_id:
+        return found
+    try:
+        keyed = store.keyed_digest(found.get("session_id"), loop_id)
+    except (ForgottenError, MissingKeyError):  # no key to match the parent's loops by: no link
+        return found
+    return found if keyed is None else {**found, rt.KEYED_LOOP_ID: keyed}
 
 
 def adopt_session(
@@ -163,7 +181,9 @@ def start_prompt(
         )
         parent_loop_id = loop[1]
         if parent_loop_id is None:
-            parent_loop_id = runtime.last_loop_id or _spawning_loop(state)
+            # The caller's text of an id the session keeps as its digest: sealing keys it again.
+            parent_loop_id = last_loop_id(tx, store._sealer, state, runtime)
+            parent_loop_id = parent_loop_id or _spawning_loop(state)
         started = ev.PromptStarted(
             request_id=request_id,
             prompt=prompt,

@@ -30,6 +30,7 @@ from eventlog import events as ev
 from eventlog.errors import ConfigurationError
 from eventlog.limits import check_at_most
 from projections import _runtime as rt
+from projections._loop_usage import LoopUsage, loop_usage
 from sessions._group import outcome
 from sessions._ids import uuid7
 from sessions._messages import to_message
@@ -296,7 +297,7 @@ class PromptLoop:
         self.flight = flight
         self.rid = flight.request_id
         self.options = options
-        self.total = rt.LoopUsage()
+        self.total = LoopUsage()
         self.steps = 0
         self.children: dict[str, str] = {}
 
@@ -424,7 +425,7 @@ class PromptLoop:
             info = {"session_id": self.sid, "request_id": self.rid, "step": self.steps}
             await self.runtime._call_step_hook("before_step", dict(info))
             reply, usage, stop_reason = await self._model(provider, messages, started.params, specs)
-            self.total = self.total + rt.loop_usage(usage)
+            self.total = self.total + loop_usage(usage)
             self._check_cancel()
             if not tools and reply.tool_calls:
                 reply = _without_calls(reply)

@@ -7,6 +7,7 @@ queries are pure functions of that snapshot. It never writes, and it holds no st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,46 +15,65 @@ import msgspec
 
 import projections as pj
 from eventlog import LogView, to_builtins
+from eventlog import events as ev
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._keyring import KEYED_TEXT
 from sessions._seal import Sealer
+from sessions._sealed_fields import SHOWN
+
+SHOWN_IDS = SHOWN[ev.PromptStarted]
+"""A loop record's ids that an encrypted session keeps as keyed digests, each with its text
+sealed beside it in `sealed_<name>` (as `prompt_started` holds them)."""
 
 
-def shown_request_id(
-    sealer: Sealer | None, state: pj.SessionState, stored: str | None, sealed: str | None
+def shown_id(
+    sealer: Sealer | None, state: pj.SessionState, stored: str | None, sealed: str | None, name: str
 ) -> str | None:
-    """A request id as the runtime's answers show it: the caller's text. An encrypted session's
-    events hold its keyed digest (`Keyring.keyed`) and `prompt_started` a sealed copy (`sealed`),
-    opened here while the session's key lives; None once it cannot be (the session forgotten,
-    or read without a sealer). An id stored as it is (by a plain session, or by an encrypted one
-    before request ids were digested) is shown so."""
+    """A caller's id (request or loop id, `name`) as the runtime's answers show it: its text. An
+    encrypted session's events hold its keyed digest (`Keyring.keyed`) and `prompt_started` a
+    sealed copy (`sealed`), opened here while the session's key lives; None once it cannot be
+    (the session forgotten, or read without a sealer). An id stored as it is (by a plain session,
+    or by an encrypted one before such ids were digested) is shown so."""
     if stored is None or not stored.startswith(KEYED_TEXT):
         return stored
     if sealer is None or sealed is None or state.forgotten:
         return None
-    return sealer.open_text(sealed, state.key_slot, "request_id", "record")
+    return sealer.open_text(sealed, state.key_slot, name, "record")
 
 
 def in_flight_request_id(
     view: LogView, sealer: Sealer | None, state: pj.SessionState, runtime: rt.RuntimeState
 ) -> str | None:
-    """The caller's id of the request the session runs (`shown_request_id`); None when idle."""
+    """The caller's id of the request the session runs (`shown_id`); None when idle."""
     stored = runtime.request_id
     if stored is None or not stored.startswith(KEYED_TEXT):
         return stored
     loop = rt.load_loop_at(view, state.session_id, runtime.loop_position)
-    return shown_request_id(sealer, state, stored, None if loop is None else loop.sealed_request_id)
+    sealed = None if loop is None else loop.sealed_request_id
+    return shown_id(sealer, state, stored, sealed, "request_id")
 
 
-def loop_dict(loop: rt.LoopRecord, request_id: str | None) -> dict[str, Any]:
-    """A loop record as plain data, naming its request as `request_id` (`shown_request_id`)."""
+def last_loop_id(
+    view: LogView, sealer: Sealer | None, state: pj.SessionState, runtime: rt.RuntimeState
+) -> str | None:
+    """The caller's id of the session's latest prompt loop (`shown_id`), which a new prompt
+    continues: its text, so that sealing the new prompt keys it to the same digest again."""
+    stored = runtime.last_loop_id
+    if stored is None or not stored.startswith(KEYED_TEXT):
+        return stored
+    loop = rt.load_loop(view, state.session_id, stored)
+    return shown_id(sealer, state, stored, None if loop is None else loop.sealed_loop_id, "loop_id")
+
+
+def loop_dict(loop: rt.LoopRecord, show: Callable[[str | None], str | None]) -> dict[str, Any]:
+    """A loop record as plain data, naming its request and loops as `show` does (`shown_id`)."""
     return {
-        "loop_id": loop.loop_id,
+        "loop_id": show(loop.loop_id),
         "session_id": loop.session_id,
-        "request_id": request_id,
-        "parent_loop_id": loop.parent_loop_id,
-        "parallel_group": loop.parallel_group,
+        "request_id": show(loop.request_id),
+        "parent_loop_id": show(loop.parent_loop_id),
+        "parallel_group": show(loop.parallel_group),
         "provider": loop.provider,
         "config": to_builtins(loop.config),
         "warnings": to_builtins(loop.warnings),
@@ -68,7 +88,7 @@ def loop_dict(loop: rt.LoopRecord, request_id: str | None) -> dict[str, Any]:
     }
 
 
-def usage_dict(usage: rt.LoopUsage) -> dict[str, int]:
+def usage_dict(usage: pj.LoopUsage) -> dict[str, int]:
     """Every count of `usage` by name, zeros included."""
     return msgspec.structs.asdict(usage)
 
@@ -96,7 +116,7 @@ class SessionRecord:
 
     def total_usage(self) -> dict[str, int]:
         """Every usage field summed over all loops."""
-        total = dict.fromkeys(usage_dict(rt.LoopUsage()), 0)
+        total = dict.fromkeys(usage_dict(pj.LoopUsage()), 0)
         for loop in self.loops:
             for name, count in loop["usage"].items():
                 total[name] += count
@@ -139,19 +159,27 @@ def read_record(
     view: LogView, session_id: str, sealer: Sealer | None = None
 ) -> SessionRecord | None:
     """The record of `session_id`'s current incarnation, open or closed; None if the runtime never
-    knew it. An encrypted session's request ids are shown with the store's `sealer` (else None);
-    a tool call's loop names its prompt's request, whose loop holds the sealed copy."""
+    knew it. An encrypted session's request and loop ids are shown with the store's `sealer`
+    (else None); a tool call's loop names its prompt's request and loop, whose record holds the
+    sealed copies."""
     runtime = rt.load_runtime(view, session_id)
     state = pj.load_state(view, session_id)
     if runtime is None or state is None:
         return None
     found = rt.load_loops(view, session_id)
-    sealed = {loop.request_id: loop.sealed_request_id for loop in found if loop.sealed_request_id}
-    shown = {
-        rid: shown_request_id(sealer, state, rid, sealed.get(rid))
-        for rid in {loop.request_id for loop in found}
-    }
-    loops = [loop_dict(loop, shown[loop.request_id]) for loop in found]
+    texts: dict[str, str | None] = {}  # digest: text, from the prompts' sealed copies
+    for loop in found:
+        for name in SHOWN_IDS:
+            stored, sealed = getattr(loop, name), getattr(loop, f"sealed_{name}")
+            if sealed is not None and texts.get(stored) is None:
+                texts[stored] = shown_id(sealer, state, stored, sealed, name)
+
+    def show(stored: str | None) -> str | None:
+        if stored is None or not stored.startswith(KEYED_TEXT):
+            return stored
+        return texts.get(stored)
+
+    loops = [loop_dict(loop, show) for loop in found]
     return SessionRecord(
         session_id=session_id,
         agent_id=state.agent_id,

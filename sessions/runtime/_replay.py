@@ -30,7 +30,7 @@ from sessions.runtime._errors import (
     RequestConflictError,
     SessionBusyError,
 )
-from sessions.runtime._recorder import usage_dict
+from sessions.runtime._recorder import shown_id, usage_dict
 from sessions.runtime._wire import text_of
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def recorded(
         "text": text_of(ended.reply.content),
         "stop_reason": loop.stop_reason,
         "request_id": request_id,
-        "loop_id": loop.loop_id,
+        "loop_id": shown_id(store._sealer, state, loop.loop_id, loop.sealed_loop_id, "loop_id"),
         "tool_calls": list(ended.reply.tool_calls or []),
         "usage": usage_dict(loop.usage),
         "steps": loop.steps,

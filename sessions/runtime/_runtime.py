@@ -365,9 +365,8 @@ class Runtime:
 
     async def total_usage(self) -> dict[str, int]:
         """Usage summed over every loop of both stores (the ephemeral one since this start)."""
-        total = rt.LoopUsage()
-        for store in (self.store, self.ephemeral_store):
-            total = total + await self._read(store, rt.total_usage)
+        total = await self._read(self.store, rt.total_usage)
+        total = total + await self._read(self.ephemeral_store, rt.total_usage)
         return usage_dict(total)
 
     async def close(self, session_id: str, *, reason: str = "closed") -> dict[str, Any]:
