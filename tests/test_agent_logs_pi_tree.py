@@ -217,17 +217,17 @@ def test_a_tree_that_changes_between_its_readings_is_refused(
     """A tree is read twice (its branches are known only at its end); a file pi rewrites or
     appends to in between would be built from branches that no longer fit it. The import is
     refused, naming the file, and writes nothing."""
-    from replay.agentlogs import _pi
+    from replay.agentlogs import _branches  # where a reading finds the tree
 
     path = write(tmp_path, retried_tool_call(False))
-    found = _pi.branches
+    found = _branches.branches
 
     def changing(entries: list[Any]) -> Any:
         tree = found(entries)
         path.write_bytes(CHANGES[change](path.read_bytes()))  # after the first reading
         return tree
 
-    monkeypatch.setattr(_pi, "branches", changing)
+    monkeypatch.setattr(_branches, "branches", changing)
     with pytest.raises(AgentLogError, match="changed while being read") as caught:
         replay.import_agent_log(store, path)
     assert (caught.value.path, caught.value.line) == (str(path), None)
@@ -239,12 +239,12 @@ def test_a_tree_appended_to_between_its_readings_is_read_as_it_was_first_read(
 ) -> None:
     """A live log grows while it is read: the second reading of a tree stops where the first
     did, and the lines appended in between are read by the next import."""
-    from replay.agentlogs import _pi
+    from replay.agentlogs import _branches  # where a reading finds the tree
 
     records = retried_tool_call(False)
     path = write(tmp_path, records)
     first = path.read_bytes()
-    found = _pi.branches
+    found = _branches.branches
     reply = {"role": "user", "content": [{"type": "text", "text": "And now?"}]}
     more = json.dumps(entry(99, records[-1]["id"], reply), separators=(",", ":"))
 
@@ -253,10 +253,10 @@ def test_a_tree_appended_to_between_its_readings_is_read_as_it_was_first_read(
         path.write_bytes(first + more.encode() + b"\n")  # after the first reading
         return tree
 
-    monkeypatch.setattr(_pi, "branches", growing)
+    monkeypatch.setattr(_branches, "branches", growing)
     (done,) = replay.import_agent_log(store, path).files
     assert done.blake3 == blake3(first).hexdigest() and not done.updated
-    monkeypatch.setattr(_pi, "branches", found)
+    monkeypatch.setattr(_branches, "branches", found)
     (grown,) = replay.import_agent_log(store, path).files
     assert grown.updated and grown.blake3 == blake3(path.read_bytes()).hexdigest()
     assert grown.sessions[0].appended == 1

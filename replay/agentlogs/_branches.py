@@ -7,8 +7,33 @@ made before it may be answered in it. It decides where records go; the reader re
 
 from __future__ import annotations
 
-from replay.agentlogs._common import Built, Source
-from replay.agentlogs._pi_tree import MAIN, Branches
+from collections.abc import Callable
+
+from blake3 import blake3
+
+from replay.agentlogs._common import AgentLogError, Built, Parsed, Source
+from replay.agentlogs._pi_tree import MAIN, Branches, Entry, branches
+
+
+def read_as_tree(source: Source, read: Callable[[Branches | None, list[Entry]], Parsed]) -> Parsed:
+    """The file read by `read(tree, entries)`: once in file order, noting its entries; when they
+    form a tree, again, each record into its branch's session. The second reading must read the
+    same bytes as the first, no more: the branches found in the first must fit it."""
+    entries: list[Entry] = []
+    parsed = read(None, entries)
+    tree = branches(entries)
+    if tree is None:
+        return parsed
+    del parsed  # the reading in file order is dropped before the reading by branch
+    first = (source.size, source.digest.digest())
+    source.digest, source.skipped = blake3(), []
+    source.limit = source.size  # what the agent appended since is read by the next import
+    parsed = read(tree, [])
+    if (source.size, source.digest.digest()) != first:
+        raise AgentLogError(
+            source.path, None, "changed while being read (a tree is read twice): import it again"
+        )
+    return parsed
 
 
 class Forking:

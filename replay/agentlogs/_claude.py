@@ -20,12 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from blake3 import blake3
 
 from replay.agentlogs import _checkpoints
-from replay.agentlogs._branches import Forking
+from replay.agentlogs._branches import Forking, read_as_tree
 from replay.agentlogs._common import (
-    AgentLogError,
     Built,
     Message,
     Parsed,
@@ -39,7 +37,7 @@ from replay.agentlogs._common import (
     token_counts,
 )
 from replay.agentlogs._content import content_of
-from replay.agentlogs._pi_tree import Branches, Entry, branches
+from replay.agentlogs._pi_tree import Branches, Entry
 
 NAME = "claude-code"
 _AGENT_ID = re.compile(r"\bagent_?[iI]d: ([\w@.-]+)")
@@ -111,21 +109,7 @@ def parse(source: Source) -> Parsed:
     """The file's sessions. A file whose main records form one line is read once; a tree
     (`parentUuid` of an edited prompt naming an earlier record) is read again, each record
     into its branch's session, and must read the same bytes again, no more."""
-    entries: list[Entry] = []
-    parsed = _read(source, _Reader(source, None, entries))
-    tree = branches(entries)
-    if tree is None:
-        return parsed
-    del parsed  # the reading in file order is dropped before the reading by branch
-    first = (source.size, source.digest.digest())
-    source.digest, source.skipped = blake3(), []
-    source.limit = source.size  # what the agent appended since is read by the next import
-    parsed = _read(source, _Reader(source, tree, []))
-    if (source.size, source.digest.digest()) != first:
-        raise AgentLogError(
-            source.path, None, "changed while being read (a tree is read twice): import it again"
-        )
-    return parsed
+    return read_as_tree(source, lambda tree, entries: _read(source, _Reader(source, tree, entries)))
 
 
 def _read(source: Source, reader: _Reader) -> Parsed:

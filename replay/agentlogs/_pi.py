@@ -14,12 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blake3 import blake3
-
-from replay.agentlogs._branches import Forking
+from replay.agentlogs._branches import Forking, read_as_tree
 from replay.agentlogs._checkpoints import checkpoint
 from replay.agentlogs._common import (
-    AgentLogError,
     Built,
     Message,
     Parsed,
@@ -32,7 +29,7 @@ from replay.agentlogs._common import (
     token_counts,
 )
 from replay.agentlogs._content import content_of
-from replay.agentlogs._pi_tree import MAIN, Branches, Entry, branches
+from replay.agentlogs._pi_tree import MAIN, Branches, Entry
 
 NAME = "pi"
 _KNOWN = frozenset(
@@ -101,21 +98,7 @@ def parse(source: Source) -> Parsed:
     other branch a fork of the branch it leaves. A file whose entries form one line is read
     once; a tree is read again, each entry into its branch's session, and must read the same
     bytes again, no more (else the branches found in the first reading do not fit the second)."""
-    entries: list[Entry] = []
-    parsed = _read(source, None, entries)
-    tree = branches(entries)
-    if tree is None:
-        return parsed
-    del parsed  # the reading in file order is dropped before the reading by branch
-    first = (source.size, source.digest.digest())
-    source.digest, source.skipped = blake3(), []
-    source.limit = source.size  # what the agent appended since is read by the next import
-    parsed = _read(source, tree, [])
-    if (source.size, source.digest.digest()) != first:
-        raise AgentLogError(
-            source.path, None, "changed while being read (a tree is read twice): import it again"
-        )
-    return parsed
+    return read_as_tree(source, lambda tree, entries: _read(source, tree, entries))
 
 
 def _read(source: Source, tree: Branches | None, entries: list[Entry]) -> Parsed:
