@@ -14,13 +14,22 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import blake3
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from eventlog.errors import CorruptStoreError, MissingKeyError, StorageError, WrongKeyError
+from eventlog.errors import (
+    CorruptStoreError,
+    ForgottenError,
+    MissingKeyError,
+    StorageError,
+    WrongKeyError,
+)
 from sessions._keys import DATA_KEY_BYTES, KeyProvider
+
+if TYPE_CHECKING:
+    from projections import SessionState
 
 SLOT_BYTES = 512
 """One wrapped key per slot, slot 0 the header: room for a cloud KMS's wrapped key (about 200
@@ -338,6 +347,16 @@ class Keyring:
             return None
         digest = blake3.blake3(text.encode("utf-8", "surrogatepass"), key=key)
         return KEYED_TEXT + digest.hexdigest(DIGEST_BYTES)
+
+    def keyed_for(self, state: SessionState, text: str, where: str) -> str | None:
+        """`keyed` for the session of `state`: None for a plain session (its texts are kept as
+        they are), `ForgottenError` once it was forgotten."""
+        if not state.key_slot:
+            return None
+        keyed = None if state.forgotten else self.keyed(state.key_slot, text, where)
+        if keyed is None:
+            raise ForgottenError(state.session_id, where, state.forgotten_reason)
+        return keyed
 
     def shred(self, slot: int) -> None:
         """Overwrite the slot with zeros, synced: the wrapped key is gone from the file."""

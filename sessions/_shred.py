@@ -15,7 +15,6 @@ import projections as pj
 from eventlog import (
     ConcurrencyError,
     EventLog,
-    ForgottenError,
     InvalidArgumentError,
     Transaction,
     UnknownSessionError,
@@ -152,12 +151,7 @@ class ShredVerbs(SessionHost):
             return None
         with self.log.view() as view:  # inside `store.transaction()`, the transaction's view
             state = pj.load_state(view, sid)
-        if state is None or not state.key_slot:
-            return None
-        keyed = None if state.forgotten else self._keyring.keyed(state.key_slot, text, verb)
-        if keyed is None:
-            raise ForgottenError(sid, verb, state.forgotten_reason)
-        return keyed
+        return None if state is None else self._keyring.keyed_for(state, text, verb)
 
     def rotate_keys(self, new: KeyProvider) -> int:
         """Re-wrap every data key under the key-encryption key of `new` and use it from now on;

@@ -11,7 +11,6 @@ from typing import Any
 import projections as pj
 from eventlog import (
     ConcurrencyError,
-    ForgottenError,
     InvalidArgumentError,
     LengthConflictError,
     LimitExceededError,
@@ -313,13 +312,8 @@ def _key_position(
     """Where the session's projection saw idempotency `key`: an encrypted session's events carry
     its digest under the session's key (`Keyring.keyed`), those written before digests the key
     itself (its retry after the upgrade still finds it)."""
-    stored = [key]
-    if sealer is not None and state.key_slot:
-        keyed = sealer.keyring.keyed(state.key_slot, key, verb)
-        if keyed is None:
-            raise ForgottenError(state.session_id, verb)
-        stored.insert(0, keyed)
-    for text in stored:
+    keyed = None if sealer is None else sealer.keyring.keyed_for(state, key, verb)
+    for text in (key,) if keyed is None else (keyed, key):
         found = view.kv_get(pj.idempotency_key(state.session_id, text))
         if found is not None:
             return int.from_bytes(found, "big")
