@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeGuard
 
 import blake3
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -47,6 +47,12 @@ DIGEST_BYTES = 16
 """A keyed digest of a caller's text: 128 bits, as the projection's own index digests."""
 KEYED_TEXT = "\x00keyed:"
 """How a caller's text kept as a keyed digest starts (then the digest in hex)."""
+
+
+def is_keyed(stored: str | None) -> TypeGuard[str]:
+    """Whether `stored` is a caller's text kept as its keyed digest (`Keyring.keyed`), not as
+    it is."""
+    return stored is not None and stored.startswith(KEYED_TEXT)
 
 
 def owner_digest(session_id: str) -> bytes:

@@ -23,7 +23,7 @@ from eventlog.errors import ConfigurationError, ForgottenError, MissingKeyError
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._host import append, transact
-from sessions._keyring import KEYED_TEXT
+from sessions._keyring import is_keyed
 from sessions._seal import Sealer
 from sessions._store import SessionStore
 from sessions.runtime._errors import SessionBusyError, SessionFailedError
@@ -227,7 +227,7 @@ def _in_flight(
         return None
     stored = runtime.request_id
     if stored == request_id or (
-        stored.startswith(KEYED_TEXT) and stored == store.keyed_digest(session_id, request_id)
+        is_keyed(stored) and stored == store.keyed_digest(session_id, request_id)
     ):
         return runtime
     return None

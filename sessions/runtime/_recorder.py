@@ -18,7 +18,7 @@ from eventlog import LogView, to_builtins
 from eventlog import events as ev
 from projections import _runtime as rt
 from sessions._checks import iso
-from sessions._keyring import KEYED_TEXT
+from sessions._keyring import is_keyed
 from sessions._seal import Sealer
 from sessions._sealed_fields import SHOWN
 
@@ -35,7 +35,7 @@ def shown_id(
     sealed copy (`sealed`), opened here while the session's key lives; None once it cannot be
     (the session forgotten, or read without a sealer). An id stored as it is (by a plain session,
     or by an encrypted one before such ids were digested) is shown so."""
-    if stored is None or not stored.startswith(KEYED_TEXT):
+    if not is_keyed(stored):
         return stored
     if sealer is None or sealed is None or state.forgotten:
         return None
@@ -47,7 +47,7 @@ def in_flight_request_id(
 ) -> str | None:
     """The caller's id of the request the session runs (`shown_id`); None when idle."""
     stored = runtime.request_id
-    if stored is None or not stored.startswith(KEYED_TEXT):
+    if not is_keyed(stored):
         return stored
     loop = rt.load_loop_at(view, state.session_id, runtime.loop_position)
     sealed = None if loop is None else loop.sealed_request_id
@@ -60,7 +60,7 @@ def last_loop_id(
     """The caller's id of the session's latest prompt loop (`shown_id`), which a new prompt
     continues: its text, so that sealing the new prompt keys it to the same digest again."""
     stored = runtime.last_loop_id
-    if stored is None or not stored.startswith(KEYED_TEXT):
+    if not is_keyed(stored):
         return stored
     loop = rt.load_loop(view, state.session_id, stored)
     return shown_id(sealer, state, stored, None if loop is None else loop.sealed_loop_id, "loop_id")
@@ -175,7 +175,7 @@ def read_record(
                 texts[stored] = shown_id(sealer, state, stored, sealed, name)
 
     def show(stored: str | None) -> str | None:
-        if stored is None or not stored.startswith(KEYED_TEXT):
+        if not is_keyed(stored):
             return stored
         return texts.get(stored)
 
