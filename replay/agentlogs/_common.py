@@ -77,6 +77,9 @@ class Source:
     limit: int | None = None  # read no more than this (a second reading: what the first read)
     held: Callable[[], int] = lambda: 0  # bytes the reader keeps so far (for the budget)
     line: bytes = b""  # the line being read, as the file has it (JSONL)
+    first_line: str | None = None
+    """The blake3 (hex) of the first line that is not blank, as the file has it with its line
+    break (JSONL): what appending lines never changes. None while no such line is complete."""
     number: int | None = None  # its 1-based line (a document's: item); None between readings
     document: bool = False  # the file is one JSON document, not lines
     document_bytes: bytes = b""  # a document's bytes (its items point into them)
@@ -156,10 +159,13 @@ def json_lines(source: Source) -> Iterator[tuple[int, Record]]:
                 raise AgentLogError(
                     source.path, number, f"line longer than agent_log_line_bytes_max = {bound:,}"
                 )
+            raw = line
             if number == 1 and line.startswith(_BOM):
                 line = line[len(_BOM) :]
             if not line or line.isspace():  # blank
                 continue
+            if source.first_line is None:
+                source.first_line = blake3(raw).hexdigest()
             held = held_of()
             # No byte decodes into more than _OBJECT_BYTES_PER_BYTE_MAX bytes of objects, so the
             # exact estimate (four scans of the line) is needed only near the budget.

@@ -33,7 +33,6 @@ from replay.agentlogs._write import (
     AgentLogConflictError,
     Written,
     create,
-    first_line_digest,
     grown_from,
     read_before,
     rewritten,
@@ -312,7 +311,8 @@ def _import_file(
     if source.skipped:
         about["skipped_lines"] = [[line, why] for line, why in source.skipped]
     lines = _BY_NAME[name] in _LINE_FORMATS
-    ids, written, updated = _commit(store, path, parsed, about, session_id, lines)
+    first = source.first_line if lines and session_id is None else None
+    ids, written, updated = _commit(store, path, parsed, about, session_id, lines, first)
     main_id = next(iter(ids.values()))
     sessions = tuple(
         ImportedSession(
@@ -365,14 +365,15 @@ def _commit(
     about: dict[str, Any],
     session_id: str | None,
     lines: bool,
+    first: str | None,
 ) -> tuple[dict[str, str], dict[str, Written], bool]:
     """Write every session of the file in one transaction: the ids, what was written into
     each (nothing when the file is there already), and whether an earlier import of the log,
-    grown since, was brought up to date (only a line-format log grows: `lines`)."""
+    grown since, was brought up to date (only a line-format log grows: `lines`). `first`: the
+    digest of its first line, which names a log with no `session_id` given."""
     name, digest = about["format"], about["blake3"]
     whole = f"{name}-{digest[:32]}"  # the id of every import before first-line ids
     with store.transaction():
-        first = first_line_digest(path) if lines and session_id is None else None
         if session_id is not None:
             slots = [session_id]
         elif (_held(store, whole) or {}).get("blake3") == digest:

@@ -25,7 +25,6 @@ _VERB = "import_agent_log"
 _TITLE_CHARS_MAX = 120
 _PROMPT_CHARS_MAX = 4000  # the summary's copy; the message itself keeps every character
 _HASH_READ_BYTES = 1 << 20
-_BOM = b"\xef\xbb\xbf"
 _REWOUND = "import_agent_log: the log grew, and its new lines changed these messages"
 _message = msgspec.msgpack.Decoder(Message).decode
 
@@ -43,22 +42,6 @@ class Written:
 
     appended: int
     replaced: int = 0
-
-
-def first_line_digest(path: str) -> str | None:
-    """The blake3 (hex) of the first line of the file at `path` that is not blank, with its line
-    break: what appending lines never changes. None while that line has no line break yet."""
-    bound = _limits.agent_log_line_bytes_max
-    try:
-        with open(path, "rb") as file:
-            while True:
-                line = file.readline(bound + 1)
-                if not line.endswith(b"\n"):  # at the end, or past the bound
-                    return None
-                if line.removeprefix(_BOM).strip():
-                    return str(blake3(line).hexdigest())
-    except OSError as exc:
-        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
 
 
 def grown_from(path: str, held: dict[str, Any], size: int) -> bool:
