@@ -117,7 +117,7 @@ def recorded(
     still recorded in flight (by a process that stopped: the next start fails it)."""
     sid = state.session_id
     # What an encrypted session's events hold; a forgotten one refuses the prompt when it writes.
-    keyed = None if state.forgotten else store.keyed_digest(sid, request_id)
+    keyed = None if state.forgotten else store._keyring.keyed_for(state, request_id, "prompt")
     loop = None if keyed is None else rt.load_request(view, sid, keyed)
     if loop is None:  # a plain session's, or one stored before request ids were digested
         loop = rt.load_request(view, sid, request_id)
