@@ -310,9 +310,7 @@ def _import_file(
     }
     if source.skipped:
         about["skipped_lines"] = [[line, why] for line, why in source.skipped]
-    lines = _BY_NAME[name] in _LINE_FORMATS
-    first = source.first_line if lines and session_id is None else None
-    ids, written, updated = _commit(store, path, parsed, about, session_id, lines, first)
+    ids, written, updated = _commit(store, path, parsed, about, session_id, source.first_line)
     main_id = next(iter(ids.values()))
     sessions = tuple(
         ImportedSession(
@@ -364,14 +362,15 @@ def _commit(
     parsed: Parsed,
     about: dict[str, Any],
     session_id: str | None,
-    lines: bool,
     first: str | None,
 ) -> tuple[dict[str, str], dict[str, Written], bool]:
     """Write every session of the file in one transaction: the ids, what was written into
     each (nothing when the file is there already), and whether an earlier import of the log,
-    grown since, was brought up to date (only a line-format log grows: `lines`). `first`: the
-    digest of its first line, which names a log with no `session_id` given."""
+    grown since, was brought up to date (only a line-format log grows). `first`: the
+    digest of a JSONL log's first line (None for a document), which names a log when no
+    `session_id` is given."""
     name, digest = about["format"], about["blake3"]
+    lines = _BY_NAME[name] in _LINE_FORMATS
     whole = f"{name}-{digest[:32]}"  # the id of every import before first-line ids
     with store.transaction():
         if session_id is not None:
