@@ -112,17 +112,20 @@ class Thread:
                     continue
                 stored[key] = (entry["task"], channel, (type_, data), entry["path"])
         elif kind == "hide":
+            # A hidden checkpoint's writes stay in the index, out of every reader's sight but
+            # the delta history of a visible descendant, which replays them.
             for ns, checkpoint_id in entry["ids"]:
                 found = self.checkpoints.get(ns, {}).get(checkpoint_id)
                 if found is not None:
                     found.hidden = True
-                self.writes.pop((ns, checkpoint_id), None)
 
     def _fold_checkpoint(self, entry: dict[str, Any]) -> None:
         ns, checkpoint_id, parent = entry["ns"], entry["id"], entry.get("parent")
         checkpoints = self.checkpoints.setdefault(ns, {})
         if checkpoint_id in checkpoints:  # put again: which values its children see may change
             self.values.clear()
+            if checkpoints[checkpoint_id].hidden:  # a new checkpoint: the hidden one's writes go
+                self.writes.pop((ns, checkpoint_id), None)
         checkpoints[checkpoint_id] = Stored(typed(entry["cp"]), typed(entry["md"]), parent)
         for blob in entry["blobs"]:
             name: Name = (ns, blob[0], blob[1])

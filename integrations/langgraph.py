@@ -6,11 +6,12 @@ thread's history is an append-only log and `copy_thread` is a fork: O(1), sharin
 checkpoint. A list channel whose new value extends the value at the parent checkpoint (a messages
 channel) stores only the new suffix, so a checkpoint costs what changed, not the whole list.
 
-Deleting runs and pruning hide checkpoints (the log keeps them); `delete_thread` deletes the
-session. Items are indexed in memory per thread as they are read (`_langgraph_index`). An append
-reads what other writers (other processes) added and decides its item inside the store's write
-transaction, so it never fails because another writer was active, and a decision that depends on
-the whole thread (which checkpoint `prune` keeps) sees everything written before it.
+Deleting runs and pruning hide checkpoints (the log keeps them, and a `DeltaChannel` replays
+their writes); `delete_thread` deletes the session. Items are indexed in memory per thread as
+they are read (`_langgraph_index`); values are stored and read back by `_langgraph_values`. An
+append reads what other writers (other processes) added and decides its item inside the store's
+write transaction, so it never fails because another writer was active, and a decision that
+depends on the whole thread (which checkpoint `prune` keeps) sees everything written before it.
 Needs ``pip install 'sessionlog-engine[langgraph]'``.
 """
 
@@ -20,7 +21,7 @@ import builtins
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -30,7 +31,6 @@ from integrations._common import async_store, require
 from integrations._langgraph_index import (
     CyclicValueError,
     Doomed,
-    Name,
     Stored,
     Thread,
     Typed,
@@ -53,11 +53,19 @@ from langgraph.checkpoint.base import (  # noqa: E402
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_id,
     get_checkpoint_metadata,
-    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
+
+from integrations._langgraph_values import (  # noqa: E402
+    blob_of,
+    decoded,
+    delta_history,
+    ordered_writes,
+    read_value,
+)
 
 __all__ = ["CyclicValueError", "SessionlogSaver", "THREAD_PREFIX", "thread_key"]
 
@@ -72,8 +80,9 @@ def thread_key(thread_id: str) -> str:
 class SessionlogSaver(BaseCheckpointSaver[Any]):
     """`BaseCheckpointSaver` on a sessionlog store (a `SessionStore`, its asyncio face, or a
     path): `put`, `put_writes`, `get_tuple`, `list`, `delete_thread`, `delete_for_runs`,
-    `copy_thread` (a fork) and `prune`, each with its async twin. Blocking work runs on the
-    store's worker thread, never on the event loop.
+    `copy_thread` (a fork), `prune` and `get_delta_channel_history` (what `DeltaChannel`
+    replays), each with its async twin. Blocking work runs on the store's worker thread, never
+    on the event loop.
 
     Limits, both the store's: one `put` (its new channel values, checkpoint and metadata) or one
     `put_writes` is one event of at most `eventlog.limits.event_bytes_max` (4 MiB) encoded, and a
@@ -180,60 +189,15 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         thread.fold(entry)
         thread.length += 1
 
-    def _value(
-        self, thread: Thread, ns: str, channel: str, version: Any, at: str | None
-    ) -> tuple[str, Any]:
-        """The value checkpoint `at` sees for `channel` at `version`: ("list", its elements
-        serialized), ("value", a fresh decoding), or ("missing", None). A list is a whole stored
-        value or stored suffixes joined to the value each extends; lists are kept at hand (a few
-        per thread, serialized, so no caller's change reaches them) for the next checkpoint's
-        comparison and the next reads."""
-        name = thread.source(ns, channel, version, at)
-        chain: builtins.list[tuple[Name, tuple[Any, ...]]] = []
-        seen: set[Name] = set()
-        while True:
-            if name is None:
-                return ("missing", None)
-            if name in seen:
-                raise CyclicValueError(thread.key, ns, channel, version)
-            seen.add(name)
-            cached = thread.values.get(name)
-            if cached is not None:
-                elements = cached
-                break
-            blob = thread.blobs[name]
-            if blob[0] == "e":
-                return ("missing", None)
-            if blob[0] == "v":
-                value = self.serde.loads_typed((blob[1], blob[2]))
-                if not isinstance(value, list):
-                    if chain:  # a suffix of what is not a list: not written by this saver
-                        return ("missing", None)
-                    return ("value", value)
-                elements = tuple(self.serde.dumps_typed(e) for e in value)
-                thread.remember(name, elements)
-                break
-            chain.append((name, blob))
-            name = thread.source(ns, channel, blob[1], thread.origin[name][1])
-        for name, blob in reversed(chain):
-            suffix = self.serde.loads_typed((blob[2], blob[3]))
-            elements = (*elements, *(self.serde.dumps_typed(e) for e in suffix))
-            thread.remember(name, elements)
-        return ("list", elements)
-
     def _tuple(
         self, thread_id: str, thread: Thread, ns: str, checkpoint_id: str, stored: Stored
     ) -> CheckpointTuple:
         checkpoint: Checkpoint = self.serde.loads_typed(stored.checkpoint)
         values = {}
         for channel, version in checkpoint["channel_versions"].items():
-            kind, found = self._value(thread, ns, channel, version, checkpoint_id)
-            if kind == "list":
-                values[channel] = [self.serde.loads_typed(e) for e in found]
-            elif kind == "value":
-                values[channel] = found
-        writes = thread.writes.get((ns, checkpoint_id), {})
-        ordered = sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
+            found = read_value(self.serde, thread, ns, channel, version, checkpoint_id)
+            if found[0] != "missing":
+                values[channel] = decoded(self.serde, found)
         return CheckpointTuple(
             config=_config(thread_id, ns, checkpoint_id),
             checkpoint={**checkpoint, "channel_values": values},
@@ -241,7 +205,7 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
             parent_config=_config(thread_id, ns, stored.parent) if stored.parent else None,
             pending_writes=[
                 (task, channel, self.serde.loads_typed(value))
-                for task, channel, value, _ in (w for _, w in ordered)
+                for task, channel, value, _ in ordered_writes(thread, ns, checkpoint_id)
             ],
         )
 
@@ -267,6 +231,32 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
             if stored is None or stored.hidden:
                 return None
             return self._tuple(thread_id, thread, ns, checkpoint_id, stored)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """For each of `channels`, the writes stored against the ancestors of the checkpoint
+        `config` names (the thread's newest without an id) and the nearest stored value, as
+        `DeltaChannel` replays them: the base class's answer, read from the thread's index
+        instead of a `get_tuple` per ancestor, and walking through hidden ancestors (see
+        `prune` and `delete_for_runs`)."""
+        return self.face.call(self._delta_history, config, channels)
+
+    @collector_paused()  # as in `_get_tuple`: the decoded writes hold no cycle
+    def _delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        with self._lock:
+            thread_id = str(config["configurable"]["thread_id"])
+            ns = config["configurable"].get("checkpoint_ns", "")
+            checkpoints = (thread := self._thread(thread_id)).checkpoints.get(ns, {})
+            checkpoint_id = get_checkpoint_id(config) or newest(checkpoints) or ""
+            stored = checkpoints.get(checkpoint_id)
+            if stored is None or stored.hidden:
+                return {channel: {"writes": []} for channel in channels}
+            return delta_history(self.serde, thread, ns, checkpoint_id, channels)
 
     def list(
         self,
@@ -356,7 +346,9 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         def entry(thread: Thread) -> dict[str, Any]:
             blobs = []
             for channel, version in new_versions.items():
-                blob = self._blob(thread, ns, parent_id, channel, version, values, elements, whole)
+                blob = blob_of(
+                    self.serde, thread, ns, parent_id, channel, version, values, elements, whole
+                )
                 if blob is not None:
                     blobs.append([channel, version, *blob])
             return {
@@ -379,45 +371,6 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
                     if listed is not None and name is not None:
                         thread.remember(name, listed)
         return _config(thread_id, ns, checkpoint["id"])
-
-    def _blob(
-        self,
-        thread: Thread,
-        ns: str,
-        parent_id: str | None,
-        channel: str,
-        version: Any,
-        values: dict[str, Any],
-        elements: dict[str, tuple[Typed, ...] | None],
-        whole: dict[str, Typed],
-    ) -> builtins.list[Any] | None:
-        """How a new channel value is stored: empty, a suffix of the parent's list, whole, or
-        (None) not at all, when the parent holds the same version with the same value. A value
-        is never stored as a suffix of its own version: a reader would follow it forever."""
-        if channel not in values:
-            return ["e"]
-        value = values[channel]
-
-        def stored() -> builtins.list[Any]:  # serialized only when stored whole, and once
-            if channel not in whole:
-                whole[channel] = self.serde.dumps_typed(value)
-            return ["v", *whole[channel]]
-
-        listed = elements.get(channel)
-        parent = thread.checkpoints.get(ns, {}).get(parent_id or "")
-        if listed is None or parent is None:
-            return stored()
-        base_version = self.serde.loads_typed(parent.checkpoint)["channel_versions"].get(channel)
-        if base_version is None:
-            return stored()
-        kind, base = self._value(thread, ns, channel, base_version, parent_id)
-        if kind != "list":
-            return stored()
-        if base_version == version:
-            return None if listed == base else stored()
-        if base and len(listed) > len(base) and listed[: len(base)] == base:
-            return ["x", base_version, *self.serde.dumps_typed(value[len(base) :])]
-        return stored()
 
     def put_writes(
         self,
@@ -474,7 +427,11 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
                 return
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Hide every checkpoint (and its writes) whose metadata names one of `run_ids`."""
+        """Hide every checkpoint (and its writes) whose metadata names one of `run_ids`: no
+        `get_tuple`, `list` or pending write shows them again. A checkpoint of another run still
+        reads back the state it was put with, even when a hidden one is its ancestor: its
+        `DeltaChannel` history walks through the hidden checkpoints, which the log keeps (where
+        the base class warns that deleting them breaks those channels)."""
         self.face.call(self._delete_for_runs, run_ids)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -522,7 +479,15 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: hide all but the newest checkpoint of each namespace; `delete`:
-        delete the threads."""
+        delete the threads.
+
+        Of the ways the base class names to keep a `DeltaChannel` whole, `keep_latest` takes
+        the first, keeping the ancestors and their writes: hidden, they are kept for the delta
+        history of the checkpoint kept, so its channels replay from their last snapshot as
+        before. Forcing a snapshot into the kept checkpoint is the other way, and not one a
+        saver can take: folding the ancestors' writes into a value needs the channel's reducer,
+        which only the graph has. The log drops nothing when it hides, so every ancestor stays
+        (not only those back to a snapshot), and no channel needs telling apart."""
         self.face.call(self._prune, thread_ids, strategy)
 
     def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
@@ -539,6 +504,11 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self.face.run(self._get_tuple, config)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self.face.run(self._delta_history, config, channels)
 
     async def alist(
         self,
@@ -580,9 +550,6 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self.face.run_write(self._prune, thread_ids, strategy)
-
-
-_MISSING = object()
 
 
 _KINDS = {"cp": "put", "w": "put_writes", "hide": "hiding of checkpoints"}
