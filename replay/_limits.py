@@ -47,3 +47,10 @@ agent_log_first_line_slots_max: Final = 8
 first, and each other log sharing that first line (a copy that went its own way, a resumed
 session repeating its summary line) takes the next. Each try is one lookup, so this bounds the
 work of finding an earlier import; past it the file must be given a `session_id`."""
+
+agent_log_prefix_tries_max: Final = 4
+"""Write transactions one import of a grown log opens at most. The file's prefix an earlier
+import read is hashed before each (up to a whole log: the store's one writer must not wait on
+it); when another import of the log commits in between, the prefix the store then holds has not
+been hashed, and the import leaves the transaction to hash it and tries again. The last try
+hashes inside, so a store that keeps changing delays an import, but never refuses it."""

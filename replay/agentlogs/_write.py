@@ -3,12 +3,13 @@ same log, grown by appended lines since, brought up to date to equal a fresh imp
 
 Owns what a session is opened with, the injecting of kept messages, and the checks that an
 earlier import is a prefix of the file (its bytes, and the transcript they became). It runs
-inside the verb's transaction and never opens one; it reads a file only to check a prefix.
+inside the verb's transaction and never opens one. The files' prefixes are read and hashed by
+`Prefixes` before the transaction opens; inside, the checks only compare digests.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,38 +45,88 @@ class Written:
     replaced: int = 0
 
 
-def grown_from(path: str, held: dict[str, Any], size: int) -> bool:
+class PrefixNotHashedError(Exception):
+    """A check in the transaction needs a file prefix `Prefixes` did not hash before it: the
+    earlier import it checks against changed since (another import committed). Raised to leave
+    the transaction, hash the prefix outside it, and try again; never seen by callers."""
+
+    def __init__(self, path: str, size: int) -> None:
+        super().__init__(f"{path}: the first {size} bytes were not hashed")
+        self.path = path
+        self.size = size
+
+
+class Prefixes:
+    """Digests of the first bytes of files, each a prefix an earlier import read, taken before
+    the write transaction in which `grown_from` compares them with what the store holds: reading
+    a log of tens of megabytes takes long, and every other writer of the store would wait on it.
+    A prefix the transaction needs and did not get raises `PrefixNotHashedError`, unless
+    `inside` (the last try), when it is hashed there and then."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self._found: dict[tuple[str, int], str | OSError | None] = {}
+
+    def hash(self, wanted: Iterable[tuple[str, object]]) -> None:
+        """Hash each prefix (`path`, bytes) in `wanted` not hashed yet, reading each file once;
+        a size that is not a byte count is left out, as `grown_from` refuses it unread."""
+        sizes: dict[str, set[int]] = {}
+        for path, size in wanted:
+            if type(size) is int and size >= 0 and (path, size) not in self._found:
+                sizes.setdefault(path, set()).add(size)
+        for path, some in sizes.items():
+            self._found.update(((path, size), found) for size, found in _digests(path, some))
+
+    def begins_with(self, path: str, size: int, digest: str) -> bool:
+        """Whether the file at `path` began with `size` bytes of blake3 `digest` when hashed."""
+        if (path, size) not in self._found:
+            if not self.inside:
+                raise PrefixNotHashedError(path, size)
+            self.hash([(path, size)])
+        found = self._found[(path, size)]
+        if isinstance(found, OSError):
+            raise AgentLogError(path, None, f"cannot read: {found.strerror or found}") from found
+        return found == digest
+
+
+def _digests(path: str, sizes: set[int]) -> Iterator[tuple[int, str | OSError | None]]:
+    """The blake3 (hex) of the first `size` bytes of the file, for each of `sizes`, from one
+    reading: None for a file shorter than that, the error for one that cannot be read."""
+    hasher, at, todo = blake3(), 0, sorted(sizes)
+    try:
+        with open(path, "rb") as file:
+            while todo:
+                if at == todo[0]:
+                    yield todo.pop(0), hasher.hexdigest()
+                    continue
+                chunk = file.read(min(todo[0] - at, _HASH_READ_BYTES))
+                if not chunk:
+                    break
+                hasher.update(chunk)
+                at += len(chunk)
+    except OSError as exc:
+        yield from ((size, exc) for size in todo)
+        return
+    yield from ((size, None) for size in todo)
+
+
+def grown_from(prefixes: Prefixes, path: str, held: dict[str, Any], size: int) -> bool:
     """Whether the file at `path`, of `size` bytes now, begins with the bytes an earlier import
     read (`held`: its `bytes` and `blake3`), so that it can only have grown by appending."""
     before, digest = held.get("bytes"), held.get("blake3")
     if type(before) is not int or not isinstance(digest, str) or not 0 <= before <= size:
         return False
-    hasher, left = blake3(), before
-    try:
-        with open(path, "rb") as file:
-            while left:
-                chunk = file.read(min(left, _HASH_READ_BYTES))
-                if not chunk:
-                    return False
-                hasher.update(chunk)
-                left -= len(chunk)
-    except OSError as exc:
-        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
-    return bool(hasher.hexdigest() == digest)
+    return prefixes.begins_with(path, before, digest)
 
 
-def read_before(path: str, held: dict[str, Any], about: dict[str, Any]) -> bool:
+def read_before(prefixes: Prefixes, path: str, held: dict[str, Any], about: dict[str, Any]) -> bool:
     """Whether the earlier import `held` read more of the log at `path` than this one (`about`:
     its `bytes` and `blake3`), both prefixes of the file as it is now: two imports of a growing
     log raced, and the one that read it later committed first."""
     before = held.get("bytes")
     if type(before) is not int or before <= about["bytes"]:
         return False
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
-    return grown_from(path, held, size) and grown_from(path, about, size)
+    return grown_from(prefixes, path, held, before) and grown_from(prefixes, path, about, before)
 
 
 def open_options(built: Built, about: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
@@ -146,7 +197,12 @@ def inject(store: SessionStore, path: str, sid: str, built: Built, start: int = 
 
 
 def update(
-    store: SessionStore, path: str, parsed: Parsed, ids: dict[str, str], about: dict[str, Any]
+    store: SessionStore,
+    path: str,
+    parsed: Parsed,
+    ids: dict[str, str],
+    about: dict[str, Any],
+    prefixes: Prefixes,
 ) -> dict[str, Written]:
     """Bring the sessions an earlier import of this log made up to date with `parsed`, a fresh
     reading of the whole grown file, so that each equals what importing the file afresh makes:
@@ -155,7 +211,8 @@ def update(
     it, a streamed part of it, or the answer to its call came in the new lines) the session is
     rewound and the fresh messages appended. Refused, raising `AgentLogConflictError`: a file of
     the earlier import that was rewritten, a session continued after its import, and a change a
-    session cannot take (what spawned it, the branch it leaves, its system prompt)."""
+    session cannot take (what spawned it, the branch it leaves, its system prompt). A file's
+    prefix is compared by its digest in `prefixes`, hashed before the transaction."""
     main = store.summary(ids[parsed.sessions[0].key]) or {}
     children = (main.get("metadata") or {}).get("agent_log", {}).get("children") or []
     gone = [sid for sid in children if sid not in ids.values()]
@@ -173,7 +230,7 @@ def update(
         held = (now.get("metadata") or {}).get("agent_log") or {}
         own = options["metadata"]["agent_log"]
         if held.get("blake3") != own["blake3"] and built.path not in checked:
-            if not grown_from(built.path, held, own["bytes"]):
+            if not grown_from(prefixes, built.path, held, own["bytes"]):
                 raise _conflict(rewritten(built.path, sid, held))
             checked[built.path] = None
         _check_unchanging(now, built, options, ids)
