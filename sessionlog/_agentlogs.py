@@ -96,6 +96,8 @@ def _new(found: ImportedFile) -> str:
         return f"grew: +{gained:,} messages"
     if not found.sessions and found.pending_tail_bytes:
         return "not yet: its first line is being written"
+    if not found.sessions:  # an empty file, or blank lines only
+        return "not yet: nothing written in it"
     return "yes" if found.written else "already imported"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 _decode = msgspec.json.Decoder().decode
+_skim = msgspec.json.Decoder(msgspec.Raw).decode  # checks the syntax, builds nothing
 _AT_BYTE = re.compile(r"byte (\d+)")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a decoded pair is one character: these are lone
@@ -37,6 +38,28 @@ def decode_line(line: bytes) -> Any:
             _decode(_SURROGATE_ESCAPE.sub(rb"\\ufffd", line))
             raise exc from None
         return _replaced(value)
+
+
+def whole_json(data: bytes) -> bool:
+    """Whether `data` holds one JSON value, from its first byte to its last, rather than the
+    start of one still being written. Told by a skim that builds no objects; it lets bad UTF-8
+    in a string pass, and takes a lone surrogate escape for the end of the data, so data with
+    such an escape is decoded to be sure. Too deeply nested to tell counts as whole: reading
+    it says so."""
+    try:
+        _skim(data)
+    except RecursionError:
+        return True
+    except ValueError:
+        if not _SURROGATE_ESCAPE.search(data):
+            return False
+        try:
+            decode_line(data)
+        except ValueError:
+            return False
+        except RecursionError:
+            return True
+    return True
 
 
 def _no_constant(name: str) -> Any:
@@ -72,6 +95,6 @@ def failing_line(data: bytes, exc: ValueError) -> int | None:
         return data.count(b"\n", 0, bad.start) + 1
     found = _AT_BYTE.search(str(exc))
     line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else None
-    if line is None and ("truncated" in str(exc).lower()):
-        line = data.count(b"\n") + 1
+    if line is None and ("truncated" in str(exc).lower()):  # at its last byte that is not blank
+        line = data.count(b"\n", 0, len(data.rstrip())) + 1
     return line

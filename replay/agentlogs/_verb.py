@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from blake3 import blake3
+
 from replay import _limits
 from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
 from replay.agentlogs._common import (
@@ -28,7 +30,7 @@ from replay.agentlogs._common import (
     json_document,
     restored_records,
 )
-from replay.agentlogs._decode import decode_line
+from replay.agentlogs._decode import decode_line, whole_json
 from replay.agentlogs._write import (
     AgentLogConflictError,
     Prefixes,
@@ -53,6 +55,7 @@ _OPTIONS = frozenset(("skip_bad_lines", "recursive"))
 _SUFFIXES = (".jsonl", ".json", ".traj")
 _SNIFF_BYTES = 256 * 1024
 _SNIFF_LINES = 8
+_BOM = b"\xef\xbb\xbf"
 _NOTHING = Written(appended=0)
 
 
@@ -79,7 +82,10 @@ class ImportedFile:
     """What one file became: its format (and whether `auto` chose it), its sessions, the lines
     skipped as damaged (with `skip_bad_lines`), its digest (of the lines read), whether it
     `updated` the sessions of an earlier import of the same log, which has grown by appended
-    lines since, and the last line left for the next import as not yet complete."""
+    lines since, and the last line left for the next import as not yet complete. A file with
+    no complete line yet but blank ones, whose content is not whole JSON either (empty, or a
+    log whose first line is being written), has nothing to import yet: no `sessions`, and the
+    `format` asked for (`auto` too: there is nothing to tell it from)."""
 
     path: str
     format: str
@@ -93,7 +99,8 @@ class ImportedFile:
     pending_tail_bytes: int = 0
     """The bytes of the file's last line, which had no line break yet (its agent was writing
     it): left out of this import, of `blake3` and of the bytes the session keeps, and read by
-    the next import once complete. A log with no complete line yet has no `sessions`."""
+    the next import once complete. A log with no complete line yet has no `sessions`; nor has
+    an empty file, where this is 0."""
 
     @property
     def written(self) -> bool:
@@ -124,19 +131,19 @@ def import_agent_log(
 ) -> AgentLogImport:
     """Import the agent log at `path` (a file, or a folder of logs) into `store`.
 
-    `format` is one of `FORMATS` or `auto` (chosen from the content; `ImportedFile.detected`
-    says so). `session_id` names the main session of a single file (subagent sessions get it
-    with a suffix); by default it is derived from the first line of a JSONL log (from the
-    whole file's blake3 for a JSON document), so a second import of the same file writes
-    nothing, and one of a log grown by appended lines since brings the earlier import up to
-    date (`ImportedFile.updated`, `ImportedSession.appended`); a log rewritten since raises
-    `AgentLogConflictError`, writing nothing; a last line with no line break yet waits for the
-    next (`ImportedFile.pending_tail_bytes`). Options: `skip_bad_lines` (keep going past damaged
-    lines, reporting each), `recursive` (descend into subfolders). A damaged line, a file past
-    a bound or a refused message raises `AgentLogError` naming file:line; that file writes nothing.
-    In a folder, files before it stay imported; files that are not agent logs are listed in
-    `not_agent_logs`, as are entries named like logs that are not readable regular files.
-    `progress(bytes_read, file_bytes)` follows the reading of each file.
+    `format` is one of `FORMATS` or `auto` (chosen from the content; `ImportedFile.detected` says
+    so). `session_id` names the main session of a single file (subagent sessions get it with a
+    suffix); by default it is derived from the first line of a JSONL log (from the whole file's
+    blake3 for a JSON document), so a second import of the same file writes nothing, and one of
+    a grown log brings the earlier import up to date (`ImportedFile.updated`); a log rewritten
+    since raises `AgentLogConflictError`, writing nothing; a last line with no line break yet,
+    or a file with no complete line at all (empty, its first line being written), waits for the
+    next import (`ImportedFile.pending_tail_bytes`). Options: `skip_bad_lines` (keep going past
+    damaged lines, reporting each), `recursive` (descend into subfolders). A damaged line, a file
+    past a bound or a refused message raises `AgentLogError` naming file:line; that file writes
+    nothing. In a folder, files before it stay imported; files that are not agent logs are
+    listed in `not_agent_logs`, as are entries named like logs that are not readable regular
+    files. `progress(bytes_read, file_bytes)` follows the reading of each file.
     """
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
@@ -222,7 +229,7 @@ def _sniff(path: str, formats: tuple[ModuleType, ...] = _LINE_FORMATS) -> str | 
             head = file.read(_SNIFF_BYTES)
     except OSError as exc:
         raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
-    head = head.removeprefix(b"\xef\xbb\xbf")
+    head = head.removeprefix(_BOM)
     lines = [line for line in head.split(b"\n")[:_SNIFF_LINES] if line.strip()]
     for line in lines:
         try:
@@ -278,20 +285,15 @@ def _import_file(
     progress: Progress | None,
     skip_bad_lines: bool,
 ) -> ImportedFile:
+    begun = _not_begun(path)
+    if begun is not None:  # nothing to read a format, or a record, from yet
+        return _nothing_yet(path, format, False, *begun)
     source = Source(path, skip_bad_lines=skip_bad_lines, progress=progress)
     name, detected, parsed = _parse(source, format)
     source.document_bytes = b""  # read: what is kept of it is packed
-    if not parsed.records and source.pending:  # its first line is still being written
-        return ImportedFile(
-            path=path,
-            format=name,
-            detected=detected,
-            sessions=(),
-            records=0,
-            blake3=source.digest.hexdigest(),
-            skipped_lines=tuple(source.skipped),
-            pending_tail_bytes=source.pending,
-        )
+    if not parsed.records and source.pending:  # the first record waits for its line break
+        digest, skipped = source.digest.hexdigest(), tuple(source.skipped)
+        return _nothing_yet(path, name, detected, digest, source.pending, skipped)
     if name == _claude.NAME:
         _claude.add_subagent_files(
             parsed,
@@ -338,6 +340,50 @@ def _import_file(
         subagent_files=tuple(parsed.files),
         updated=updated,
         pending_tail_bytes=source.pending,
+    )
+
+
+def _not_begun(path: str) -> tuple[str, int] | None:
+    """When the file has no complete line but blank ones, and what follows them is blank too or
+    the start of a JSON value not yet whole: the blake3 of those blank lines, and how many bytes
+    follow them. Such is a log its agent has just created and is writing the first line of, or
+    an empty file: nothing in it tells a format yet, and nothing is damaged. None for any other
+    file, whose reading says what it holds."""
+    bound, digest, bom = _limits.agent_log_line_bytes_max, blake3(), _BOM
+    try:
+        with open(path, "rb") as file:
+            line = file.readline(bound + 1)
+            while line.endswith(b"\n") and line.removeprefix(bom).isspace():
+                digest.update(line)
+                line, bom = file.readline(bound + 1), b""
+    except OSError:  # not readable: the reading reports it
+        return None
+    text = line.removeprefix(bom).strip()
+    if line.endswith(b"\n") or len(line) > bound or text[:1] not in (b"", b"{", b"["):
+        return None
+    if text and whole_json(text):  # a record waiting for its line break, or a document
+        return None
+    return digest.hexdigest(), len(line)
+
+
+def _nothing_yet(
+    path: str,
+    name: str,
+    detected: bool,
+    digest: str,
+    pending: int,
+    skipped: tuple[tuple[int, str], ...] = (),
+) -> ImportedFile:
+    """A file read with no complete record in it yet: no sessions, nothing written."""
+    return ImportedFile(
+        path=path,
+        format=name,
+        detected=detected,
+        sessions=(),
+        records=0,
+        blake3=digest,
+        skipped_lines=skipped,
+        pending_tail_bytes=pending,
     )
 
 
