@@ -87,7 +87,10 @@ class Event(
 
 
 class SessionOpened(Event, tag="session_opened", frozen=True):
-    """First event of a session opened directly (not forked)."""
+    """First event of a session opened directly (not forked). A sub-agent's `parent_spawn_ref`
+    names the parent session and the loop and tool call that spawned it; an encrypted session
+    keeps its `loop_id` and `tool_call_id` as digests keyed by its own data key, their texts
+    sealed beside them in `sealed_loop_id` and `sealed_tool_call_id`."""
 
     session_id: str
     created_at: Timestamp

@@ -48,7 +48,11 @@ _LOOP = keys.RUNTIME_LOOP_PREFIX
 _LOOP_ID = keys.RUNTIME_LOOP_ID_PREFIX
 _REQUEST = keys.RUNTIME_REQUEST_PREFIX
 KEYED_LOOP_ID = "keyed_loop_id"
-"""The key of a `parent_spawn_ref` naming the parent's loop by its keyed digest."""
+"""The key of a `parent_spawn_ref` naming the parent's loop as the parent's loop index holds it
+(by its keyed digest, for an encrypted parent's loop)."""
+SEALED_TOOL_CALL_ID = "sealed_tool_call_id"
+"""The key of an encrypted child's `parent_spawn_ref` (and of the parent loop's reference to
+the child) holding the tool call id's text, sealed under the child's key."""
 CONTEXT_LENGTH = "context_length"
 """The `prompt_failed` kind of a provider's refusal of the context as too long."""
 TRANSIENT = "transient"
@@ -86,7 +90,9 @@ class LoopRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     error_kind: str | None = None
     usage: LoopUsage = LoopUsage()
     child_loop_refs: list[dict[str, Any]] = []
-    """Sessions spawned from this loop: ``{"session_id", "tool_call_id"}`` each."""
+    """Sessions spawned from this loop: ``{"session_id", "tool_call_id"}`` each, as the child's
+    `parent_spawn_ref` holds them (an encrypted child's tool call id a digest under its key,
+    with its text sealed beside it in `sealed_tool_call_id`)."""
     ended_position: int = 0
     """Log position of the event that ended the loop (0 while it runs): where a retry finds it."""
     steps: int = 0
@@ -274,8 +280,9 @@ def _forget(tx: Transaction, session_id: str) -> None:
 
 def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
     """The parent loop a sub-agent session was spawned from lists the child: found by the loop
-    id as an encrypted parent's index holds it (`KEYED_LOOP_ID`, which the runtime records),
-    else as given (a plain parent's, or a loop stored before loop ids were digested)."""
+    id as the parent's index holds it (`KEYED_LOOP_ID`, which the runtime records), else by
+    `loop_id` as given (a reference stored before an encrypted child kept it as a digest under
+    its own key, which matches no loop of the parent)."""
     parent_id = ref.get("session_id")
     if not isinstance(parent_id, str):
         return
@@ -288,6 +295,9 @@ def _link_child(tx: Transaction, child_id: str, ref: dict[str, Any]) -> None:
     if loop is None:
         return
     child = {"session_id": child_id, "tool_call_id": ref.get("tool_call_id")}
+    sealed = ref.get(SEALED_TOOL_CALL_ID)
+    if sealed is not None:  # an encrypted child's: `tool_call_id` is its digest under its key
+        child[SEALED_TOOL_CALL_ID] = sealed
     _put_loop(tx, msgspec.structs.replace(loop, child_loop_refs=[*loop.child_loop_refs, child]))
 
 

@@ -43,10 +43,12 @@ from eventlog import (
 )
 from eventlog import events as ev
 from eventlog.errors import ForgottenError
+from sessions._keyed_refs import SPAWN_REF, keyed_ref, open_ref
 from sessions._keyring import Keyring
 from sessions._keys import NONCE_BYTES
 from sessions._sealed_fields import (
     KEYED,
+    KEYED_REFS,
     MESSAGE_LISTS,
     MESSAGES,
     READABLE_METADATA,
@@ -138,6 +140,14 @@ class Sealer:
                 changes[name] = self.keyring.keyed(slot, text, "write")
                 if name in shown:  # what the runtime's answers show while the key lives
                     changes[f"sealed_{name}"] = _seal_value(aead, slot, position, name, text)
+        refs = KEYED_REFS.get(kind)
+        if refs is not None and getattr(event, refs[0]) is not None:
+            changes[refs[0]] = keyed_ref(
+                getattr(event, refs[0]),
+                refs,
+                lambda text: self.keyring.keyed(slot, text, "write"),
+                lambda label, text: _seal_value(aead, slot, position, label, text),
+            )
         for name in VALUES.get(kind, ()):
             values = getattr(event, name)
             changes[name] = {
@@ -201,6 +211,7 @@ class Sealer:
             title=keys.text(state.title, "title"),
             system_prompt=keys.text(state.system_prompt, "system_prompt"),
             metadata=keys.values(state.metadata, "metadata"),
+            parent_spawn_ref=open_ref(state.parent_spawn_ref, SPAWN_REF, keys.text),
             scratchpad=None
             if state.scratchpad is None
             else keys.values(state.scratchpad, "scratchpad"),
@@ -225,6 +236,9 @@ class Sealer:
             changes[name] = keys.text(getattr(event, name), name)
         for name in VALUES.get(type(event), ()):
             changes[name] = keys.values(getattr(event, name), name)
+        refs = KEYED_REFS.get(type(event))
+        if refs is not None:
+            changes[refs[0]] = open_ref(getattr(event, refs[0]), refs, keys.text)
         return msgspec.structs.replace(event, **changes) if changes else event
 
 

@@ -9,7 +9,8 @@ scratchpad changes and live clients, and the values of metadata (the session's, 
 a scratchpad change's), scratchpads and permission requests (their keys stay readable, so the
 projections merge them without a key). A caller's idempotency key and a prompt's request id and loop
 ids are kept as digests under the session's key (`Keyring.keyed`), which the projection indexes
-without a key; `prompt_started` keeps their texts sealed beside the digests.
+without a key; `prompt_started` keeps their texts sealed beside the digests, and a sub-agent's
+`parent_spawn_ref` its parent's loop and tool call ids so too.
 What stays readable: stream ids, positions, versions, kinds, times, counts, ids of forks and
 clients: `verify`, the projections and paging need no key.
 """
@@ -76,7 +77,14 @@ SHOWN: dict[type[ev.Event], tuple[str, ...]] = {
 }
 """Keyed fields whose text is also sealed beside the digest, in `sealed_<field>`, for the
 runtime's answers to show while the key lives."""
-SEALED_KINDS = frozenset((*MESSAGES, *MESSAGE_LISTS, *TEXTS, *VALUES, *VALUE_LISTS))
+KEYED_REFS: dict[type[ev.Event], tuple[str, tuple[str, ...]]] = {
+    ev.SessionOpened: ("parent_spawn_ref", ("loop_id", "tool_call_id")),
+}
+"""Ids a caller gives inside a record field, kept as KEYED's are (a digest under the session's
+key) with the text sealed beside it in the record, in `sealed_<key>`: a sub-agent's reference
+to the loop and tool call of its parent that spawned it. The rest of the record stays readable
+(the parent's `session_id` is ancestry; `keyed_loop_id` is already the parent's own digest)."""
+SEALED_KINDS = frozenset((*MESSAGES, *MESSAGE_LISTS, *TEXTS, *VALUES, *VALUE_LISTS, *KEYED_REFS))
 READABLE_METADATA = frozenset(("provider", "runtime_params"))
 """Metadata keys whose values stay readable: the runtime's binding of a session (which provider
 drives it, with which settings), which its projection reads without a key."""

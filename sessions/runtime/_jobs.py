@@ -23,12 +23,13 @@ from eventlog.errors import ConfigurationError, ForgottenError, MissingKeyError
 from projections import _runtime as rt
 from sessions._checks import iso
 from sessions._host import append, transact
+from sessions._keyed_refs import SPAWN_REF, ref_label
 from sessions._keyring import is_keyed
 from sessions._seal import Sealer
 from sessions._store import SessionStore
 from sessions.runtime._errors import SessionBusyError, SessionFailedError
 from sessions.runtime._params import merge_params
-from sessions.runtime._recorder import in_flight_request_id, last_loop_id, usage_dict
+from sessions.runtime._recorder import in_flight_request_id, last_loop_id, shown_id, usage_dict
 from sessions.runtime._replay import Replay, recorded
 
 INTERRUPTED = "interrupted"
@@ -84,7 +85,7 @@ def open_session(
             raise SessionExistsError(f"create: session `{session_id}` already exists")
         recorded = {**metadata, "provider": provider, "runtime_params": params}
         spawn = options.get("parent_spawn_ref")
-        spawned = {} if spawn is None else {"parent_spawn_ref": _spawn_ref(store, spawn)}
+        spawned = {} if spawn is None else {"parent_spawn_ref": _spawn_ref(tx, store, spawn)}
         opened = {**options, **spawned}
         sid = store.open_session(session_id, agent_id=agent_id, metadata=recorded, **opened)
         return info(tx, sid, "create", store._sealer)
@@ -92,18 +93,25 @@ def open_session(
     return transact(store.log, decide)
 
 
-def _spawn_ref(store: SessionStore, ref: dict[str, Any]) -> dict[str, Any]:
+def _spawn_ref(tx: Transaction, store: SessionStore, ref: dict[str, Any]) -> dict[str, Any]:
     """`ref` as a sub-agent session records it: with `keyed_loop_id`, the parent's loop id as
-    the parent's loop index holds it, when the store keeps the parent encrypted (a keyed digest,
-    which the projection cannot compute), so the fold lists the child under that loop."""
+    the parent's loop index holds it, when the fold cannot find that loop by `loop_id` as
+    given: the parent is encrypted (its index holds a keyed digest, which the projection cannot
+    compute), or the child is (its `loop_id` is kept as a digest under its own key). That is
+    the text itself only where the parent's index holds it in the clear (a plain parent, or a
+    loop stored before loop ids were digested), which the parent's own log holds anyway."""
     found = {name: value for name, value in ref.items() if name != rt.KEYED_LOOP_ID}
-    loop_id = found.get("loop_id")
-    if not isinstance(loop_id, str) or not loop_id:
+    loop_id, parent = found.get("loop_id"), found.get("session_id")
+    if not isinstance(loop_id, str) or not loop_id or not isinstance(parent, str):
         return found
     try:
-        keyed = store.keyed_digest(found.get("session_id"), loop_id)
+        keyed = store.keyed_digest(parent, loop_id)
     except (ForgottenError, MissingKeyError):  # no key to match the parent's loops by: no link
         return found
+    if keyed is not None and rt.load_loop(tx, parent, keyed) is not None:
+        return {**found, rt.KEYED_LOOP_ID: keyed}
+    if store._sealer is not None and rt.load_loop(tx, parent, loop_id) is not None:
+        return {**found, rt.KEYED_LOOP_ID: loop_id}  # held in the clear by the parent's log
     return found if keyed is None else {**found, rt.KEYED_LOOP_ID: keyed}
 
 
@@ -183,7 +191,7 @@ def start_prompt(
         if parent_loop_id is None:
             # The caller's text of an id the session keeps as its digest: sealing keys it again.
             parent_loop_id = last_loop_id(tx, store._sealer, state, runtime)
-            parent_loop_id = parent_loop_id or _spawning_loop(state)
+            parent_loop_id = parent_loop_id or _spawning_loop(store._sealer, state)
         started = ev.PromptStarted(
             request_id=request_id,
             prompt=prompt,
@@ -209,11 +217,16 @@ def start_prompt(
     return transact(store.log, decide)
 
 
-def _spawning_loop(state: pj.SessionState) -> str | None:
-    """A sub-agent's first loop continues the parent's loop that spawned it."""
+def _spawning_loop(sealer: Sealer | None, state: pj.SessionState) -> str | None:
+    """A sub-agent's first loop continues the parent's loop that spawned it: the caller's text
+    of its id, which an encrypted child keeps as a digest with the text sealed beside it (so
+    that sealing the prompt keys it to the same digest again)."""
     ref = state.parent_spawn_ref or {}
     loop_id = ref.get("loop_id")
-    return loop_id if isinstance(loop_id, str) else None
+    if not isinstance(loop_id, str):
+        return None
+    sealed = ref.get("sealed_loop_id")
+    return shown_id(sealer, state, loop_id, sealed, ref_label(SPAWN_REF, "loop_id"))
 
 
 def _in_flight(

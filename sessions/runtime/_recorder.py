@@ -18,6 +18,7 @@ from eventlog import LogView, to_builtins
 from eventlog import events as ev
 from projections import _runtime as rt
 from sessions._checks import iso
+from sessions._keyed_refs import SPAWN_REF, open_ref
 from sessions._keyring import is_keyed
 from sessions._seal import Sealer
 from sessions._sealed_fields import SHOWN
@@ -66,8 +67,31 @@ def last_loop_id(
     return shown_id(sealer, state, stored, None if loop is None else loop.sealed_loop_id, "loop_id")
 
 
-def loop_dict(loop: rt.LoopRecord, show: Callable[[str | None], str | None]) -> dict[str, Any]:
-    """A loop record as plain data, naming its request and loops as `show` does (`shown_id`)."""
+def shown_ref(
+    sealer: Sealer | None, state: pj.SessionState, ref: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A sub-agent's `parent_spawn_ref`, or a parent loop's reference to a child, read in the
+    session of `state`, as the runtime's answers show it: the ids an encrypted child keeps as
+    digests (`KEYED_REFS`) shown by their sealed copies, which open while the child's key
+    lives (a parent's record shows them after the parent was forgotten: they are the child's);
+    None once they cannot be, or without a sealer."""
+
+    def open_text(sealed: str | None, label: str) -> str | None:
+        if sealer is None or sealed is None:
+            return None
+        return sealer.open_text(sealed, state.key_slot, label, "record")
+
+    shown: dict[str, Any] | None = to_builtins(open_ref(ref, SPAWN_REF, open_text))
+    return shown
+
+
+def loop_dict(
+    loop: rt.LoopRecord,
+    show: Callable[[str | None], str | None],
+    child: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> dict[str, Any]:
+    """A loop record as plain data, naming its request and loops as `show` does (`shown_id`),
+    and the sessions it spawned as `child` does (`shown_ref`)."""
     return {
         "loop_id": show(loop.loop_id),
         "session_id": loop.session_id,
@@ -84,7 +108,7 @@ def loop_dict(loop: rt.LoopRecord, show: Callable[[str | None], str | None]) -> 
         "error": loop.error,
         "error_kind": loop.error_kind,
         "usage": usage_dict(loop.usage),
-        "child_loop_refs": to_builtins(loop.child_loop_refs),
+        "child_loop_refs": [child(ref) for ref in to_builtins(loop.child_loop_refs)],
     }
 
 
@@ -179,7 +203,7 @@ def read_record(
             return stored
         return texts.get(stored)
 
-    loops = [loop_dict(loop, show) for loop in found]
+    loops = [loop_dict(loop, show, lambda ref: shown_ref(sealer, state, ref)) for loop in found]
     return SessionRecord(
         session_id=session_id,
         agent_id=state.agent_id,
@@ -189,7 +213,7 @@ def read_record(
         scope=state.scope,
         created_at=iso(state.created_at),
         last_active_at=iso(runtime.last_loop_started_at or state.created_at),
-        parent_spawn_ref=to_builtins(state.parent_spawn_ref),
+        parent_spawn_ref=shown_ref(sealer, state, state.parent_spawn_ref),
         provider=runtime.provider,
         rejected_inputs=runtime.rejected,
         loops=loops,
