@@ -6,8 +6,9 @@ Codes: ``CONFIG`` (an unregistered provider, a provider that cannot take the age
 ``SESSION_BUSY``, ``SESSION_FAILED``, ``CAPACITY`` (max sessions), ``INVALID_ARGUMENT``,
 ``INPUT_REJECTED``, ``CANCELLED``, ``PROVIDER_ERROR``, ``LEASE_LOST`` (the runtime lost its store's
 lease and stopped writing), ``REQUEST_CONFLICT`` (a `requestId` the session already ran with
-another prompt). A `requestId` is idempotent per session, as an `Idempotency-Key` is over HTTP: a
-retry answers the first run's outcome and calls no model. Nothing here knows MCP; `_server.py`
+another prompt), ``RUNTIME_STOPPED`` (the runtime is shutting down and the request has no
+outcome recorded). A `requestId` is idempotent per session, as an `Idempotency-Key` is over HTTP:
+a retry answers the first run's outcome and calls no model. Nothing here knows MCP; `_server.py`
 puts it on the wire.
 
 Every tool that names a session takes the `Caller` and applies the REST service's access rules
@@ -33,6 +34,7 @@ from sessions.runtime import (
     ProviderError,
     RequestConflictError,
     Runtime,
+    RuntimeStoppedError,
     SessionBusyError,
     SessionFailedError,
     wire_params,
@@ -63,6 +65,7 @@ _CODES: tuple[tuple[type[BaseException], str], ...] = (
     (SessionBusyError, "SESSION_BUSY"),
     (RequestConflictError, "REQUEST_CONFLICT"),
     (SessionFailedError, "SESSION_FAILED"),
+    (RuntimeStoppedError, "RUNTIME_STOPPED"),
     (CapacityError, "CAPACITY"),
     (InputRejectedError, "INPUT_REJECTED"),
     (PromptCancelledError, "CANCELLED"),

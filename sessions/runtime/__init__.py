@@ -13,6 +13,7 @@ from sessions.runtime._errors import (
     PromptCancelledError,
     ProviderError,
     RequestConflictError,
+    RuntimeStoppedError,
     SessionBusyError,
     SessionFailedError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "ProviderRegistry",
     "RequestConflictError",
     "Runtime",
+    "RuntimeStoppedError",
     "SessionBusyError",
     "SessionFailedError",
     "SessionRecord",

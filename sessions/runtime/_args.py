@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,8 @@ from sessions._ids import uuid7
 from sessions._messages import to_message
 from sessions._retention import RetentionPolicy
 from sessions.runtime import _limits
-from sessions.runtime._providers import ECHOED, Completion
+from sessions.runtime._params import check_params, merge_params, wire_params
+from sessions.runtime._providers import ECHOED, Completion, ProviderRegistry
 
 Hook = Callable[..., object]
 logger = logging.getLogger("sessionlog.runtime")
@@ -119,6 +120,33 @@ def reply_of(completion: object, where: str) -> tuple[ev.Message, ev.Usage, str]
         fields["metadata"] = {ECHOED: [dict(block) for block in completion.echoed]}
     message = to_message(fields, where=where)
     return message, message.usage or ev.Usage(), completion.stop_reason
+
+
+def binding(
+    providers: ProviderRegistry,
+    default_provider: str,
+    provider: str | None,
+    runtime_params: Mapping[str, Any] | None,
+    metadata: dict[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    """The provider a new session is bound to and its layer of parameters, from `create`'s
+    keyword arguments and seed 002's ``metadata.provider`` / ``metadata.runtimeParams``
+    (removed from `metadata`; the keyword arguments win field by field)."""
+    named = metadata.pop("provider", None)
+    if named is not None and not isinstance(named, str):
+        raise InvalidArgumentError(f"create: `metadata.provider` must be a str, got {named!r}")
+    if provider is not None and named is not None and provider != named:
+        raise ConfigurationError(
+            f"create: `provider` {provider!r} and `metadata.provider` {named!r} disagree"
+        )
+    name = provider or named or default_provider
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"create: `provider` must be a str, got {name!r}")
+    providers.get(name, "create")
+    layer = wire_params(metadata.pop("runtimeParams", None), "create: metadata.runtimeParams")
+    stored = wire_params(metadata.pop("runtime_params", None), "create: metadata.runtime_params")
+    params = merge_params(stored, layer, check_params(runtime_params, "create"))
+    return name, params
 
 
 def session_metadata(view: LogView, session_id: str) -> dict[str, Any]:

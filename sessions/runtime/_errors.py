@@ -67,3 +67,21 @@ class ProviderError(SessionLogError):
 class PromptCancelledError(SessionLogError):
     """The prompt was cancelled (by `cancel`, `close` or expiry) before the provider answered;
     `prompt_cancelled` was recorded and the session is idle again."""
+
+
+class RuntimeStoppedError(SessionLogError):
+    """A prompt met a runtime that is stopping or has stopped, and the log holds no outcome of
+    its request. Once `stop` has begun the runtime starts no prompt, so nothing was run or
+    written for this call. A retry whose request has an outcome recorded gets that outcome
+    instead, also one that was waiting for its request when `stop` cancelled it. Send the
+    request again to a running runtime."""
+
+    def __init__(self, session_id: str, request_id: str) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
+        super().__init__(
+            f"prompt: the runtime has stopped, and request `{request_id}` of session "
+            f"`{session_id}` has no outcome recorded; nothing was run for this call: send it "
+            "again to a running runtime",
+            where="prompt",
+        )

@@ -6,12 +6,16 @@ one key and one loop record, never a scan of the log: under the request id's key
 encrypted session, then as given); its outcome is read from the two events the loop record points
 to, opened when the session is encrypted. `recorded` runs inside `_jobs.start_prompt`'s
 transaction, before anything is appended, so of a prompt and its retry racing for a session
-exactly one runs. Nothing here appends, awaits a provider or reads a clock.
+exactly one runs. Once `Runtime.stop` has begun, `join` answers from the log alone (`stopped`)
+instead of letting a prompt start, and `stop` waits for those answers (`underway`). Nothing here
+appends, awaits a provider or reads a clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 import projections as pj
-from eventlog import LogView, SessionLogError, TruncatedError, limits
+from eventlog import LogClosedError, LogView, SessionLogError, TruncatedError, limits
 from eventlog import events as ev
 from eventlog.limits import check_at_most
 from projections import _runtime as rt
@@ -28,6 +32,7 @@ from sessions.runtime._errors import (
     PromptCancelledError,
     ProviderError,
     RequestConflictError,
+    RuntimeStoppedError,
     SessionBusyError,
 )
 from sessions.runtime._recorder import shown_id, usage_dict
@@ -68,6 +73,20 @@ def same_prompt(first: ev.Message, again: ev.Message) -> bool:
     return first.content == again.content and first.files == again.files
 
 
+@contextlib.contextmanager
+def underway(calls: set[asyncio.Event]) -> Iterator[None]:
+    """Hold a `prompt` call in `calls` until it returns, by an event set then: `Runtime.stop`
+    waits for each, so a retry that waited for a prompt `stop` cancelled reads its outcome
+    before the runtime lets go of its stores."""
+    returned = asyncio.Event()
+    calls.add(returned)
+    try:
+        yield
+    finally:
+        calls.discard(returned)
+        returned.set()
+
+
 async def join(
     flights: Mapping[str, Flight],
     store: SessionStore,
@@ -75,12 +94,13 @@ async def join(
     rid: str,
     prompt: ev.Message,
     read: Callable[[Callable[[LogView], Replay | None]], Awaitable[Replay | None]],
+    stopping: Callable[[], bool],
 ) -> Replay | None:
-    """Return None once this process runs no prompt on `sid`. A retry of the request running
-    (same id, same prompt) waits for it to end, so it can answer what it recorded; while another
-    request runs, a retry of one that ended answers what it recorded (`finished`, through
-    `read`), and anything else is refused as busy; the same id with another prompt as a
-    conflict."""
+    """Return None once this process runs no prompt on `sid` and may start one. A retry of the
+    request running (same id, same prompt) waits for it to end, so it can answer what it
+    recorded; while another request runs, a retry of one that ended answers what it recorded
+    (`finished`, through `read`), and anything else is refused as busy; the same id with another
+    prompt as a conflict. Once the runtime is `stopping`, what `stopped` answers instead."""
     while (running := flights.get(sid)) is not None:
         if running.request_id != rid:
             replay = await read(
@@ -94,7 +114,29 @@ async def join(
         if running.prompt is not None and not same_prompt(running.prompt, prompt):
             raise RequestConflictError(sid, rid, None)
         await running.done.wait()  # a retry cancelled meanwhile leaves the first one running
-    return None
+    return await stopped(store, sid, rid, prompt, read) if stopping() else None
+
+
+async def stopped(
+    store: SessionStore,
+    sid: str,
+    rid: str,
+    prompt: ev.Message,
+    read: Callable[[Callable[[LogView], Replay | None]], Awaitable[Replay | None]],
+) -> Replay:
+    """The answer of a runtime that is stopping or stopped, which starts no prompt: the outcome
+    the session recorded for `rid` (a retry that `join` kept waiting for its request gets what
+    the cancel wrote), read without a write; `RuntimeStoppedError` when none is recorded (the
+    request never ran, or a lost lease left it recorded in flight) or its store has closed."""
+    try:
+        replay = await read(
+            partial(finished, store=store, session_id=sid, request_id=rid, prompt=prompt)
+        )
+    except (SessionBusyError, LogClosedError):  # nobody here will end it, or read it, any more
+        replay = None
+    if replay is None:
+        raise RuntimeStoppedError(sid, rid)
+    return replay
 
 
 def finished(

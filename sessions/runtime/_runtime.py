@@ -28,6 +28,7 @@ from sessions._store import SessionStore
 from sessions.runtime import _filters, _jobs, _limits, _replay
 from sessions.runtime._args import (
     Hook,
+    binding,
     call_hook,
     check_hook,
     check_id,
@@ -41,7 +42,7 @@ from sessions.runtime._args import (
 )
 from sessions.runtime._errors import InputRejectedError
 from sessions.runtime._lease import RuntimeLease
-from sessions.runtime._params import check_params, merge_params, wire_params
+from sessions.runtime._params import check_params
 from sessions.runtime._prompting import (
     Flight,
     LoopOptions,
@@ -126,6 +127,8 @@ class Runtime:
         self.ephemeral_store = ephemeral_store or SessionStore.memory()
         self._ephemeral_ids: set[str] = set()
         self._flights: dict[str, Flight] = {}
+        self._prompting: set[asyncio.Event] = set()  # `prompt` calls running, for `stop`
+        self._stopping = False
         self._create_lock: asyncio.Lock | None = None
         self.recovered: list[str] = []
         self._lease = RuntimeLease()
@@ -156,6 +159,7 @@ class Runtime:
             return
         await asyncio.to_thread(self._lease.hold, self.store, self.ephemeral_store)
         self._create_lock = asyncio.Lock()
+        self._stopping = False
         self._lease.watch(self._flights)
         try:
             for store in (self.store, self.ephemeral_store):
@@ -188,7 +192,11 @@ class Runtime:
 
     async def stop(self) -> None:
         """Stop the reaper, cancel the prompts still running (each waits for its last writes),
-        refuse writes from then on, and release the lease."""
+        refuse writes from then on, and release the lease. From its first step on, `prompt`
+        starts nothing: a retry answers the outcome its request recorded (one waiting for a
+        prompt this cancels gets that cancellation), a request with none recorded gets
+        `RuntimeStoppedError`; `stop` returns once every `prompt` call has."""
+        self._stopping = True
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -198,6 +206,8 @@ class Runtime:
             flight.cancel("shutdown")
         for flight in list(self._flights.values()):
             await flight.done.wait()
+        while self._prompting:  # the retries that waited for them, reading what they recorded
+            await next(iter(self._prompting)).wait()
         for provider in self.providers.all():
             closer = getattr(provider, "aclose", None)
             if closer is not None:
@@ -255,7 +265,9 @@ class Runtime:
         if not isinstance(agent_id, str) or not agent_id:
             raise InvalidArgumentError(f"create: `agent_id` must be a non-empty str: {agent_id!r}")
         extra = check_dict(metadata, "metadata", "create")
-        name, params = self._binding(provider, runtime_params, extra)
+        name, params = binding(
+            self.providers, self.default_provider, provider, runtime_params, extra
+        )
         if scope not in ("persistent", "ephemeral"):
             raise InvalidArgumentError(
                 f"create: `scope` must be persistent or ephemeral: {scope!r}"
@@ -284,33 +296,6 @@ class Runtime:
             if scope == "ephemeral":
                 self._ephemeral_ids.add(created["session_id"])
         return created
-
-    def _binding(
-        self,
-        provider: str | None,
-        runtime_params: Mapping[str, Any] | None,
-        metadata: dict[str, Any],
-    ) -> tuple[str, dict[str, Any]]:
-        """The provider a new session is bound to and its layer of parameters, from the keyword
-        arguments and seed 002's ``metadata.provider`` / ``metadata.runtimeParams`` (removed
-        from `metadata`; the keyword arguments win field by field)."""
-        named = metadata.pop("provider", None)
-        if named is not None and not isinstance(named, str):
-            raise InvalidArgumentError(f"create: `metadata.provider` must be a str, got {named!r}")
-        if provider is not None and named is not None and provider != named:
-            raise ConfigurationError(
-                f"create: `provider` {provider!r} and `metadata.provider` {named!r} disagree"
-            )
-        name = provider or named or self.default_provider
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"create: `provider` must be a str, got {name!r}")
-        self.providers.get(name, "create")
-        layer = wire_params(metadata.pop("runtimeParams", None), "create: metadata.runtimeParams")
-        stored = wire_params(
-            metadata.pop("runtime_params", None), "create: metadata.runtime_params"
-        )
-        params = merge_params(stored, layer, check_params(runtime_params, "create"))
-        return name, params
 
     async def adopt(
         self,
@@ -470,7 +455,9 @@ class Runtime:
         A `request_id` is idempotent per session: a retry with one the session already ran calls
         no model and answers that run's recorded outcome (its result, or the error it raised),
         after waiting for it if it is still running; the same id with another prompt (text or
-        files) is refused with `RequestConflictError`, and nothing is written.
+        files) is refused with `RequestConflictError`, and nothing is written. Once `stop` has
+        begun, nothing starts: a retry (one already waiting included) answers the outcome its
+        request recorded, and a prompt whose request has none raises `RuntimeStoppedError`.
         """
         sid = check_session_id(session_id, where="prompt")
         text = check_prompt(prompt, "prompt")
@@ -484,27 +471,35 @@ class Runtime:
         )
         message = user_message(text, files, "prompt")
         _replay.check_request(sid, rid)
-        store = self._store_of(sid)
-        if options.tools:
-            await self._check_tools_supported(store, sid)
-        reader = partial(self._read, store)
-        replay = await _replay.join(self._flights, store, sid, rid, message, reader)
-        if replay is not None:  # else no await from here until the flight is ours
-            return replay.result()
+        with _replay.underway(self._prompting):  # `stop` waits for it
+            store = self._store_of(sid)
+            if options.tools and not self._stopping:
+                await self._check_tools_supported(store, sid)
+            reader = partial(self._read, store)
+            replay = await _replay.join(
+                self._flights, store, sid, rid, message, reader, lambda: self._stopping
+            )
+            if replay is not None:  # else nothing suspends from here until the flight is ours
+                return replay.result()
+            warnings = await self._screen(store, sid, rid, text)
+            flight = self._flights[sid] = Flight(request_id=rid, prompt=message)
+            try:
+                return await PromptLoop(self, store, sid, flight, options).run(
+                    message, params, loop, warnings
+                )
+            finally:
+                if self._flights.get(sid) is flight:
+                    del self._flights[sid]
+                flight.done.set()
+
+    async def _screen(self, store: SessionStore, sid: str, rid: str, text: str) -> list[Any]:
+        """The input filters' warnings about `text`; a rejection is recorded, then raised (with
+        no rejection, nothing here suspends)."""
         warnings, rejection = _filters.screen(self._filters, text)
         if rejection is not None:
-            job = partial(_jobs.reject_input, store, sid, rid, *rejection)
-            await self._write(store, job)
+            await self._write(store, partial(_jobs.reject_input, store, sid, rid, *rejection))
             raise InputRejectedError(sid, *rejection)
-        flight = self._flights[sid] = Flight(request_id=rid, prompt=message)
-        try:
-            return await PromptLoop(self, store, sid, flight, options).run(
-                message, params, loop, warnings
-            )
-        finally:
-            if self._flights.get(sid) is flight:
-                del self._flights[sid]
-            flight.done.set()
+        return warnings
 
     async def _check_tools_supported(self, store: SessionStore, sid: str) -> None:
         found = await self._read(store, partial(rt.load_runtime, session_id=sid))
