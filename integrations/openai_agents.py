@@ -15,6 +15,14 @@ items); the store keeps every item. `run_compaction({"force": True})` summarizes
 threshold too. The summarizer (a plain function, or an `async def`) is never run on the store's
 worker thread, so the other sessions' reads go on while it calls its model.
 
+Wrapped in the SDK's `OpenAIResponsesCompactionSession`, the history is replaced by the output of
+`responses.compact` in one atomic commit, through the two hooks that wrapper looks for
+(`_atomic_replace_items`; `_get_compaction_snapshot`, whose suffix replacement refuses a suffix
+changed meanwhile), and never as its fallback, `clear_session` then `add_items`: two commits, and
+a process killed between them would leave the history empty. The log keeps the replaced items.
+That wrapper calls the session it wraps without the run's context, so a routed session's hooks
+act where its other calls from the wrapper do: on ``route(None, session_id)``.
+
 Every method accepts the SDK's optional `wrapper` (the run's context); give `route` to pick the
 stored session from it, e.g. one per tenant: ``route=lambda w, sid: f"{w.context.tenant}/{sid}"``.
 Needs ``pip install 'sessionlog-engine[openai-agents]'``; the SDK is imported only when a session
@@ -33,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+import projections as pj
 from eventlog import OutcomeUnknownError
 from integrations._common import async_store, require
 from sessions import ContextPolicy, InvalidArgumentError, SessionStore, UnknownSessionError
@@ -42,10 +51,14 @@ from sessions.aio import AsyncSessionStore
 if TYPE_CHECKING:
     from agents import RunContextWrapper, TResponseInputItem
     from agents.memory import SessionSettings
+    from agents.memory.session import _CompactionSnapshot
 
 Route = Callable[["RunContextWrapper[Any] | None", str], str]
 
 _ATTEMPTS = 3
+
+_ITEM_VERBS = ("get_items", "add_items", "pop_item", "clear_session")
+"""The methods through which items are stored and read; see `_stores_as_is`."""
 
 
 class SessionlogSession:
@@ -191,6 +204,91 @@ class SessionlogSession:
         except UnknownSessionError:
             return
 
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> _CompactionSnapshot | None:
+        """The read the SDK's `OpenAIResponsesCompactionSession` compacts automatically from: the
+        last `limit` items, whether they are the whole history, and `replace_suffix(start,
+        output)`. That puts `output` in place of the items read from `start` on, in one commit,
+        or returns False and writes nothing when those are no longer the session's last items
+        (one was added, popped or replaced meanwhile). With `prune_prefix` (`EncryptedSession`
+        passes its expiry test) the same commit also drops the leading items before them that
+        it holds for, up to the first it does not.
+
+        None, so the SDK reads the whole history and replaces it whole, for a session with a
+        `compaction` policy (the model was given its context view, not the stored items) and
+        for a subclass that changes how items are stored or read (`_stores_as_is`)."""
+        from agents.memory.session import _CompactionSnapshot
+
+        if self.compaction is not None or not self._stores_as_is() or limit < 1:
+            return None
+        sid = self._sid(None)
+        read = await self.store.run(_tail, self.store.store, sid, limit)
+        if read is None:
+            return None
+        items, seen = read
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            if not 0 <= start < len(items):
+                return False  # nothing read from there on: nothing the SDK may replace
+            at = seen.length - len(items) + start
+            suffix = pj.ranges_window(seen.ranges, at, None)
+            try:
+                return await self._commit(
+                    _replace_suffix, sid, output, suffix, seen.length - at, prune_prefix, limit
+                )
+            except UnknownSessionError:  # closed or deleted meanwhile
+                self._opened.discard(sid)
+                return False
+
+        return _CompactionSnapshot(items, seen.length <= limit, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK compaction wrapper's whole-history replacement (a manual `run_compaction`,
+        or an automatic one without a snapshot): the history becomes `items` in one commit,
+        which opens the session when it is new. As the SDK's own stores, it does not ask
+        whether the history is still the one compacted: the wrapper holds its lock from the
+        read to here. False, writing nothing, for a subclass that changes how items are stored
+        or read: the SDK then clears and adds through that subclass's own methods."""
+        if not self._stores_as_is():
+            return False
+        return await self._commit(_replace_all, self._sid(None), items)
+
+    def _stores_as_is(self) -> bool:
+        """Whether items are stored and read by this class's own methods. A subclass that
+        changes one (to encrypt, or filter) must see a replacement go through it, so the
+        compaction hooks step aside for it, as the SDK's own stores' hooks do."""
+        cls = type(self)
+        return all(getattr(cls, name) is getattr(SessionlogSession, name) for name in _ITEM_VERBS)
+
+    async def _commit(
+        self, replace: Callable[..., bool], sid: str, output: list[Any], *args: Any
+    ) -> bool:
+        """`replace(store, sid, entries, key, *args)`, one transaction, in the store's group
+        commit. Where a commit's outcome can be unknown, `output` is written under a key of its
+        own, and a commit asked again finds it (`_applied`) rather than replacing twice."""
+        for index, item in enumerate(output):
+            _check_item(index, item, "compaction replacement")
+        entries = [{"role": _role(item), "item": item} for item in output]
+        key = None
+        if entries and self.store.store.log.outcome_may_be_unknown:
+            key = uuid.uuid4().hex
+        attempt = 1
+        while True:
+            try:
+                done = await self.store._write(replace, self.store.store, sid, entries, key, *args)
+            except OutcomeUnknownError:
+                if key is None or attempt == _ATTEMPTS:
+                    raise
+                attempt += 1
+                continue
+            if done and entries:
+                self._opened.add(sid)
+            return done
+
     async def fork(
         self,
         *,
@@ -212,15 +310,15 @@ class SessionlogSession:
         return forked
 
 
-def _check_item(index: int, item: object) -> None:
+def _check_item(index: int, item: object, where: str = "add_items") -> None:
     """Refuse what is not an input item (a mapping, or a model of one) before anything is
     written: stored, it would come back as some other item."""
     if not isinstance(item, Mapping) and not hasattr(item, "model_dump"):
         raise InvalidArgumentError(
-            f"SessionlogSession.add_items: items[{index}] must be a mapping (an input item), "
+            f"SessionlogSession.{where}: items[{index}] must be a mapping (an input item), "
             f"got {type(item).__name__}",
             index=index,
-            where="add_items",
+            where=where,
         )
 
 
@@ -230,6 +328,98 @@ def _open_and_add(
     """Open the session and append `entries`: one command, so one commit."""
     store.open_session(sid)
     return store.inject_many(sid, entries, idempotency_key=key)
+
+
+def _replace_all(
+    store: SessionStore, sid: str, entries: list[dict[str, Any]], key: str | None
+) -> bool:
+    """Make `entries` the whole transcript, in one transaction: opened if new, reset if it held
+    anything (the log keeps what it held), then appended. A new session and no entries: no
+    write."""
+    with store.transaction():
+        if entries:
+            store.open_session(sid)
+            if _applied(store, sid, key):
+                return True
+        elif not store.exists(sid):
+            return True
+        if store.length(sid):
+            store.reset(sid)
+        if entries:
+            store.inject_many(sid, entries, idempotency_key=key)
+    return True
+
+
+def _replace_suffix(
+    store: SessionStore,
+    sid: str,
+    entries: list[dict[str, Any]],
+    key: str | None,
+    suffix: tuple[tuple[int, int, int], ...],
+    count: int,
+    prune: Callable[[Any], bool] | None,
+    page: int,
+) -> bool:
+    """In one transaction: if the transcript's last `count` entries are still the ones the
+    snapshot read (`suffix`, their ranges: a slot once filled never changes, so equal ranges
+    are the same entries), rewind them away (the log keeps them), drop the leading entries
+    `prune` holds for (`trim`), and append `entries`; else False, writing nothing."""
+    with store.transaction():
+        if _applied(store, sid, key):
+            return True
+        now = _transcript(store, sid)
+        at = now.length - count
+        if at < 0 or pj.ranges_window(now.ranges, at, None) != suffix:
+            return False
+        expired = 0 if prune is None else _expired(store, sid, at, prune, page)
+        store.rewind(sid, at)
+        if expired:
+            store.trim(sid, at - expired)
+        if entries:
+            store.inject_many(sid, entries, idempotency_key=key)
+    return True
+
+
+def _expired(
+    store: SessionStore, sid: str, before: int, prune: Callable[[Any], bool], page: int
+) -> int:
+    """How many of the first `before` entries `prune` holds for, counted from the first up to
+    the first it does not hold for, read `page` at a time."""
+    count = 0
+    while count < before:
+        found, fresh = store.message_structs(sid, after=count, limit=min(page, before - count))
+        for item in _as_items(found, fresh):
+            if not prune(item):
+                return count
+            count += 1
+    return count
+
+
+def _applied(store: SessionStore, sid: str, key: str | None) -> bool:
+    """Whether a replacement under `key` committed already (its first try's outcome unknown)."""
+    return key is not None and store.injected_with(sid, key) is not None
+
+
+def _tail(store: SessionStore, sid: str, last: int) -> tuple[list[Any], pj.Transcript] | None:
+    """The session's last `last` items and the transcript they were read from (none of a
+    session not open). The two are two reads: they are read again when the transcript changed
+    between them, and None comes back when it changed every time."""
+    for _ in range(_ATTEMPTS):
+        before = _transcript(store, sid)
+        try:
+            found, fresh = store.message_structs(sid, last=last)
+        except UnknownSessionError:
+            return [], pj.Transcript()
+        if _transcript(store, sid) == before:
+            return _as_items(found, fresh), before
+    return None
+
+
+def _transcript(store: SessionStore, sid: str) -> pj.Transcript:
+    """The session's transcript projection (an empty one for an id never opened); inside a
+    transaction, as the transaction sees it."""
+    with store.log.view() as view:
+        return pj.load_transcript(view, sid) or pj.Transcript()
 
 
 def _on_items(summarize: Any) -> Callable[..., Any]:
@@ -251,9 +441,14 @@ async def _awaited(answer: Any) -> Any:
 
 
 def _items(store: SessionStore, sid: str, last: int | None) -> list[Any]:
-    """The SDK items of the session's last `last` entries (all without it), taken from the
-    stored messages as `_item_of` takes them from message dicts, without building those dicts."""
+    """The SDK items of the session's last `last` entries (all without it)."""
     found, fresh = store.message_structs(sid, last=last)
+    return _as_items(found, fresh)
+
+
+def _as_items(found: list[Any], fresh: bool) -> list[Any]:
+    """The SDK items of stored messages (`message_structs`), copied unless `fresh`: taken as
+    `_item_of` takes them from message dicts, without building those dicts."""
     copy = item_copier(fresh)
     return [
         copy(m.item) if m.item is not None else {"role": m.role, "content": copy(m.content or "")}
