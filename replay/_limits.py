@@ -49,8 +49,10 @@ session repeating its summary line) takes the next. Each try is one lookup, so t
 work of finding an earlier import; past it the file must be given a `session_id`."""
 
 agent_log_prefix_tries_max: Final = 4
-"""Write transactions one import of a grown log opens at most. The file's prefix an earlier
-import read is hashed before each (up to a whole log: the store's one writer must not wait on
-it); when another import of the log commits in between, the prefix the store then holds has not
-been hashed, and the import leaves the transaction to hash it and tries again. The last try
-hashes inside, so a store that keeps changing delays an import, but never refuses it."""
+"""Write transactions one import of a grown log opens at most. Before each, the file's prefix an
+earlier import read is hashed (up to a whole log) and the messages its sessions hold are read and
+compared with the fresh reading (tens of thousands): the store's one writer must not wait on
+either. When another writer commits to the log's sessions in between (an import of the log, a
+message of someone's own), what the store then holds was not hashed or compared, and the import
+leaves the transaction to do so and tries again. The last try does it inside, so a store that
+keeps changing delays an import, but never refuses it."""

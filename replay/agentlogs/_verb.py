@@ -1,10 +1,11 @@
 """`import_agent_log`: agents' own logs (a file, or a folder of them) into sessions.
 
 Owns the options, the choice of format (`auto` looks at the content, never the name), and the
-commit: one transaction per file (its session and any subagent sessions), so a refused file
-leaves nothing. The default session id of a line-format log is derived from its first line, which
-appending never changes, so importing it again finds the earlier import: unchanged, it writes
-nothing; grown, `_write.update` brings it up to date. A document's is derived from its blake3.
+commit: one transaction per file (its session and any subagent sessions; `_commit.commit`), so
+a refused file leaves nothing. The default session id of a line-format log is derived from its
+first line, which appending never changes, so importing it again finds the earlier import:
+unchanged, it writes nothing; grown, `_write.update` brings it up to date. A document's is
+derived from its blake3.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from blake3 import blake3
 
 from replay import _limits
 from replay.agentlogs import _claude, _codex, _gemini, _openai, _pi
+from replay.agentlogs._commit import commit as _commit
 from replay.agentlogs._common import (
     KIND,
     AgentLogError,
@@ -31,17 +33,7 @@ from replay.agentlogs._common import (
     restored_records,
 )
 from replay.agentlogs._decode import decode_line, whole_json
-from replay.agentlogs._write import (
-    AgentLogConflictError,
-    Prefixes,
-    PrefixNotHashedError,
-    Written,
-    create,
-    grown_from,
-    read_before,
-    rewritten,
-    update,
-)
+from replay.agentlogs._write import Written
 from sessions import InvalidArgumentError, SessionStore
 from sessions._collector import collector_paused
 
@@ -314,7 +306,10 @@ def _import_file(
     }
     if source.skipped:
         about["skipped_lines"] = [[line, why] for line, why in source.skipped]
-    ids, written, updated = _commit(store, path, parsed, about, session_id, source.first_line)
+    lines = _BY_NAME[name] in _LINE_FORMATS
+    ids, written, updated = _commit(
+        store, path, parsed, about, lines, session_id, source.first_line
+    )
     main_id = next(iter(ids.values()))
     sessions = tuple(
         ImportedSession(
@@ -385,156 +380,6 @@ def _nothing_yet(
         skipped_lines=skipped,
         pending_tail_bytes=pending,
     )
-
-
-def _ids(parsed: Parsed, main_id: str) -> dict[str, str]:
-    return {
-        built.key: main_id if index == 0 else f"{main_id}.{built.key}"
-        for index, built in enumerate(parsed.sessions)
-    }
-
-
-def _held(store: SessionStore, sid: str) -> dict[str, Any] | None:
-    """The `agent_log` metadata of the session `sid` (empty when it was not imported); None
-    when there is no such session."""
-    if not store.exists(sid):
-        return None
-    summary = store.summary(sid) or {}
-    held = (summary.get("metadata") or {}).get("agent_log")
-    return held if isinstance(held, dict) and held.get("kind") == KIND else {}
-
-
-def _commit(
-    store: SessionStore,
-    path: str,
-    parsed: Parsed,
-    about: dict[str, Any],
-    session_id: str | None,
-    first: str | None,
-) -> tuple[dict[str, str], dict[str, Written], bool]:
-    """Write every session of the file in one transaction: the ids, what was written into
-    each (nothing when the file is there already), and whether an earlier import of the log,
-    grown since, was brought up to date (only a line-format log grows). `first`: the
-    digest of a JSONL log's first line (None for a document), which names a log when no
-    `session_id` is given. The prefixes of the files the earlier import read are hashed before
-    the transaction opens; one that changed meanwhile is hashed again, and the import tried
-    again (`_limits.agent_log_prefix_tries_max`)."""
-    prefixes, tries = Prefixes(), 1
-    missed: list[tuple[str, object]] = []
-    while True:
-        prefixes.hash([*_prefixes_wanted(store, path, parsed, about, session_id, first), *missed])
-        prefixes.inside = tries >= _limits.agent_log_prefix_tries_max
-        try:
-            with store.transaction():
-                return _commit_in(store, path, parsed, about, session_id, first, prefixes)
-        except PrefixNotHashedError as exc:  # the transaction wrote nothing
-            missed.append((exc.path, exc.size))
-            tries += 1
-
-
-def _slots(about: dict[str, Any], session_id: str | None, first: str | None) -> list[str]:
-    """The session ids the main session of the file may have, in the order they are tried."""
-    name = about["format"]
-    if session_id is not None:
-        return [session_id]
-    if first is None:  # a document, rewritten whole; or a log whose first line is not complete yet
-        return [f"{name}-{about['blake3'][:32]}"]
-    head = f"{name}-{first[:32]}"
-    count = _limits.agent_log_first_line_slots_max
-    return [head, *(f"{head}-{n}" for n in range(2, count + 1))]
-
-
-def _prefixes_wanted(
-    store: SessionStore,
-    path: str,
-    parsed: Parsed,
-    about: dict[str, Any],
-    session_id: str | None,
-    first: str | None,
-) -> Iterator[tuple[str, object]]:
-    """The file prefixes `_commit_in` would compare with earlier imports as the store holds
-    them now, found by lookups alone: of the log, what the import under each id it would try
-    read (and what this one read, when that one read more); of each subagent's file, what the
-    import of its session read, if that changed."""
-    name, digest = about["format"], about["blake3"]
-    whole = f"{name}-{digest[:32]}"
-    if _BY_NAME[name] not in _LINE_FORMATS:
-        return
-    if session_id is None and (_held(store, whole) or {}).get("blake3") == digest:
-        return
-    for slot in _slots(about, session_id, first):
-        ids, held = _ids(parsed, slot), _held(store, slot)
-        if held is None or (
-            held.get("blake3") == digest and _unchanged(store, parsed, ids, digest)
-        ):
-            return
-        if held.get("format") != name:
-            continue
-        yield path, held.get("bytes")
-        if _longer(held, about):
-            yield path, about["bytes"]
-        for built in parsed.sessions:
-            own = _held(store, ids[built.key]) or {}
-            if built.path != path and own.get("blake3") != built.info.get("blake3", digest):
-                yield built.path, own.get("bytes")
-        if held.get("file") == about["file"]:
-            return
-
-
-def _longer(held: dict[str, Any], about: dict[str, Any]) -> bool:
-    before = held.get("bytes")
-    return type(before) is int and before > about["bytes"]
-
-
-def _commit_in(
-    store: SessionStore,
-    path: str,
-    parsed: Parsed,
-    about: dict[str, Any],
-    session_id: str | None,
-    first: str | None,
-    prefixes: Prefixes,
-) -> tuple[dict[str, str], dict[str, Written], bool]:
-    """`_commit`'s work inside its transaction: the files' prefixes are compared by their
-    digests in `prefixes`, never read."""
-    name, digest = about["format"], about["blake3"]
-    lines = _BY_NAME[name] in _LINE_FORMATS
-    whole = f"{name}-{digest[:32]}"  # the id of every import before first-line ids
-    if session_id is None and (_held(store, whole) or {}).get("blake3") == digest:
-        return _ids(parsed, whole), {}, False
-    slots = _slots(about, session_id, first)
-    for slot in slots:
-        ids, held = _ids(parsed, slot), _held(store, slot)
-        if held is None:
-            made = {ids[b.key]: create(store, path, b, ids, about) for b in parsed.sessions}
-            return ids, made, False
-        if held.get("blake3") == digest and _unchanged(store, parsed, ids, digest):
-            return ids, {}, False
-        same = lines and held.get("format") == name
-        if same and grown_from(prefixes, path, held, about["bytes"]):
-            return ids, update(store, path, parsed, ids, about, prefixes), True
-        if same and read_before(prefixes, path, held, about):
-            return ids, {}, False  # another import, of more of the log, came first
-        if session_id is not None or first is None or held.get("file") == about["file"]:
-            problem = f"session `{slot}` already exists and was not imported from this file"
-            problem += f" ({path})"
-            if lines and held.get("file") == about["file"]:
-                problem = rewritten(path, slot, held)
-            raise AgentLogConflictError(f"{_VERB}: {problem}; give another session id")
-    raise AgentLogConflictError(
-        f"{_VERB}: {len(slots)} other logs share the first line of {path}, each imported "
-        f"under the session id it would take (`{slots[0]}` and on); give it a session id"
-    )
-
-
-def _unchanged(store: SessionStore, parsed: Parsed, ids: dict[str, str], digest: str) -> bool:
-    """Whether every session the file reads into was imported from the files as they are now:
-    a subagent's file can grow, or appear, while the session's own file is unchanged."""
-    for built in parsed.sessions:
-        held = _held(store, ids[built.key])
-        if not held or held.get("blake3") != built.info.get("blake3", digest):
-            return False
-    return True
 
 
 def agent_log_summary(store: SessionStore, session_id: str) -> dict[str, Any] | None:

@@ -3,8 +3,10 @@ same log, grown by appended lines since, brought up to date to equal a fresh imp
 
 Owns what a session is opened with, the injecting of kept messages, and the checks that an
 earlier import is a prefix of the file (its bytes, and the transcript they became). It runs
-inside the verb's transaction and never opens one. The files' prefixes are read and hashed by
-`Prefixes` before the transaction opens; inside, the checks only compare digests.
+inside the verb's transaction and never opens one. The slow parts are done before the
+transaction opens: `Prefixes` reads and hashes the files' prefixes, `Compared` reads the stored
+messages and finds where they leave the fresh reading; inside, the checks only compare digests
+and the sessions' stream versions.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from eventlog import limits
 from eventlog.events import Message
 from replay import _limits
 from replay.agentlogs._common import AgentLogError, Built, Parsed
-from sessions import InvalidArgumentError, SessionExistsError, SessionStore
+from sessions import InvalidArgumentError, SessionExistsError, SessionLogError, SessionStore
 
 _VERB = "import_agent_log"
 _TITLE_CHARS_MAX = 120
@@ -87,6 +89,93 @@ class Prefixes:
         if isinstance(found, OSError):
             raise AgentLogError(path, None, f"cannot read: {found.strerror or found}") from found
         return found == digest
+
+    def known_grown(self, path: str, held: dict[str, Any], size: int) -> bool:
+        """`grown_from` as far as the prefixes hashed so far tell, before the transaction: false
+        for a prefix not hashed or not readable (the transaction decides on those)."""
+        before, digest = held.get("bytes"), held.get("blake3")
+        if type(before) is not int or not 0 <= before <= size:
+            return False
+        return self._found.get((path, before)) == digest
+
+
+class NotComparedError(Exception):
+    """`update` needs where a session's stored messages leave the fresh reading, and `Compared`
+    did not find it before the transaction for the session as it is now: another writer changed
+    the session since (an import of the same log, someone's own message, a rewind). Raised to
+    leave the transaction, compare outside it again, and try again; never seen by callers."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session `{session_id}` changed since its messages were compared")
+        self.session_id = session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """How a session's stored messages (`length` of them) compare with a fresh reading of its
+    log: the first `same` are equal to it, and `foreign` is the first one after those that was
+    not read from a log (someone's own message), None when there is none."""
+
+    length: int
+    same: int
+    foreign: int | None
+
+
+class Compared:
+    """Where each session an import brings up to date first differs from the fresh reading,
+    found before the write transaction: reading and decoding every stored message of a long
+    session takes hundreds of milliseconds, and every other writer of the store would wait on it.
+    Each is kept with the session's stream version and the log's cut when read; in the
+    transaction a session still at both is not read again. Any other raises `NotComparedError`,
+    unless `inside` (the last try), when the session is compared there and then."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self._found: dict[str, tuple[tuple[int, int], Difference | None]] = {}
+
+    def read(self, store: SessionStore, wanted: Iterable[tuple[str, Built]]) -> None:
+        """Compare each session (id, its fresh reading) in `wanted` not compared at its present
+        version yet. One the store cannot read (gone, forgotten, damaged) is left to the
+        transaction, which reads it again and raises as it always did."""
+        for sid, built in wanted:
+            # Before the messages: a commit between the two moves `seen` on, so what is read is
+            # never kept as the session at a later version.
+            seen = _seen(store, sid)
+            kept = self._found.get(sid)
+            if kept is not None and kept[0] == seen:
+                continue
+            try:
+                self._found[sid] = (seen, difference(store, sid, built))
+            except SessionLogError:  # not an outcome: the transaction's own reading decides
+                self._found[sid] = (seen, None)
+
+    def of(self, store: SessionStore, sid: str, built: Built) -> Difference:
+        """In the transaction: the difference of session `sid` from `built`, as found before it
+        when the session has not changed since, else as read now on the last try."""
+        kept = self._found.get(sid)
+        if kept is None or kept[0] != _seen(store, sid):
+            if not self.inside:
+                raise NotComparedError(sid)
+        elif kept[1] is not None:
+            return kept[1]
+        return difference(store, sid, built)
+
+
+def _seen(store: SessionStore, sid: str) -> tuple[int, int]:
+    """What changes whenever the messages of session `sid` may have: the version of its stream
+    (every event of the session, a message, a rewind, a reopening, a forget, moves it on) and
+    the position the log was cut at (a cut can take messages away without an event)."""
+    return store.log.stream_version(sid), store.log.anchor[0]
+
+
+def difference(store: SessionStore, sid: str, built: Built) -> Difference:
+    """Read every stored message of session `sid` and compare them with `built`, in order."""
+    stored, _ = store.message_structs(sid)
+    kept, same = built.kept, 0
+    while same < min(len(stored), len(kept)) and stored[same] == _message(kept.packed(same)):
+        same += 1
+    foreign = (i for i in range(same, len(stored)) if "source" not in stored[i].metadata)
+    return Difference(len(stored), same, next(foreign, None))
 
 
 def _digests(path: str, sizes: set[int]) -> Iterator[tuple[int, str | OSError | None]]:
@@ -203,6 +292,7 @@ def update(
     ids: dict[str, str],
     about: dict[str, Any],
     prefixes: Prefixes,
+    compared: Compared,
 ) -> dict[str, Written]:
     """Bring the sessions an earlier import of this log made up to date with `parsed`, a fresh
     reading of the whole grown file, so that each equals what importing the file afresh makes:
@@ -212,7 +302,8 @@ def update(
     rewound and the fresh messages appended. Refused, raising `AgentLogConflictError`: a file of
     the earlier import that was rewritten, a session continued after its import, and a change a
     session cannot take (what spawned it, the branch it leaves, its system prompt). A file's
-    prefix is compared by its digest in `prefixes`, hashed before the transaction."""
+    prefix is compared by its digest in `prefixes`, hashed before the transaction, and a
+    session's messages with the fresh reading by `compared`, before it too."""
     main = store.summary(ids[parsed.sessions[0].key]) or {}
     children = (main.get("metadata") or {}).get("agent_log", {}).get("children") or []
     gone = [sid for sid in children if sid not in ids.values()]
@@ -234,28 +325,25 @@ def update(
                 raise _conflict(rewritten(built.path, sid, held))
             checked[built.path] = None
         _check_unchanging(now, built, options, ids)
-        written[sid] = _brought_up_to_date(store, path, sid, built)
+        written[sid] = _brought_up_to_date(store, path, sid, built, compared.of(store, sid, built))
         store.update_metadata(sid, options["metadata"])
         if built.fork_of is None and now.get("title") != options["title"]:
             store.rename(sid, options["title"])
     return written
 
 
-def _brought_up_to_date(store: SessionStore, path: str, sid: str, built: Built) -> Written:
-    stored, _ = store.message_structs(sid)
-    kept, same = built.kept, 0
-    while same < min(len(stored), len(kept)) and stored[same] == _message(kept.packed(same)):
-        same += 1
-    for index in range(same, len(stored)):
-        if "source" not in stored[index].metadata:  # not read from the log: someone's own
-            raise _conflict(
-                f"session `{sid}` was continued after its import (message {index} was not read "
-                f"from {path}), so the new lines of the log cannot be added to it",
-            )
-    if same < len(stored):
-        store.rewind(sid, same, reason=_REWOUND)
-    inject(store, path, sid, built, same)
-    return Written(appended=len(kept) - same, replaced=len(stored) - same)
+def _brought_up_to_date(
+    store: SessionStore, path: str, sid: str, built: Built, found: Difference
+) -> Written:
+    if found.foreign is not None:  # not read from the log: someone's own
+        raise _conflict(
+            f"session `{sid}` was continued after its import (message {found.foreign} was not "
+            f"read from {path}), so the new lines of the log cannot be added to it",
+        )
+    if found.same < found.length:
+        store.rewind(sid, found.same, reason=_REWOUND)
+    inject(store, path, sid, built, found.same)
+    return Written(appended=len(built.kept) - found.same, replaced=found.length - found.same)
 
 
 def _check_unchanging(
