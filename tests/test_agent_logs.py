@@ -428,6 +428,18 @@ def test_unknown_record_types_and_fields_are_counted_and_kept(
     assert kept[2] == novel and json.loads(kept[3]) == widened
 
 
+def test_the_records_kept_are_read_past_messages_added_after_the_import(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    path = FIXTURES / "codex" / "codex-pomodor-timer.jsonl"
+    (session,) = imported(store, path)
+    sid = session["session_id"]
+    before = replay.agent_log_records(store, sid)
+    store.inject(sid, {"role": "user", "content": "a message of the session's own"})
+    assert replay.agent_log_records(store, sid) == before
+    assert before == dict(enumerate(path.read_text().splitlines(), 1))
+
+
 def test_a_subagent_file_of_its_own_is_one_session_naming_its_parent(
     store: SessionStore, tmp_path: Path
 ) -> None:

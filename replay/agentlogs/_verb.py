@@ -400,7 +400,8 @@ def agent_log_records(store: SessionStore, session_id: str) -> dict[int, str]:
     """Every source record an imported session keeps, by line (a JSON document: by index into
     its messages), as its original JSON text: a JSONL log's lines exactly as the file has them,
     so the file can be audited against them (its blake3 is in the session's metadata). Empty
-    for a session that was not imported from an agent log."""
+    for a session that was not imported from an agent log; messages added to the session after
+    its import hold no record and are passed over."""
     snapshot = store.snapshot(session_id) or {}
     about = (snapshot.get("metadata") or {}).get("agent_log")
     if not isinstance(about, dict) or about.get("kind") != KIND:
@@ -408,7 +409,9 @@ def agent_log_records(store: SessionStore, session_id: str) -> dict[int, str]:
     found = {item["line"]: item["record"] for item in about.get("attached_records", [])}
     kept_texts: list[tuple[int, int, str]] = []
     for message in snapshot["transcript"]:
-        source = message["metadata"]["source"]
+        source = (message.get("metadata") or {}).get("source")
+        if not isinstance(source, dict):
+            continue  # the session's own message, added after the import: no record of the log
         found.update(zip(source["lines"], restored_records(message), strict=False))
         for item in (*source.get("attached", ()), *source.get("attached_after", ())):
             found[item["line"]] = item["record"]
