@@ -241,3 +241,25 @@ def test_opening_again_compares_the_reference_as_given(tmp_path: Path) -> None:
             store.open_session("other", parent_spawn_ref={**ref, "sealed_loop_id": "x"})
         assert store.log.head == head
         assert PLAN.encode() not in msgspec.json.encode(opened_ref(store, "child"))
+
+
+def test_the_viewers_tree_shows_an_encrypted_sub_agents_tool_call_while_its_key_lives(
+    tmp_path: Path,
+) -> None:
+    from service._access import Caller
+    from service.viewer._api import family
+
+    with SessionStore.open(tmp_path / "store", keys=KEY) as store:
+        parent, child, _ = spawn(store)
+        admin = Caller("admin", admin=True, all_sessions=True)
+        nodes = {node["id"]: node for node in family(store, admin, parent)["nodes"]}
+        assert nodes[child]["kind"] == "subagent" and nodes[child]["parent_id"] == parent
+        assert nodes[child]["at"] == CALL  # the spawning call, opened with the child's key
+        store.forget(child)  # the tree is still drawn, the child a node with nothing to open
+        nodes = {node["id"]: node for node in family(store, admin, parent)["nodes"]}
+        assert nodes[child]["status"] == "forgotten" and nodes[child]["at"] is None
+        assert nodes[parent]["kind"] == "root"
+        other_parent, other_child, _ = spawn(store)
+        store.forget(other_parent)  # a child's tree is drawn from below its forgotten parent
+        nodes = {node["id"]: node for node in family(store, admin, other_child)["nodes"]}
+        assert list(nodes) == [other_child] and nodes[other_child]["kind"] == "root"

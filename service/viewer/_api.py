@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventlog import InvalidArgumentError, UnknownSessionError
+from eventlog import ForgottenError, InvalidArgumentError, UnknownSessionError
 from eventlog.limits import check_at_most
 from service import _limits
 from service._access import OWNER_KEY, Caller, check_visible, may_see, owner_of
@@ -291,8 +291,8 @@ def _spawned(store: SessionStore, summary: dict[str, Any]) -> list[tuple[str, An
     if isinstance((summary.get("metadata") or {}).get("provider"), str):
         from sessions.runtime._recorder import read_record
 
-        with store.log.view() as view:
-            record = read_record(view, summary["session_id"])
+        with store.log.view() as view:  # with the store's keys, an encrypted child's call id
+            record = read_record(view, summary["session_id"], store._sealer)
         for loop in record.loops if record is not None else ():
             found += [
                 (ref["session_id"], ref.get("tool_call_id")) for ref in loop["child_loop_refs"]
@@ -341,11 +341,24 @@ def _probe_prefix(store: SessionStore, a: str, b: str, most: int) -> int:
     return low
 
 
+def _seen_summary(store: SessionStore, who: Caller, sid: str) -> dict[str, Any] | None:
+    """The summary of a session of the tree the caller may see; None for one they may not (or
+    gone). A forgotten one is a node with nothing to show but its id and that it was forgotten:
+    its key is destroyed, and the rest of the tree must still be drawn."""
+    try:
+        return store.summary(sid) if may_see(store, who, sid) else None
+    except ForgottenError:
+        return {"session_id": sid, "status": "forgotten"}
+
+
 def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
     root = sid
     for _ in range(64):
         parent = _up(store, root)
-        if parent is None or not may_see(store, who, parent):
+        if parent is None:
+            break
+        above = _seen_summary(store, who, parent)
+        if above is None or above.get("status") == "forgotten":  # drawn from below it
             break
         root = parent
     nodes: list[dict[str, Any]] = []
@@ -355,14 +368,14 @@ def family(store: SessionStore, who: Caller, sid: str) -> dict[str, Any]:
     while queue and len(nodes) < _TREE_NODES_MAX and visits < _TREE_VISITS_MAX:
         node_id, kind, parent, at = queue.popleft()
         visits += 1
-        if node_id in seen or not may_see(store, who, node_id):
+        if node_id in seen:
             continue
-        summary = store.summary(node_id)
+        summary = _seen_summary(store, who, node_id)
         if summary is None:
             continue
         seen.add(node_id)
         nodes.append(_node(summary, kind, parent, at))
-        if kind == "fork":
+        if kind == "fork" and summary.get("status") != "forgotten":
             nodes[-1]["at"] = _fork_point(store, summary)
             nodes[-1]["whole"] = summary.get("branched_at_event_index") is None
         queue += [(child, "fork", node_id, None) for child in summary.get("child_ids") or ()]
