@@ -15,7 +15,7 @@ import pytest
 from blake3 import blake3
 
 import replay
-from replay.agentlogs import AgentLogError
+from replay.agentlogs import AgentLogError, NotAnAgentLogError
 from sessionlog.cli import main
 from sessions import SessionStore
 from tests._agent_log_counts import FIXTURES
@@ -132,17 +132,18 @@ def test_a_complete_first_line_that_is_not_json_is_damage(
 ) -> None:
     """Its line break is written, so the line is done, and damaged: an error naming the file
     and the line (a log of that one line is read as a document would be, and reported at the
-    line holding the failing byte, not at the empty line after it); nothing is written."""
+    line holding the failing byte, not at the empty line after it), under `auto` and under the
+    format named alike (not a file of another kind); nothing is written."""
     lines = lines_of(path)
     broken = tmp_path / path.name
     for tail in (b"", b"".join(lines[1:3])):
         broken.write_bytes(lines[0][: len(lines[0]) // 2] + b"\n" + tail)
-        with pytest.raises(AgentLogError) as caught:
-            one(store, broken)
-        assert (caught.value.path, caught.value.line) == (str(broken), 1)
-        assert f"{broken}:1: " in str(caught.value)
-        with pytest.raises(AgentLogError):
-            one(store, broken, format=fmt)
+        for options in ({}, {"format": fmt}):
+            with pytest.raises(AgentLogError) as caught:
+                one(store, broken, **options)
+            assert (caught.value.path, caught.value.line) == (str(broken), 1)
+            assert f"{broken}:1: " in str(caught.value)
+            assert not isinstance(caught.value, NotAnAgentLogError)
         assert store.log.head == 0
 
 

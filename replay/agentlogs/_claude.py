@@ -19,8 +19,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from replay.agentlogs import _checkpoints
 from replay.agentlogs._branches import Forking, read_as_tree
 from replay.agentlogs._common import (
@@ -38,10 +36,10 @@ from replay.agentlogs._common import (
 )
 from replay.agentlogs._content import content_of
 from replay.agentlogs._pi_tree import Branches, Entry
+from replay.agentlogs._sniff import first_record
 
 NAME = "claude-code"
 _AGENT_ID = re.compile(r"\bagent_?[iI]d: ([\w@.-]+)")
-_SNIFF_BYTES = 64 * 1024
 _MAIN = "main"
 _KNOWN = frozenset(
     ("user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation")
@@ -423,14 +421,10 @@ def subagent_files(path: str, source_session_id: str | None) -> list[str]:
 
 
 def _session_of_file(path: str) -> object:
-    """The `sessionId` of the first sidechain record of a file (None if it has none)."""
-    try:
-        with open(path, "rb") as file:
-            first = file.read(_SNIFF_BYTES).split(b"\n", 1)[0]
-        record = msgspec.json.decode(first)
-    except (OSError, ValueError, RecursionError):
-        return None
-    if isinstance(record, dict) and record.get("isSidechain") is True:
+    """The `sessionId` of the first record of a file when it is a sidechain's (else None): the
+    first line is read whole, as long as a subagent's first prompt makes it."""
+    record = first_record(path)
+    if record is not None and record.get("isSidechain") is True:
         return record.get("sessionId")
     return None
 

@@ -3,7 +3,8 @@
 Decoding is msgspec's and strict, with one leniency: a lone UTF-16 surrogate escape (`"\\ud83d"`
 without its pair, which JavaScript's `JSON.stringify` writes when it cuts a text inside an emoji)
 decodes to U+FFFD, as the engine stores no lone surrogate. It never changes the bytes a caller
-keeps of what it decoded.
+keeps of what it decoded. A record's outline (its own fields, not what they hold) costs a skim of
+its line, for telling what the record is.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import msgspec
 
 _decode = msgspec.json.Decoder().decode
 _skim = msgspec.json.Decoder(msgspec.Raw).decode  # checks the syntax, builds nothing
+# Any JSON value, an object's fields and an array's items skimmed (checked, kept as their bytes).
+_skim_fields = msgspec.json.Decoder(
+    dict[str, msgspec.Raw] | list[msgspec.Raw] | str | int | float | bool | None
+).decode
 _AT_BYTE = re.compile(r"byte (\d+)")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a decoded pair is one character: these are lone
@@ -38,6 +43,36 @@ def decode_line(line: bytes) -> Any:
             _decode(_SURROGATE_ESCAPE.sub(rb"\\ufffd", line))
             raise exc from None
         return _replaced(value)
+
+
+def outline(line: bytes) -> Any:
+    """The JSON value of `line` in outline, from one skim of it: an object as its fields, each
+    number, string, boolean or null decoded and each object or array left empty; an array
+    empty; any other value decoded. Enough to tell what a record is without building what it
+    holds (a line may be megabytes). Raises as `decode_line` does when `line` is not JSON;
+    bad UTF-8 is found only in the values decoded."""
+    try:
+        value = _skim_fields(line)
+    except ValueError:
+        if not _SURROGATE_ESCAPE.search(line):
+            raise
+        # The skim stops at a lone surrogate escape (which `decode_line` takes): each surrogate
+        # escape is read as U+FFFD's, as long, and the line skimmed again.
+        return outline(_SURROGATE_ESCAPE.sub(rb"\\ufffd", line))
+    if type(value) is list:
+        return []
+    if type(value) is dict:
+        return {key: _outlined(raw) for key, raw in value.items()}
+    return value
+
+
+def _outlined(raw: msgspec.Raw) -> Any:
+    first = memoryview(raw)[:1].tobytes()
+    if first == b"{":
+        return {}
+    if first == b"[":
+        return []
+    return _decode(raw)
 
 
 def whole_json(data: bytes) -> bool:

@@ -32,7 +32,8 @@ from replay.agentlogs._common import (
     json_document,
     restored_records,
 )
-from replay.agentlogs._decode import decode_line, whole_json
+from replay.agentlogs._decode import whole_json
+from replay.agentlogs._sniff import sniff, whole_document
 from replay.agentlogs._write import Written
 from sessions import InvalidArgumentError, SessionStore
 from sessions._collector import collector_paused
@@ -45,8 +46,6 @@ FORMATS: tuple[str, ...] = tuple(m.NAME for m in (*_LINE_FORMATS, *_DOCUMENT_FOR
 _BY_NAME = {m.NAME: m for m in (*_LINE_FORMATS, *_DOCUMENT_FORMATS)}
 _OPTIONS = frozenset(("skip_bad_lines", "recursive"))
 _SUFFIXES = (".jsonl", ".json", ".traj")
-_SNIFF_BYTES = 256 * 1024
-_SNIFF_LINES = 8
 _BOM = b"\xef\xbb\xbf"
 _NOTHING = Written(appended=0)
 
@@ -201,39 +200,44 @@ def _log_files(folder: str, recursive: bool, others: list[str]) -> Iterator[str]
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """The format of the log at `path`, from its content; `AgentLogError` if none fits."""
+    """The format of the log at `path`, from its content, as `import_agent_log` chooses it under
+    `auto`; `AgentLogError` if none fits, or if the file has no complete line yet (empty, or its
+    first line being written: nothing in it tells a format)."""
     shown = os.fspath(path)
-    found = _sniff(shown)
-    if found is None:
-        raise NotAnAgentLogError(
-            shown, None, f"not an agent log this version reads ({', '.join(FORMATS)})"
-        )
+    if _not_begun(shown) is not None:
+        raise AgentLogError(shown, None, "no complete line yet: nothing tells its format")
+    found = _detected(shown)
     if found != "document":
         return found
     return _document_format(shown, json_document(Source(shown)))
 
 
-def _sniff(path: str, formats: tuple[ModuleType, ...] = _LINE_FORMATS) -> str | None:
-    """The name of the first of the line `formats` a record of the first lines looks like,
-    `document` for a whole-JSON file, or None."""
-    try:
-        with open(path, "rb") as file:
-            head = file.read(_SNIFF_BYTES)
-    except OSError as exc:
-        raise AgentLogError(path, None, f"cannot read: {exc.strerror or exc}") from exc
-    head = head.removeprefix(_BOM)
-    lines = [line for line in head.split(b"\n")[:_SNIFF_LINES] if line.strip()]
-    for line in lines:
-        try:
-            record = decode_line(line)
-        except (ValueError, RecursionError):  # damaged or cut by the sniff: try the next
-            continue
-        if isinstance(record, dict):
-            for module in formats:
-                if module.looks_like(record):
-                    return str(module.NAME)
-    starts = head.lstrip()[:1]
-    return "document" if starts in (b"{", b"[") else None
+def _detected(path: str) -> str:
+    """`auto`'s choice from the first lines: the line format a record of them looks like, or
+    `document` for a file that may be one JSON document (its reading tells which, or that it
+    is none, or where it is damaged); `NotAnAgentLogError` for any other file, JSON lines of
+    another kind included."""
+    found = sniff(path, _LINE_FORMATS)
+    if found.name is not None:
+        return found.name
+    if found.json and not found.lines:
+        return "document"
+    raise NotAnAgentLogError(
+        path, None, f"not an agent log this version reads ({', '.join(FORMATS)})"
+    )
+
+
+def _check_named(path: str, module: ModuleType) -> None:
+    """Refuse (`NotAnAgentLogError`) a file its first lines say is not a log of the line format
+    `module`: JSON lines or one JSON document of which no record looks like one, or no JSON.
+    A file begun as JSON whose first line does not decode is read as that log, which reports
+    the damaged line as `auto` does."""
+    found = sniff(path, (module,))
+    if found.name is not None:
+        return
+    if found.json and not found.lines and not whole_document(path):
+        return
+    raise NotAnAgentLogError(path, None, f"not a log of format {module.NAME}")
 
 
 def _document_format(path: str, document: Any) -> str:
@@ -249,16 +253,11 @@ def _parse(source: Source, format: str) -> tuple[str, bool, Parsed]:
     name = format
     detected = format == "auto"
     if detected:
-        sniffed = _sniff(source.path)
-        if sniffed is None:
-            raise NotAnAgentLogError(
-                source.path, None, f"not an agent log this version reads ({', '.join(FORMATS)})"
-            )
-        name = sniffed
+        name = _detected(source.path)
     module = _BY_NAME.get(name)
     if module is not None and module in _LINE_FORMATS:
-        if not detected and _sniff(source.path, (module,)) != name:  # as a document is checked
-            raise NotAnAgentLogError(source.path, None, f"not a log of format {name}")
+        if not detected:  # as a document is checked
+            _check_named(source.path, module)
         return name, detected, module.parse(source)
     document = json_document(source)
     if detected:
