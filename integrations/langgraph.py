@@ -223,14 +223,21 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
     @collector_paused()  # a checkpoint's thousands of decoded messages hold no cycle
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         with self._lock:
-            thread_id = str(config["configurable"]["thread_id"])
-            ns = config["configurable"].get("checkpoint_ns", "")
-            checkpoints = (thread := self._thread(thread_id)).checkpoints.get(ns, {})
-            checkpoint_id = get_checkpoint_id(config) or newest(checkpoints) or ""
-            stored = checkpoints.get(checkpoint_id)
-            if stored is None or stored.hidden:
-                return None
-            return self._tuple(thread_id, thread, ns, checkpoint_id, stored)
+            found = self._checkpoint(config)
+            return None if found is None else self._tuple(*found)
+
+    def _checkpoint(self, config: RunnableConfig) -> tuple[str, Thread, str, str, Stored] | None:
+        """The visible checkpoint `config` names (the thread's newest without an id): its thread
+        id, thread, namespace, id and what is stored of it; None when there is none. Called with
+        the lock held."""
+        thread_id = str(config["configurable"]["thread_id"])
+        ns = config["configurable"].get("checkpoint_ns", "")
+        checkpoints = (thread := self._thread(thread_id)).checkpoints.get(ns, {})
+        checkpoint_id = get_checkpoint_id(config) or newest(checkpoints) or ""
+        stored = checkpoints.get(checkpoint_id)
+        if stored is None or stored.hidden:
+            return None
+        return thread_id, thread, ns, checkpoint_id, stored
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -249,13 +256,10 @@ class SessionlogSaver(BaseCheckpointSaver[Any]):
         if not channels:
             return {}
         with self._lock:
-            thread_id = str(config["configurable"]["thread_id"])
-            ns = config["configurable"].get("checkpoint_ns", "")
-            checkpoints = (thread := self._thread(thread_id)).checkpoints.get(ns, {})
-            checkpoint_id = get_checkpoint_id(config) or newest(checkpoints) or ""
-            stored = checkpoints.get(checkpoint_id)
-            if stored is None or stored.hidden:
+            found = self._checkpoint(config)
+            if found is None:
                 return {channel: {"writes": []} for channel in channels}
+            _, thread, ns, checkpoint_id, _ = found
             return delta_history(self.serde, thread, ns, checkpoint_id, channels)
 
     def list(
