@@ -97,6 +97,20 @@ def whole_json(data: bytes) -> bool:
     return True
 
 
+def unfinished_json(data: bytes) -> bool:
+    """Whether `data` is the start of a JSON value still being written: not whole, and its skim
+    ran out of data before the value ended, rather than stopping at a byte no JSON may hold
+    there (data that is damaged, which no writing on can make whole). Each lone surrogate
+    escape is read as U+FFFD's, as long, as `decode_line` takes one."""
+    try:
+        _skim(_SURROGATE_ESCAPE.sub(rb"\\ufffd", data))
+    except RecursionError:  # too deeply nested to tell: reading it says so
+        return False
+    except ValueError as exc:
+        return "truncated" in str(exc).lower()
+    return False
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 

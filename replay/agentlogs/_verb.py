@@ -32,7 +32,7 @@ from replay.agentlogs._common import (
     json_document,
     restored_records,
 )
-from replay.agentlogs._decode import whole_json
+from replay.agentlogs._decode import unfinished_json
 from replay.agentlogs._sniff import sniff, whole_document
 from replay.agentlogs._write import Written
 from sessions import InvalidArgumentError, SessionStore
@@ -355,8 +355,8 @@ def _not_begun(path: str) -> tuple[str, int] | None:
     text = line.removeprefix(bom).strip()
     if line.endswith(b"\n") or len(line) > bound or text[:1] not in (b"", b"{", b"["):
         return None
-    if text and whole_json(text):  # a record waiting for its line break, or a document
-        return None
+    if text and not unfinished_json(text):  # a record waiting for its line break, a
+        return None  # document, or damage no writing on can make whole: read, and reported
     return digest.hexdigest(), len(line)
 
 
