@@ -83,6 +83,17 @@ def commit(
         tries += 1
 
 
+def _imported_whole(
+    store: SessionStore, about: dict[str, Any], session_id: str | None
+) -> str | None:
+    """The id under which this very file was imported whole, by the id every import took before
+    first-line ids (the digest of the whole file), when no `session_id` is given; else None."""
+    whole = f"{about['format']}-{about['blake3'][:32]}"
+    if session_id is None and (_held(store, whole) or {}).get("blake3") == about["blake3"]:
+        return whole
+    return None
+
+
 def _slots(about: dict[str, Any], session_id: str | None, first: str | None) -> list[str]:
     """The session ids the main session of the file may have, in the order they are tried."""
     name = about["format"]
@@ -107,8 +118,7 @@ def _earlier(
     sessions, under each id the import would try until one is free, holds this very import, or
     was read from a file of this name."""
     name, digest = about["format"], about["blake3"]
-    whole = f"{name}-{digest[:32]}"
-    if session_id is None and (_held(store, whole) or {}).get("blake3") == digest:
+    if _imported_whole(store, about, session_id) is not None:
         return
     for slot in _slots(about, session_id, first):
         ids, held = _ids(parsed, slot), _held(store, slot)
@@ -154,7 +164,7 @@ def _sessions_wanted(
     """The sessions `_commit_in` would bring up to date, each with its fresh reading: those of
     the first of the `earlier` imports whose bytes the log, as hashed, begins with."""
     for ids, held in earlier:
-        if prefixes.known_grown(path, held, about["bytes"]):
+        if grown_from(prefixes, path, held, about["bytes"], known=True):
             yield from ((ids[built.key], built) for built in parsed.sessions)
             return
 
@@ -178,8 +188,8 @@ def _commit_in(
     """`commit`'s work inside its transaction: the files' prefixes are compared by their
     digests in `prefixes`, never read, and sessions' messages by what `compared` found."""
     name, digest = about["format"], about["blake3"]
-    whole = f"{name}-{digest[:32]}"  # the id of every import before first-line ids
-    if session_id is None and (_held(store, whole) or {}).get("blake3") == digest:
+    whole = _imported_whole(store, about, session_id)
+    if whole is not None:
         return _ids(parsed, whole), {}, False
     slots = _slots(about, session_id, first)
     for slot in slots:

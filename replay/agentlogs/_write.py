@@ -79,24 +79,22 @@ class Prefixes:
         for path, some in sizes.items():
             self._found.update(((path, size), found) for size, found in _digests(path, some))
 
-    def begins_with(self, path: str, size: int, digest: str) -> bool:
-        """Whether the file at `path` began with `size` bytes of blake3 `digest` when hashed."""
+    def begins_with(self, path: str, size: int, digest: str, *, known: bool = False) -> bool:
+        """Whether the file at `path` began with `size` bytes of blake3 `digest` when hashed.
+        `known`: as far as the prefixes hashed so far tell, false for one not hashed or not
+        readable (before the transaction, which decides on those)."""
         if (path, size) not in self._found:
+            if known:
+                return False
             if not self.inside:
                 raise PrefixNotHashedError(path, size)
             self.hash([(path, size)])
+        if known and isinstance(self._found[(path, size)], OSError):
+            return False
         found = self._found[(path, size)]
         if isinstance(found, OSError):
             raise AgentLogError(path, None, f"cannot read: {found.strerror or found}") from found
         return found == digest
-
-    def known_grown(self, path: str, held: dict[str, Any], size: int) -> bool:
-        """`grown_from` as far as the prefixes hashed so far tell, before the transaction: false
-        for a prefix not hashed or not readable (the transaction decides on those)."""
-        before, digest = held.get("bytes"), held.get("blake3")
-        if type(before) is not int or not 0 <= before <= size:
-            return False
-        return self._found.get((path, before)) == digest
 
 
 class NotComparedError(Exception):
@@ -199,13 +197,16 @@ def _digests(path: str, sizes: set[int]) -> Iterator[tuple[int, str | OSError | 
     yield from ((size, None) for size in todo)
 
 
-def grown_from(prefixes: Prefixes, path: str, held: dict[str, Any], size: int) -> bool:
+def grown_from(
+    prefixes: Prefixes, path: str, held: dict[str, Any], size: int, *, known: bool = False
+) -> bool:
     """Whether the file at `path`, of `size` bytes now, begins with the bytes an earlier import
-    read (`held`: its `bytes` and `blake3`), so that it can only have grown by appending."""
+    read (`held`: its `bytes` and `blake3`), so that it can only have grown by appending.
+    `known`: as far as `prefixes` tells before the transaction (`Prefixes.begins_with`)."""
     before, digest = held.get("bytes"), held.get("blake3")
     if type(before) is not int or not isinstance(digest, str) or not 0 <= before <= size:
         return False
-    return prefixes.begins_with(path, before, digest)
+    return prefixes.begins_with(path, before, digest, known=known)
 
 
 def read_before(prefixes: Prefixes, path: str, held: dict[str, Any], about: dict[str, Any]) -> bool:
