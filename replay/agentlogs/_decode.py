@@ -75,40 +75,35 @@ def _outlined(raw: msgspec.Raw) -> Any:
     return _decode(raw)
 
 
-def whole_json(data: bytes) -> bool:
-    """Whether `data` holds one JSON value, from its first byte to its last, rather than the
-    start of one still being written. Told by a skim that builds no objects; it lets bad UTF-8
-    in a string pass, and takes a lone surrogate escape for the end of the data, so data with
-    such an escape is decoded to be sure. Too deeply nested to tell counts as whole: reading
-    it says so."""
+def _skim_error(data: bytes) -> Exception | None:
+    """Why a skim of `data` (which builds nothing) does not take it as one JSON value: msgspec's
+    error, or the interpreter's for data too deeply nested; None when it does. Each lone
+    surrogate escape is read as U+FFFD's, as long, as `decode_line` takes one; bad UTF-8 in a
+    string passes."""
     try:
         _skim(data)
-    except RecursionError:
-        return True
-    except ValueError:
+    except RecursionError as exc:
+        return exc
+    except ValueError as exc:
         if not _SURROGATE_ESCAPE.search(data):
-            return False
-        try:
-            decode_line(data)
-        except ValueError:
-            return False
-        except RecursionError:
-            return True
-    return True
+            return exc
+        return _skim_error(_SURROGATE_ESCAPE.sub(rb"\\ufffd", data))  # none is left after
+    return None
+
+
+def whole_json(data: bytes) -> bool:
+    """Whether `data` holds one JSON value, from its first byte to its last, rather than the
+    start of one still being written. Too deeply nested to tell counts as whole: reading it
+    says so."""
+    return not isinstance(_skim_error(data), ValueError)
 
 
 def unfinished_json(data: bytes) -> bool:
     """Whether `data` is the start of a JSON value still being written: not whole, and its skim
     ran out of data before the value ended, rather than stopping at a byte no JSON may hold
-    there (data that is damaged, which no writing on can make whole). Each lone surrogate
-    escape is read as U+FFFD's, as long, as `decode_line` takes one."""
-    try:
-        _skim(_SURROGATE_ESCAPE.sub(rb"\\ufffd", data))
-    except RecursionError:  # too deeply nested to tell: reading it says so
-        return False
-    except ValueError as exc:
-        return "truncated" in str(exc).lower()
-    return False
+    there (data that is damaged, which no writing on can make whole)."""
+    error = _skim_error(data)
+    return isinstance(error, ValueError) and "truncated" in str(error).lower()
 
 
 def _no_constant(name: str) -> Any:
