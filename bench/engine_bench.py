@@ -510,7 +510,7 @@ def _read_first(store: SessionStore, session_id: str, count: int) -> list[Messag
     with store.log.view() as view:
         transcript = pj.load_transcript(view, session_id) or pj.Transcript()
         ranges = pj.slice_ranges(transcript.ranges, 0, count)
-        return pj.read_messages(view, pj.Transcript(ranges=ranges, length=count))
+        return pj.read_messages(view, transcript, ranges=ranges)
 
 
 def fork_bytes(store: SessionStore, one_fork: Callable[[], str]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def region(key: bytes) -> str:
         return "events"
     if first == b"k":
         kind = kind_of(key[1:]) or "?"
-        return "projection " + (kind if kind.endswith("/") else "single keys")
+        return "projection " + (kind if kind.endswith("/") or kind == "@" else "single keys")
     names = {b"i": "stream index", b"f": "stream floors", b"q": "idempotency keys"}
     return names.get(first, "format marker, anchor")
 

@@ -25,7 +25,7 @@ from eventlog import (
 from eventlog._walk import child_main, walk_here
 from projections import _keys as keys
 from projections import _kv
-from projections._queries import _rebuild_in
+from projections._queries import _rebuild_in, projected_position
 
 # Keys compared per scan: bounds the memory of one step of the comparison.
 _SCAN_KEYS = 4096
@@ -75,11 +75,12 @@ def _keys(view: LogView) -> Iterator[tuple[bytes, bytes]]:
 
 
 def _changed(stored: LogView, key: bytes, value: bytes, expected: bytes) -> str:
-    if key == keys.POSITION_KEY:
-        behind = int.from_bytes(value, "big") if len(value) == 8 else None
+    if key.startswith(keys.CLUSTER_PREFIX) and key.endswith(b"\x00" + keys.FOLDED_SUFFIX):
+        behind = projected_position(stored)
         return (
-            f"the projections reflect position {behind}, the log's head is {stored.head}: they "
-            "are behind the log (the next writable open catches them up) or were changed"
+            f"projection key {_show(key)} differs: the projections reflect position {behind}, "
+            f"the log's head is {stored.head}: they are behind the log (the next writable open "
+            "catches them up) or were changed"
         )
     return (
         f"projection key {_show(key)} holds {len(value)} bytes that differ from the "

@@ -36,7 +36,7 @@ def read_span(
     """Messages ``[start, stop)`` of a transcript with their references, hash-checked."""
     refs: list[Ref] = []
     for segment, lo, hi in slice_ranges(transcript.ranges, start, stop):
-        refs.extend(read_refs(view, segment, lo, hi))
+        refs.extend(read_refs(view, segment, lo, hi, transcript))
     return messages_at(view, refs, opener), refs
 
 

@@ -231,6 +231,9 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
         return
     parent = load_state(tx, data.parent_id)
     parent_transcript = load_transcript(tx, data.parent_id) or EMPTY_TRANSCRIPT
+    if parent_transcript.held:  # the child shares it: every slot it uses goes out under `g/`
+        parent_transcript = _refs.release(tx, parent_transcript)
+        _save_transcript(tx, data.parent_id, parent_transcript)
     ranges = parent_transcript.ranges
     length = parent_transcript.length
     if data.keep_first is not None and data.keep_first < length:
@@ -328,12 +331,19 @@ def _append_messages(
     else:
         packed = b"".join([pack(envelope.position, 0) for envelope in envelopes])
     last = envelopes[-1]
-    ranges = _refs.extend(tx, transcript.ranges, packed)
+    grown = _refs.extend(tx, transcript, packed, len(envelopes))
     stamp = _item_timestamp(envelopes, transcript.item_timestamp)
     # Positional, in the field order of `Transcript`: ranges, length, version, last activity,
-    # item timestamp.
+    # item timestamp, and the chunk the session holds.
     updated = Transcript(
-        ranges, transcript.length + len(envelopes), last.version, last.recorded_at, stamp
+        grown.ranges,
+        grown.length,
+        last.version,
+        last.recorded_at,
+        stamp,
+        grown.held,
+        grown.held_chunk,
+        grown.tail,
     )
     # Rewritten by every event of the session: written once per transaction, at commit.
     _kv.defer(tx, key, updated, TRANSCRIPT_CODEC.encode)
@@ -389,16 +399,20 @@ def _compact(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Tra
     length = transcript.length
     start = min(max(data.replace_start, 0), length)
     end = min(max(data.replace_end, start), length)
-    head = Transcript(ranges=_refs.slice_ranges(transcript.ranges, 0, start), length=start)
+    head = _cut(transcript, start)
     if data.replacement:
         refs = [(envelope.position, index) for index in range(len(data.replacement))]
         head = _refs.append_refs(tx, head, refs, fresh=True)
     tail = _refs.slice_ranges(transcript.ranges, end, length)
     return msgspec.structs.replace(
-        transcript,
-        ranges=(*head.ranges, *tail),
-        length=head.length + (length - end),
+        head, ranges=(*head.ranges, *tail), length=head.length + (length - end)
     )
+
+
+def _cut(transcript: Transcript, at: int) -> Transcript:
+    """The first `at` messages of `transcript`, still holding what it holds."""
+    ranges = _refs.slice_ranges(transcript.ranges, 0, at)
+    return msgspec.structs.replace(transcript, ranges=ranges, length=at)
 
 
 def _checkpoint(tx: Transaction, transcript: Transcript, envelope: Envelope) -> Transcript:
@@ -407,11 +421,12 @@ def _checkpoint(tx: Transaction, transcript: Transcript, envelope: Envelope) -> 
     assert isinstance(data, ev.ContextCompacted)
     length = transcript.length
     at = min(max(data.insert_at, 0), length)
-    head = Transcript(ranges=_refs.slice_ranges(transcript.ranges, 0, at), length=at)
-    head = _refs.append_refs(tx, head, [(envelope.position, 0), (envelope.position, 1)], fresh=True)
+    head = _refs.append_refs(
+        tx, _cut(transcript, at), [(envelope.position, 0), (envelope.position, 1)], fresh=True
+    )
     tail = _refs.slice_ranges(transcript.ranges, at, length)
     return msgspec.structs.replace(
-        transcript, ranges=(*head.ranges, *tail), length=head.length + (length - at)
+        head, ranges=(*head.ranges, *tail), length=head.length + (length - at)
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 # Single keys.
 POSITION_KEY = b"P"
+"""Not stored (layout 7 keeps a position per stream, `FOLDED_SUFFIX`): what a transaction
+remembers as the position the projection reflects, in its cache only."""
 LAYOUT_KEY = b"V"
 SEGMENT_COUNTER_KEY = b"#seg"
 ACTIVE_COUNT_KEY = b"n/active"
@@ -18,7 +20,11 @@ KEY_SLOT_KEY = b"k/slot"
 
 # Prefixes, each followed by what the table says.
 STATE_PREFIX = b"h/"
-TRANSCRIPT_PREFIX = b"t/"
+CLUSTER_PREFIX = b"@"
+"""`@<stream>\0<suffix>`: kept with the stream's index where the store can
+(`eventlog.cluster_key`)."""
+TRANSCRIPT_SUFFIX = b"t"
+FOLDED_SUFFIX = b"P"
 REF_PREFIX = b"g/"
 CHILD_PREFIX = b"c/"
 IDEMPOTENCY_PREFIX = b"i/"
@@ -33,7 +39,6 @@ RUNTIME_OPEN_PREFIX = b"rt/o/"
 RUNTIME_BUSY_PREFIX = b"rt/b/"
 
 KEYS: dict[bytes, str] = {
-    POSITION_KEY: "the last log position folded in (8 bytes)",
     LAYOUT_KEY: "the layout version of this key space (`_state.LAYOUT_VERSION`)",
     SEGMENT_COUNTER_KEY: "the last reference segment number handed out (8)",
     ACTIVE_COUNT_KEY: "the number of active sessions (8)",
@@ -45,7 +50,10 @@ KEYS: dict[bytes, str] = {
 
 KEY_PREFIXES: dict[bytes, str] = {
     STATE_PREFIX: "h/<sid>: the SessionState of a session",
-    TRANSCRIPT_PREFIX: "t/<sid>: the Transcript (reference ranges) of a session",
+    CLUSTER_PREFIX: (
+        "@<stream>\\0P: the position of the stream's last event folded in (8); "
+        "@<sid>\\0t: the Transcript (reference ranges, the chunk being filled) of a session"
+    ),
     REF_PREFIX: "g/<segment:8><chunk:4>: a chunk of packed message references",
     CHILD_PREFIX: "c/<parent>\\0<position:8>: a child (fork) of a session",
     IDEMPOTENCY_PREFIX: "i/<sid>\\0<key>: the position of a command that carried this key",

@@ -8,7 +8,7 @@ from eventlog import Envelope, Transaction
 from projections import _keys as keys
 from projections import _kv
 from projections._fold import apply, apply_runs
-from projections._queries import catch_up_before
+from projections._queries import catch_up_before, note_folded, projected_position
 
 
 def project(tx: Transaction, envelopes: list[Envelope]) -> None:
@@ -18,8 +18,12 @@ def project(tx: Transaction, envelopes: list[Envelope]) -> None:
     on every committed event, those a bare `EventLog` appended included. Only a transaction that
     starts from another process's commit reads the position the projection reflects; one that
     follows this process's own commit has it cached."""
-    done = _kv.cached(tx, keys.POSITION_KEY, _from_int8) or 0
     first = envelopes[0].position if envelopes else tx.head + 1
+    state = _kv.pending(tx)
+    done = None if state is None else state.cache.get(keys.POSITION_KEY)
+    if done is None:
+        done = projected_position(tx, below=first - 1)
+        _kv.remember(tx, keys.POSITION_KEY, done, 0)
     if done != first - 1:
         catch_up_before(tx, done, first)
     if not envelopes:
@@ -28,12 +32,4 @@ def project(tx: Transaction, envelopes: list[Envelope]) -> None:
         apply(tx, envelopes[0])
     else:
         apply_runs(tx, envelopes)
-    _kv.defer(tx, keys.POSITION_KEY, envelopes[-1].position, _int8)
-
-
-def _from_int8(data: bytes) -> int:
-    return int.from_bytes(data, "big")
-
-
-def _int8(value: int) -> bytes:
-    return value.to_bytes(8, "big")
+    note_folded(tx, envelopes)

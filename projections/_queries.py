@@ -7,9 +7,17 @@ the incremental one by construction; the property tests check that it really doe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from eventlog import EventLog, IntegrityError, LogView, StorageError, Transaction, limits
+from eventlog import (
+    Envelope,
+    EventLog,
+    IntegrityError,
+    LogView,
+    StorageError,
+    Transaction,
+    limits,
+)
 from eventlog import events as ev
 from projections import _keys as keys
 from projections import _kv
@@ -39,7 +47,7 @@ def read_messages(
     from the log."""
     refs: list[tuple[int, int]] = []
     for segment, start, end in transcript.ranges if ranges is None else ranges:
-        refs.extend(read_refs(view, segment, start, end))
+        refs.extend(read_refs(view, segment, start, end, transcript))
     return messages_at(view, refs, opener)
 
 
@@ -92,24 +100,39 @@ def ranges_shared(before: Ranges, after: Ranges) -> tuple[int, Ranges]:
     return shared, ()
 
 
-def read_refs(view: LogView, segment: int, start: int, end: int) -> list[tuple[int, int]]:
-    """The (position, index) references in slots ``[start, end)`` of a segment."""
+def read_refs(
+    view: LogView, segment: int, start: int, end: int, transcript: Transcript | None = None
+) -> list[tuple[int, int]]:
+    """The (position, index) references in slots ``[start, end)`` of a segment: from `g/`, and
+    from `transcript` for the chunk it holds (`Transcript.held`), which is the segment's last:
+    a reader of a session's ranges passes its transcript."""
     if start >= end:
         return []
     size, width = st.REFS_PER_CHUNK, st.REF_BYTES
     first, last = start // size, (end - 1) // size
-    found = _kv.scan(
-        view, start=st.ref_chunk_key(segment, first), stop=st.ref_chunk_key(segment, last + 1)
+    held = transcript is not None and transcript.held == segment
+    stored = min(last, transcript.held_chunk - 1) if held else last  # type: ignore[union-attr]
+    found = (
+        _kv.scan(
+            view,
+            start=st.ref_chunk_key(segment, first),
+            stop=st.ref_chunk_key(segment, stored + 1),
+        )
+        if stored >= first
+        else []
     )
+    values = [value for _, value in found]
+    if held and last >= transcript.held_chunk:  # type: ignore[union-attr]
+        values.append(transcript.tail)  # type: ignore[union-attr]
     full = size * width
-    if len(found) != last - first + 1 or any(len(value) != full for _, value in found[:-1]):
+    if len(values) != last - first + 1 or any(len(value) != full for value in values[:-1]):
         raise IntegrityError(
             f"projection: segment {segment} lacks references for its slots {start}..{end}; "
             "rebuild the projection"
         )
     low = (start - first * size) * width
     high = low + (end - start) * width
-    data = found[0][1] if len(found) == 1 else b"".join([value for _, value in found])
+    data = values[0] if len(values) == 1 else b"".join(values)
     if len(data) < high:
         raise IntegrityError(
             f"projection: segment {segment} holds {len(data) // width + first * size} slots, "
@@ -123,7 +146,7 @@ def first_referenced_position(view: LogView, transcript: Transcript) -> int | No
     what a truncation of the log must keep for the transcript to stay readable."""
     lowest: int | None = None
     for segment, start, end in transcript.ranges:
-        for position, _ in read_refs(view, segment, start, end):
+        for position, _ in read_refs(view, segment, start, end, transcript):
             if lowest is None or position < lowest:
                 lowest = position
     return lowest
@@ -167,9 +190,11 @@ def iter_scratchpads(view: LogView, *, prefix: str) -> Iterator[StateScratchpad]
 def iter_transcripts(view: LogView, *, prefix: str) -> Iterator[tuple[str, Transcript]]:
     """The id and transcript of each session whose id starts with `prefix`, in id order, read
     in one pass (a listing's per-session figures without a read per session)."""
-    skip = len(keys.TRANSCRIPT_PREFIX)
-    for key, value in _kv.scan(view, st.transcript_key(prefix)):
-        yield key[skip:].decode(), TRANSCRIPT_CODEC.decode(value)
+    suffix = b"\x00" + keys.TRANSCRIPT_SUFFIX
+    for key, value in _kv.scan(view, keys.CLUSTER_PREFIX + prefix.encode()):
+        # Each stream's cluster also holds its folded position; a session id has no NUL.
+        if key.endswith(suffix) and key.index(b"\x00") == len(key) - len(suffix):
+            yield key[1 : -len(suffix)].decode(), TRANSCRIPT_CODEC.decode(value)
 
 
 def active_count(view: LogView) -> int:
@@ -177,9 +202,53 @@ def active_count(view: LogView) -> int:
     return int.from_bytes(value, "big") if value else 0
 
 
-def projected_position(view: LogView) -> int:
-    value = _kv.get(view, keys.POSITION_KEY)
-    return int.from_bytes(value, "big") if value else 0
+def projected_position(view: LogView, *, below: int | None = None) -> int:
+    """The last log position the projection reflects (of those up to `below` when given).
+
+    Each commit records, per stream it appended to, the position of that stream's last event
+    folded in (`st.folded_key`), beside the stream's index, so no key common to every commit is
+    rewritten. The projection reflects the newest event whose stream names it there: a later
+    event was appended by a writer without a projector (its stream's key names an earlier one),
+    and every event before a folded one was folded first. On a store written only through the
+    engine the first event looked at is that one. A transaction that folded events remembers
+    the answer (`keys.POSITION_KEY` in its cache)."""
+    state = _kv.pending(view)
+    if state is not None and below is None:
+        known = state.cache.get(keys.POSITION_KEY)
+        if known is not None:
+            return int(known)
+    floor = view.anchor[0]
+    top = view.head if below is None else below
+    page = 1  # the newest event alone first: it is the one, unless a bare log appended
+    while top > floor:
+        low = max(floor + 1, top - page + 1)
+        for envelope in reversed(view.events_at(range(low, top + 1))):
+            value = _kv.get(view, st.folded_key(envelope.stream))
+            if value is not None and int.from_bytes(value, "big") == envelope.position:
+                return envelope.position
+        top, page = low - 1, FOLDED_WALK_PAGE
+    return floor
+
+
+FOLDED_WALK_PAGE = 64
+"""Events `projected_position` reads per step back past the newest."""
+
+
+def note_folded(tx: Transaction, envelopes: Sequence[Envelope]) -> None:
+    """Record that `envelopes` (in log order) are folded in: per stream, its last one's
+    position, written once at commit; and the last position in this transaction's cache."""
+    if len(envelopes) == 1:
+        last = envelopes[0]
+        _kv.defer(tx, st.folded_key(last.stream), last.position, _int8)
+    else:
+        newest = {envelope.stream: envelope.position for envelope in envelopes}
+        for stream, position in newest.items():
+            _kv.defer(tx, st.folded_key(stream), position, _int8)
+    _kv.remember(tx, keys.POSITION_KEY, envelopes[-1].position, 0)
+
+
+def _int8(value: int) -> bytes:
+    return value.to_bytes(8, "big")
 
 
 def dump(view: LogView) -> list[tuple[bytes, bytes]]:
@@ -217,7 +286,7 @@ def _apply_after(
         for envelope in page:
             apply(tx, envelope)
         position = page[-1].position
-        _kv.put(tx, keys.POSITION_KEY, position.to_bytes(8, "big"))
+        note_folded(tx, page)
         if progress is not None:
             progress(position, head)
 

@@ -3,8 +3,10 @@
 A transcript is a list of ranges of segments; a segment is a run of packed (position, index)
 references stored in chunks of `REFS_PER_CHUNK` under `g/`. Appending extends the last segment in
 place when the transcript ends where it ends, or starts a new one (a fork got there first), so a
-segment shared by forks never changes under any of them. Reading resolves references to the
-messages of the events they point at, each event read and checked once.
+segment shared by forks never changes under any of them. The chunk a session is filling lives in
+its transcript (`Transcript.held`) until it fills or is shared, so an append rewrites one value
+of the session's, not a chunk under `g/` besides. Reading resolves references to the messages of
+the events they point at, each event read and checked once.
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ from projections._state import Transcript
 
 
 def tail_chunk(tx: Transaction, key: bytes, end: int) -> bytes | None:
-    """The references in the chunk `key` that slot `end` of its segment falls in, if `end` is
-    where the segment ends, so appending there extends it in place; None if the segment goes on
-    (a fork that shares it got there first). A segment's length is its last chunk's: no key of
-    its own."""
-    state: _kv.Pending | None = tx.projector_state  # type: ignore[assignment]
-    cached = None if state is None else state.cache.get(key)
-    value = cached if cached is not None else _kv.get(tx, key)
+    """The references in the chunk `key` (under `g/`) that slot `end` of its segment falls in,
+    if `end` is where the segment ends, so appending there extends it in place; None if the
+    segment goes on (a fork that shares it got there first). A segment's length is its last
+    chunk's: no key of its own. Asked only of a segment no session holds."""
+    value = _kv.get(tx, key)
     used = (end % st.REFS_PER_CHUNK) * st.REF_BYTES
     if value is None and used == 0:
         return b""
@@ -43,27 +43,13 @@ def tail_chunk(tx: Transaction, key: bytes, end: int) -> bytes | None:
     )
 
 
-def put_refs(
-    tx: Transaction, segment: int, end: int, key: bytes, chunk: bytes, packed: bytes
-) -> int:
-    """Write packed references into the slots from `end` on, where the segment ends and `chunk`
-    holds the references before `end` in its chunk, `key`; returns the segment's new length.
-    Chunks are rewritten whole, and written once per transaction, at commit."""
-    size, width = st.REFS_PER_CHUNK, st.REF_BYTES
-    room = (size - end % size) * width
-    if not packed:
-        return end
-    if len(packed) <= room:  # the common case: the references fit in the tail chunk
-        _kv.defer(tx, key, chunk + packed, bytes)
-        return end + len(packed) // width
-    _kv.defer(tx, key, chunk + packed[:room], bytes)
-    slot, offset = end + room // width, room
-    while offset < len(packed):  # any further chunk starts empty
-        piece = packed[offset : offset + size * width]
-        _kv.defer(tx, st.ref_chunk_key(segment, slot // size), piece, bytes)
-        slot += len(piece) // width
-        offset += len(piece)
-    return slot
+def release(tx: Transaction, transcript: Transcript) -> Transcript:
+    """`transcript` holding no segment: the chunk it held written out under `g/`."""
+    if not transcript.held:
+        return transcript
+    if transcript.tail:
+        _kv.put(tx, st.ref_chunk_key(transcript.held, transcript.held_chunk), transcript.tail)
+    return msgspec.structs.replace(transcript, held=0, held_chunk=0, tail=b"")
 
 
 Opener = Callable[[ev.Event, int, list[int]], Sequence[ev.Message]]
@@ -131,46 +117,87 @@ def append_refs(
 ) -> Transcript:
     """Add messages at the end (`fresh`: in a segment of their own)."""
     packed = b"".join([st.pack_ref(*ref) for ref in refs])
-    return msgspec.structs.replace(
-        transcript,
-        ranges=extend(tx, transcript.ranges, packed, fresh=fresh),
-        length=transcript.length + len(refs),
-    )
+    return extend(tx, transcript, packed, len(refs), fresh=fresh)
 
 
 def extend(
-    tx: Transaction, ranges: tuple[tuple[int, int, int], ...], packed: bytes, *, fresh: bool = False
-) -> tuple[tuple[int, int, int], ...]:
-    """`ranges` with the `packed` references after them. The last segment grows in place only
-    when these ranges end exactly where it ends; otherwise (a fork got there first, or `fresh`) a
-    new segment starts, so nobody sharing the old one ever sees these messages."""
+    tx: Transaction, transcript: Transcript, packed: bytes, count: int, *, fresh: bool = False
+) -> Transcript:
+    """`transcript` with the `packed` references (`count` of them) after its messages.
+
+    The last segment grows in place only when the transcript ends exactly where the segment
+    ends; otherwise (a fork got there first, or `fresh`) a new segment starts, so nobody sharing
+    the old one ever sees these messages. The session then holds the segment it grew: its last
+    chunk is kept in the transcript, written once per commit with it, and goes out under `g/`
+    only when it fills or the session lets the segment go (`release`)."""
+    if not packed:
+        return transcript
+    ranges = transcript.ranges
     segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
-    state: _kv.Pending | None = tx.projector_state  # type: ignore[assignment]
-    if segment and state is not None:  # the common append: into the tail chunk it just wrote
-        key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
-        held = state.cache.get(key)
-        if (
-            type(held) is bytes
-            and len(held) == end % st.REFS_PER_CHUNK * st.REF_BYTES
-            and len(held) + len(packed) <= _CHUNK_BYTES
-        ):
-            value = held + packed
-            state.cache[key] = value  # as `_kv.defer` keeps it, without checking our own key
-            state.deferred[key] = (value, bytes)
-            return (*ranges[:-1], (segment, start, end + len(packed) // st.REF_BYTES))
-    chunk = None
-    if segment:
-        key = st.ref_chunk_key(segment, end // st.REFS_PER_CHUNK)
-        chunk = tail_chunk(tx, key, end)
-    if chunk is None:
-        segment, start, end, chunk = new_segment(tx), 0, 0, b""
-        key = st.ref_chunk_key(segment, 0)
-        ranges = (*ranges, (segment, 0, 0))
-    end = put_refs(tx, segment, end, key, chunk, packed)
-    return (*ranges[:-1], (segment, start, end))
+    length = transcript.length + count
+    size = st.REFS_PER_CHUNK
+    if segment and segment == transcript.held:
+        tail, chunk = transcript.tail, transcript.held_chunk
+        if end == chunk * size + len(tail) // st.REF_BYTES:  # the common append: where it holds
+            end, chunk, tail = _grow(tx, segment, chunk, tail + packed)
+            return msgspec.structs.replace(
+                transcript,
+                ranges=(*ranges[:-1], (segment, start, end)),
+                length=length,
+                held_chunk=chunk,
+                tail=tail,
+            )
+        segment = 0  # it went back inside its segment: what follows goes into a new one
+    elif segment:
+        chunk = end // size
+        held = tail_chunk(tx, st.ref_chunk_key(segment, chunk), end)
+        if held is not None:  # a segment no one holds, and it ends here: take it
+            transcript = release(tx, transcript)
+            data = held + packed
+            for number, piece in enumerate(_pieces(data), chunk):  # every one under `g/` too,
+                _kv.put(tx, st.ref_chunk_key(segment, number), piece)  # so no sharer takes it
+            end = chunk * size + len(data) // st.REF_BYTES
+            last = (len(data) - 1) // (size * st.REF_BYTES)
+            return msgspec.structs.replace(
+                transcript,
+                ranges=(*ranges[:-1], (segment, start, end)),
+                length=length,
+                held=segment,
+                held_chunk=chunk + last,
+                tail=data[last * size * st.REF_BYTES :],
+            )
+        segment = 0
+    transcript = release(tx, transcript)
+    segment = new_segment(tx)
+    end, chunk, tail = _grow(tx, segment, 0, packed)
+    return msgspec.structs.replace(
+        transcript,
+        ranges=(*ranges, (segment, 0, end)),
+        length=length,
+        held=segment,
+        held_chunk=chunk,
+        tail=tail,
+    )
 
 
-_CHUNK_BYTES = st.REFS_PER_CHUNK * st.REF_BYTES
+def _grow(tx: Transaction, segment: int, chunk: int, data: bytes) -> tuple[int, int, bytes]:
+    """The held chunk `chunk` of `segment` grown to `data`: every chunk it fills written out
+    under `g/`, and the segment's new end, the number of the chunk now held and what it holds
+    (never empty)."""
+    size, width = st.REFS_PER_CHUNK, st.REF_BYTES
+    full = size * width
+    if len(data) <= full:
+        return chunk * size + len(data) // width, chunk, data
+    last = (len(data) - 1) // full
+    for number, piece in enumerate(_pieces(data[: last * full]), chunk):
+        _kv.put(tx, st.ref_chunk_key(segment, number), piece)
+    tail = data[last * full :]
+    return (chunk + last) * size + len(tail) // width, chunk + last, tail
+
+
+def _pieces(data: bytes) -> list[bytes]:
+    full = st.REFS_PER_CHUNK * st.REF_BYTES
+    return [data[at : at + full] for at in range(0, len(data), full)]
 
 
 def slice_ranges(

@@ -1,14 +1,20 @@
 """The read models the session projection keeps, and where each lives in the key-value space.
 
 Key layout (all keys are bytes; session ids are UTF-8 and never contain NUL):
-  P                          log position the projection reflects (8 bytes)
+  @<stream>\0P               the position of the stream's last event folded in (8 bytes)
   h/<sid>                    SessionState of the session's current incarnation
-  t/<sid>                    Transcript: ranges over shared message segments
+  @<sid>\0t                  Transcript: ranges over shared message segments, and the chunk of
+                             references the session is filling
   V                          layout version of this key space (1); another value means rebuild
   g/<seg:8><chunk:4>         the message references of slots chunk*128 .. chunk*128+127 of a
                              segment, packed: per slot the log position (8) and the index of the
                              message inside its event (2); only a segment's last chunk is short,
-                             so the last chunk gives the segment's length
+                             so the last chunk gives the segment's length, except the chunk a
+                             session holds (`Transcript.held`), which lives in its transcript
+
+Keys under `@` are cluster keys (`eventlog.cluster_key`): a store that can keeps them beside the
+stream's own index, so a commit appending to a session writes one leaf of the tree for it: the
+index, the transcript with its growing chunk of references, and the position folded.
   #seg                       next segment id (8)
   c/<parent>\0<position:8>   a child forked from parent at that log position -> child id
   i/<sid>\0<digest:16>       an idempotency key used on the session's current incarnation (its
@@ -30,19 +36,24 @@ import msgspec
 from eventlog import StructCodec
 from projections._keys import (
     CHILD_PREFIX,
+    CLUSTER_PREFIX,
+    FOLDED_SUFFIX,
     IDEMPOTENCY_PREFIX,
     REF_PREFIX,
     STATE_PREFIX,
-    TRANSCRIPT_PREFIX,
+    TRANSCRIPT_SUFFIX,
 )
 
-LAYOUT_VERSION = b"\x06"
+LAYOUT_VERSION = b"\x07"
 """Version 2 packs a segment's message references into chunks (version 1: one key per message);
 version 3 adds the runtime's status, loop and usage records (`_runtime.py`, keys under rt/);
 version 4 drops the segment-length keys (G/), which the last chunk of a segment already gives;
 version 5 has a transcript keep its newest item's timestamp (`Transcript.item_timestamp`);
 version 6 indexes each prompt by its request id (rt/r/, what makes a retried request id answer
-the first run) and has a loop record keep where it ended and how many model calls it made."""
+the first run) and has a loop record keep where it ended and how many model calls it made;
+version 7 keeps the transcript and the position folded under cluster keys (one per stream where
+version 6 kept one position for the log), and a session's growing chunk of references inside its
+transcript (`Transcript.held`)."""
 
 ACTIVE = "active"
 CLOSED = "closed"
@@ -53,8 +64,18 @@ def state_key(session_id: str) -> bytes:
     return STATE_PREFIX + session_id.encode()
 
 
+def cluster_key(stream: str, suffix: bytes) -> bytes:
+    """A key kept with the stream's index where the store can (`eventlog.cluster_key`)."""
+    return CLUSTER_PREFIX + stream.encode() + b"\x00" + suffix
+
+
 def transcript_key(session_id: str) -> bytes:
-    return TRANSCRIPT_PREFIX + session_id.encode()
+    return cluster_key(session_id, TRANSCRIPT_SUFFIX)
+
+
+def folded_key(stream: str) -> bytes:
+    """Where the position of the stream's last event folded in is kept."""
+    return cluster_key(stream, FOLDED_SUFFIX)
 
 
 REFS_PER_CHUNK = 128
@@ -147,6 +168,15 @@ class Transcript(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The `timestamp` number carried by the item of the newest message that had one (an item
     mapping with a number under that key, as a framework's event has): its clock, not the
     log's. None until such a message is appended; older code wrote no such field."""
+    held: int = 0
+    """The segment whose last chunk this session is filling, kept in `tail` rather than under
+    `g/` (0: none). Only the session holding a segment extends it; it writes the chunk out when
+    it fills, when the session moves to another segment and when a fork shares it, so any other
+    reader of the segment finds under `g/` every slot its own ranges use."""
+    held_chunk: int = 0
+    """The number of the chunk `tail` holds."""
+    tail: bytes = b""
+    """The references of that chunk (`REF_BYTES` each), as `g/` would keep them."""
 
 
 class StateScratchpad(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+import msgspec
+
 import projections as pj
 from eventlog import LogView
 from eventlog import events as ev
@@ -71,7 +73,9 @@ def _extend(
     new: list[ev.Message] = []
     new_refs: list[Ref] = []
     if added:
-        flat = pj.Transcript(ranges=added, length=sum(hi - lo for _, lo, hi in added))
+        flat = msgspec.structs.replace(  # the chunk the session holds comes with it
+            transcript, ranges=added, length=sum(hi - lo for _, lo, hi in added)
+        )
         new, new_refs = read_span(view, flat, 0, flat.length, opener)
     messages, refs, shown = hit.messages + new, hit.refs + new_refs, hit.shown + new
     start = hit.start

@@ -18,12 +18,13 @@ def test_the_shares_add_up_to_the_file_and_the_content_is_the_text(tmp_path: Pat
     assert sum(shares.values()) * count == pytest.approx(found["file_bytes"])
     text = make_messages(40, seed=300) + make_messages(WARM_APPENDS, seed=301)
     assert shares["message content"] * count == sum(len(m["content"].encode()) for m in text)
-    assert shares["stream index"] > 0 and shares["projection g/"] > 0
+    assert shares["stream index"] > 0 and shares["projection @"] > 0  # transcripts, with refs
     assert 0 < found["event_page_fill"] <= 1
     assert shares["saved by packing (format 3)"] < 0  # a new store packs these messages
 
 
 def test_keys_are_named_by_their_region() -> None:
     assert region(b"\xff" + bytes(7)) == "events"
-    assert region(b"kh/s") == "projection h/" and region(b"kP") == "projection single keys"
+    assert region(b"kh/s") == "projection h/" and region(b"kV") == "projection single keys"
+    assert region(b"k@s\x00t") == "projection @"
     assert region(b"is\x00" + bytes(4)) == "stream index"

@@ -30,5 +30,5 @@ def test_every_key_the_folds_write_is_in_the_table(tmp_path: Path) -> None:
             keys = [key for key, _ in view.kv_scan()]
     kinds = {pj.kind_of(key) for key in keys}
     assert None not in kinds, [key for key in keys if pj.kind_of(key) is None]
-    assert {"h/", "t/", "g/", "P", "V", "rt/s/", "cx/p/", "cx/v/"} <= kinds
+    assert {"h/", "@", "g/", "V", "rt/s/", "cx/p/", "cx/v/"} <= kinds
     assert pj.kind_of(b"zz/not-ours") is None

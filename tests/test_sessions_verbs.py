@@ -920,15 +920,19 @@ def test_a_damaged_reference_chunk_is_reported_and_rebuild_repairs_it(tmp_path: 
     with SessionStore.open(tmp_path / "s", hot_sessions=0) as store:
         filled(store, "a", 200)
         want = contents(store, "a")
+        store.fork("a", "b")  # the chunk "a" was filling, held in its transcript, goes out
         with store.log.transaction() as tx:
-            key = tx.kv_scan(projections._keys.REF_PREFIX)[-1][0]  # the chunk being filled
+            key = tx.kv_scan(projections._keys.REF_PREFIX)[-1][0]  # that chunk
             tx.kv_put(key, b"\x00" * 15)  # of the wrong size
         with pytest.raises(sessions.IntegrityError, match="rebuild the projection"):
             store.snapshot("a")
         with pytest.raises(sessions.IntegrityError, match="rebuild the projection"):
-            store.inject("a", user("more"))  # never folds onto a damaged chunk
+            store.snapshot("b")
+        with pytest.raises(sessions.IntegrityError, match="rebuild the projection"):
+            store.inject("b", user("more"))  # never folds onto a damaged chunk
         store.rebuild()
         assert contents(store, "a") == want
+        assert contents(store, "b") == want
 
 
 def test_opening_a_store_with_another_projection_layout_rebuilds_it(tmp_path: Path) -> None:
