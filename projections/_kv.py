@@ -84,7 +84,8 @@ def pending(view: LogView) -> Pending | None:
     return view.projector_state  # type: ignore[return-value]
 
 
-def _pending_for_write(tx: Transaction) -> Pending:
+def pending_for_write(tx: Transaction) -> Pending:
+    """The projector's `Pending` of `tx`, made when it has none yet."""
     state = cast("Pending | None", tx.projector_state)
     if state is None:
         state = Pending()
@@ -99,7 +100,7 @@ def cached(view: LogView, key: bytes, decode: Callable[[bytes], Any]) -> Any:
         if not view.writable:
             data = view.kv_get(key)
             return None if data is None else decode(data)
-        state = _pending_for_write(cast(Transaction, view))
+        state = pending_for_write(cast(Transaction, view))
     cache = state.cache
     if key in cache:
         return cache[key]
@@ -115,7 +116,7 @@ def cached(view: LogView, key: bytes, decode: Callable[[bytes], Any]) -> Any:
 
 def remember(tx: Transaction, key: bytes, value: Any, size: int) -> None:
     """Cache `value` as the decoding of the `size` bytes `key` now holds (after writing them)."""
-    state = _pending_for_write(tx)
+    state = pending_for_write(tx)
     state.cache[key] = value
     state.decoded_bytes += size
 

@@ -7,6 +7,7 @@ the incremental one by construction; the property tests check that it really doe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 from eventlog import (
@@ -237,14 +238,20 @@ FOLDED_WALK_PAGE = 64
 def note_folded(tx: Transaction, envelopes: Sequence[Envelope]) -> None:
     """Record that `envelopes` (in log order) are folded in: per stream, its last one's
     position, written once at commit; and the last position in this transaction's cache."""
+    state = _kv.pending_for_write(tx)
+    cache, deferred = state.cache, state.deferred
     if len(envelopes) == 1:
-        last = envelopes[0]
-        _kv.defer(tx, st.folded_key(last.stream), last.position, _int8)
+        newest = {envelopes[0].stream: envelopes[0].position}
     else:
         newest = {envelope.stream: envelope.position for envelope in envelopes}
-        for stream, position in newest.items():
-            _kv.defer(tx, st.folded_key(stream), position, _int8)
-    _kv.remember(tx, keys.POSITION_KEY, envelopes[-1].position, 0)
+    for stream, position in newest.items():
+        key = _folded_key(stream)
+        cache[key] = position  # as `_kv.defer` keeps it, without checking our own key
+        deferred[key] = (position, _int8)
+    cache[keys.POSITION_KEY] = envelopes[-1].position
+
+
+_folded_key = functools.lru_cache(maxsize=4096)(st.folded_key)
 
 
 def _int8(value: int) -> bytes:
