@@ -3,7 +3,7 @@
 Without `--path`, builds the store the peers' bytes-per-message row measures (bench/peers: one
 session grown by `N` durable `inject` calls after a few appends to another, through the public
 engine) in a scratch directory, closes it and splits it; with `--path`, splits that store (closed,
-format 2 or 3) and counts `--messages` messages in it.
+format 2, 3 or 4) and counts `--messages` messages in it.
 
 The split, per message: the records (the message text, and the envelope around it: hash,
 position, stream id, version, time, meta, field names), their LMDB nodes (8-byte key, node
@@ -42,6 +42,10 @@ def region(key: bytes) -> str:
     first = key[:1]
     if first == b"\xff":
         return "events"
+    end = key.find(b"\x00", 1)
+    if first == b"i" and key[end + 1 : end + 5] == b"\xff" * 4:  # format 4: a cluster key
+        kind = kind_of(b"@" + key[1 : end + 1] + key[end + 5 :]) or "?"
+        return "projection " + (kind if kind.endswith("/") or kind == "@" else "single keys")
     if first == b"k":
         kind = kind_of(key[1:]) or "?"
         return "projection " + (kind if kind.endswith("/") or kind == "@" else "single keys")
@@ -80,8 +84,9 @@ def split(path: Path, messages: int) -> dict[str, Any]:
         nodes: list[int] = []
         content = unpacked = 0
         with env.begin(buffers=True) as txn:
-            if txn.get(b"mformat") not in (b"sessionlog-log/2", b"sessionlog-log/3"):
-                raise SystemExit(f"{path}: not a format-2 or format-3 sessionlog store")
+            tree_formats = (b"sessionlog-log/2", b"sessionlog-log/3", b"sessionlog-log/4")
+            if txn.get(b"mformat") not in tree_formats:
+                raise SystemExit(f"{path}: not a format-2, 3 or 4 sessionlog store")
             for key, value in txn.cursor():
                 name = region(bytes(key))
                 entry = regions[name]

@@ -19,6 +19,7 @@ from eventlog._codec import (
 from eventlog._lease import Lease
 from eventlog._log import EventLog
 from eventlog._plain import check_plain
+from eventlog._storage import CLUSTER_PREFIX, cluster_key
 from eventlog._subscribe import Subscription
 from eventlog._transaction import Projector, Transaction
 from eventlog._verify import VerifyReport
@@ -51,6 +52,7 @@ from eventlog.errors import (
 
 __all__ = [
     "ANY",
+    "CLUSTER_PREFIX",
     "GENESIS_HASH",
     "NO_STREAM",
     "CapacityError",
@@ -90,6 +92,7 @@ __all__ = [
     "WrongKeyError",
     "check_encodable",
     "check_plain",
+    "cluster_key",
     "convert",
     "json_copy",
     "events",

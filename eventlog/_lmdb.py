@@ -1,8 +1,10 @@
 """The LMDB backend: one environment per store directory, durable commits, two layouts.
 
-Format 3 (`sessionlog-log/3`, what a new store gets) keeps everything in one B-tree, whose keys
-are `eventlog/_lmdb_tree.py`'s, and packs records where that pays (`eventlog/_packing.py`);
-format 2 (`sessionlog-log/2`) is the same tree with every record as it is. Format 1
+Format 4 (`sessionlog-log/4`, what a new store gets) keeps everything in one B-tree, whose keys
+are `eventlog/_lmdb_tree.py`'s, packs records where that pays (`eventlog/_packing.py`), and
+stores each stream's projection keys beside its index (`eventlog/_lmdb_cluster.py`); format 3
+(`sessionlog-log/3`) is the same tree with every projection key under `k`, and format 2
+(`sessionlog-log/2`) is format 3 with every record as it is. Format 1
 (`sessionlog-log/1`, stores written before format 2) keeps five
 named databases: `events` maps an 8-byte big-endian position to a record; `streams` maps a stream
 prefix and an 8-byte version to a position; `kv` holds projection state; `idempotency` the keys of
@@ -29,6 +31,7 @@ from eventlog._disk import NEW_STORE_BYTES_MIN, free_bytes, full, prepare_files
 from eventlog._gate import Gate
 from eventlog._lease import Lease, file_lease
 from eventlog._lmdb_base import ENTRY_OVERHEAD_BYTES, LmdbTxnBase
+from eventlog._lmdb_cluster import FORMAT_4, ClusteredTreeTxn
 from eventlog._lmdb_errors import errno_of, open_failure, reads, translate, translate_read
 from eventlog._storage import Buffer, StorageTxn
 from eventlog.errors import (
@@ -40,9 +43,15 @@ from eventlog.errors import (
 )
 
 FORMAT_1 = b"sessionlog-log/1"
-FORMAT = tree.FORMAT_3
+FORMAT = FORMAT_4
 """The format a new store is created with."""
-FORMATS = {1: FORMAT_1, 2: tree.FORMAT, 3: tree.FORMAT_3}
+FORMATS = {1: FORMAT_1, 2: tree.FORMAT, 3: tree.FORMAT_3, 4: FORMAT_4}
+TREE_TXN_TYPES: dict[bytes, type[tree.TreeTxn]] = {
+    tree.FORMAT: tree.TreeTxn,
+    tree.FORMAT_3: tree.PackedTreeTxn,
+    FORMAT_4: ClusteredTreeTxn,
+}
+"""The transaction type of each format laid out as one tree."""
 
 
 class LmdbStorage:
@@ -56,7 +65,7 @@ class LmdbStorage:
         sync: bool,
         readonly: bool,
         headroom_bytes: int,
-        format_version: int = 3,
+        format_version: int = 4,
     ) -> None:
         if type(format_version) is not int or format_version not in FORMATS:
             raise InvalidArgumentError(
@@ -139,7 +148,7 @@ class LmdbStorage:
             if txn.cursor().first():  # made meanwhile
                 found = txn.get(tree.MARKER_KEY)
                 return None if found is None else bytes(found)
-            if self.format in tree.TXN_TYPES:
+            if self.format in TREE_TXN_TYPES:
                 txn.put(tree.MARKER_KEY, self.format)
                 return self.format
             meta = self.env.open_db(b"meta", txn=txn)
@@ -147,11 +156,11 @@ class LmdbStorage:
         return None
 
     def _open_tree(self, marker: bytes) -> None:
-        """Formats 2 and 3: every entry in the main database."""
-        if marker not in tree.TXN_TYPES:
+        """Formats 2 to 4: every entry in the main database."""
+        if marker not in TREE_TXN_TYPES:
             self._check_format(marker, tree.FORMAT)  # raises, naming the formats read here
         self.format = marker
-        self._txn_type = tree.TXN_TYPES[marker]
+        self._txn_type = TREE_TXN_TYPES[marker]
         # Every table is the main database: the one tree.
         self.events = self.kv = self.meta = self.env.open_db(None)
         self.floors: lmdb._Database | None = self.events

@@ -2,8 +2,9 @@
 and stream floors, whose keys differ between the formats only by a base or a prefix, and its life
 (nesting, commit, abort).
 
-`eventlog/_lmdb.py` (the store, and format 1's named databases) and `eventlog/_lmdb_tree.py`
-(format 2's one tree) build on it.
+`eventlog/_lmdb.py` (the store, and format 1's named databases), `eventlog/_lmdb_tree.py`
+(the one tree of formats 2 to 4) and `eventlog/_lmdb_cluster.py` (format 4's projection keys)
+build on it.
 """
 
 from __future__ import annotations
@@ -253,8 +254,20 @@ class LmdbTxnBase(StorageTxn):
         self, start: bytes, stop: bytes | None, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:
         prefix = self.KV_PREFIX
-        low = prefix + start
         high = prefix + stop if stop is not None else self.KV_END
+        return self._scan_stored(prefix + start, high, reverse, limit, b"", len(prefix))
+
+    def _scan_stored(
+        self,
+        low: bytes,
+        high: bytes | None,
+        reverse: bool,
+        limit: int | None,
+        head: bytes,
+        cut: int,
+    ) -> list[tuple[bytes, bytes]]:
+        """The projection entries stored from `low` up to `high` (None: the table's end), each
+        key given back as `head` + the stored key from byte `cut` on."""
         cursor = self._txn.cursor(self._store.kv)
         out: list[tuple[bytes, bytes]] = []
         if reverse:
@@ -268,7 +281,7 @@ class LmdbTxnBase(StorageTxn):
             key_bytes = bytes(key)
             if key_bytes < low or (high is not None and key_bytes >= high):
                 break
-            out.append((key_bytes[len(prefix) :], bytes(value)))
+            out.append((head + key_bytes[cut:], bytes(value)))
         return out
 
     def commit_sequence(self) -> int | None:

@@ -1,5 +1,8 @@
-"""The LMDB layout of formats 2 and 3: the whole store in one B-tree, so a commit copies fewer
+"""The LMDB layout of formats 2, 3 and 4: the whole store in one B-tree, so a commit copies fewer
 pages. Format 3 is format 2 with records packed (`eventlog/_packing.py`); its layout is the same.
+Format 4 is format 3 with a stream's projection keys stored beside its index
+(`eventlog/_lmdb_cluster.py`), which is why the index readers here skip keys whose chunk number
+is `CLUSTER_CHUNK`.
 
 Format 1 (`eventlog/_lmdb.py`) keeps events, the stream index, projection state, idempotency keys,
 stream floors and the marker in named databases: a commit that appends one event and updates a projection
@@ -9,6 +12,7 @@ prefix, so the pages above the leaves are shared and there are no roots to recor
 
     b"f" + stream name + NUL                    -> the last version truncated away (8 bytes)
     b"i" + stream name + NUL + chunk (4 bytes)  -> up to `CHUNK_VERSIONS` positions, 6 bytes each
+    b"i" + stream name + NUL + ff ff ff ff + s  -> format 4: the projection key `@` + name + NUL + s
     b"k" + key                                  -> projection state
     b"mformat", b"manchor"                      -> the format marker; a truncated log's anchor
     b"q" + idempotency key                      -> first, last position (8 bytes each) + stream
@@ -51,6 +55,11 @@ TAILS_MAX = 1024
 POSITIONS_MAX = 2 ** (8 * POSITION_BYTES) - 1
 """The last position format 2 can index: far past any log (a million events a second for nine
 years), and past it `put_records` refuses to write."""
+CLUSTER_CHUNK = b"\xff" * 4
+"""The chunk number no index chunk has: format 4 keeps a stream's projection keys after it."""
+VERSIONS_MAX = int.from_bytes(CLUSTER_CHUNK, "big") * CHUNK_VERSIONS
+"""The last stream version the index holds (the last of chunk 0xfffffffe): past it
+`put_records` refuses to write, in every tree format, so no chunk is ever `CLUSTER_CHUNK`."""
 
 
 def event_key(position: int) -> bytes:
@@ -164,12 +173,17 @@ class TreeTxn(LmdbTxnBase):
         prefix = INDEX + key
         cursor = self._txn.cursor()
         positions: list[int] = []
-        if limit <= 0 or not cursor.set_key(chunk_key(key, after_version + 1)):
+        if limit <= 0 or after_version >= VERSIONS_MAX:
+            return positions
+        if not cursor.set_key(chunk_key(key, after_version + 1)):
             return positions
         start = slot(after_version + 1)
-        width = POSITION_BYTES
+        width, end = POSITION_BYTES, len(prefix) + 4
         for index_key, value in cursor.iternext():
-            if len(index_key) != len(prefix) + 4 or index_key[: len(prefix)] != prefix:
+            # A full chunk may be followed by the stream's first projection key (format 4).
+            if len(index_key) != end or index_key[: len(prefix)] != prefix:
+                break
+            if index_key[-4:] == CLUSTER_CHUNK:
                 break
             data = bytes(value)
             for offset in range(start, len(data), width):
@@ -185,7 +199,7 @@ class TreeTxn(LmdbTxnBase):
     def stream_position(self, key: bytes, version: int) -> int | None:
         if self._dirty:
             self._flush()
-        if version < 1:
+        if version < 1 or version > VERSIONS_MAX:
             return None
         value = self._txn.get(chunk_key(key, version))
         at = slot(version)
@@ -199,13 +213,18 @@ class TreeTxn(LmdbTxnBase):
             self._flush()
         cursor = self._txn.cursor()
         count = 0
-        if not cursor.set_range(INDEX):
-            return 0
-        for index_key, value in cursor.iternext():
+        found = cursor.set_range(INDEX)
+        while found:
+            index_key = bytes(cursor.key())
             if index_key[:1] != INDEX:
                 break
-            count += len(value) // POSITION_BYTES
-            data = bytes(value)
+            end = index_key.find(b"\x00", 1)
+            if index_key[end + 1 : end + 5] == CLUSTER_CHUNK:  # format 4: projection keys follow
+                found = cursor.set_range(index_key[:end] + b"\x01")  # the next stream's
+                continue
+            data = bytes(cursor.value())
+            found = cursor.next()
+            count += len(data) // POSITION_BYTES
             if _NONE in data:  # versions truncated away are zeroed slots
                 count -= sum(
                     data[at : at + POSITION_BYTES] == _NONE
@@ -219,6 +238,12 @@ class TreeTxn(LmdbTxnBase):
         last_position = first_position + len(records) - 1
         if last_position > POSITIONS_MAX:
             raise StorageError(f"the log is full: format 2 indexes positions up to {POSITIONS_MAX}")
+        if first_version + len(records) - 1 > VERSIONS_MAX:
+            stream = bytes(key[:-1]).decode("utf-8", "replace")
+            raise StorageError(
+                f"stream `{stream}` is full: the stream index holds versions up to "
+                f"{VERSIONS_MAX}, and this append would reach {first_version + len(records) - 1}"
+            )
         # One entry per record, and one chunk per 64 versions rewritten with its new positions.
         self._store.write_bytes += sum(map(len, records)) + len(records) * (
             8 + POSITION_BYTES + ENTRY_OVERHEAD_BYTES
@@ -361,10 +386,6 @@ class PackedTreeTxn(TreeTxn):
         # `pack` returns a short record as it is: asked here first, it costs no call.
         packed = [record if len(record) < PACK_MIN_BYTES else pack(record) for record in records]
         super().put_records(first_position, packed, key, first_version)
-
-
-TXN_TYPES: dict[bytes, type[TreeTxn]] = {FORMAT: TreeTxn, FORMAT_3: PackedTreeTxn}
-"""The transaction type of each format laid out as one tree."""
 
 
 def walk_regions(txn: lmdb.Transaction[memoryview]) -> str | None:

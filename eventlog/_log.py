@@ -81,16 +81,16 @@ class EventLog:
         sync: bool = True,
         readonly: bool = False,
         headroom_bytes: int = 2 * limits.transaction_bytes_max,
-        format_version: int = 3,
+        format_version: int = 4,
     ) -> EventLog:
         """Open (creating if missing) the LMDB log in directory `path`.
 
-        `format_version` is the on-disk format a new store is created with: 3 (one B-tree, see
-        `eventlog/_lmdb_tree.py`, records packed where that saves space, see
-        `eventlog/_packing.py`), 2 (the same tree, every record as it is: for readers older than
-        format 3) or 1 (for readers older than format 2). An existing store keeps its own format
-        whatever is asked; `export_log` + `import_log` into a new store moves a log from one
-        format to another with the same records and hash chain.
+        `format_version` is the on-disk format a new store is created with: 4 (one B-tree,
+        `eventlog/_lmdb_tree.py`; records packed, `eventlog/_packing.py`; each `cluster_key`
+        beside its stream's index), or for older readers 3 (every projection key in one region),
+        2 (records as they are) or 1. An existing store keeps its own format whatever is asked;
+        `export_log` + `import_log` into a new store moves a log from one format to another with
+        the same records and hash chain.
 
         `sync=False` skips the fsync of each commit: much faster, and a power loss or kernel crash
         may then lose the most recent commits (never corrupt older ones). A process crash loses

@@ -4,6 +4,11 @@ Two parts: the log (records by dense position, and a per-stream index of version
 key-value space where projections keep their state. Everything above this file (hashing, versions,
 limits, subscriptions, the engine) is shared by all backends. Backends translate their own errors
 into `eventlog.errors` and never decide anything about events.
+
+A projection key `CLUSTER_PREFIX` + stream name + NUL + suffix (`cluster_key`) is the state of
+that one stream. Every backend treats it as an ordinary key, in logical key order; only LMDB
+format 4 places it physically beside the stream's index (`eventlog/_lmdb_cluster.py`), and
+refuses any other key that starts with `CLUSTER_PREFIX`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,12 @@ from typing import Protocol
 
 from eventlog._codec import stored_hash
 from eventlog._lease import Lease
+from eventlog.errors import InvalidArgumentError
 
 Buffer = bytes | bytearray | memoryview
+
+CLUSTER_PREFIX = b"@"
+"""The first byte of every projection key kept with its stream (`cluster_key`)."""
 
 
 def position_key(position: int) -> bytes:
@@ -26,6 +35,21 @@ def position_key(position: int) -> bytes:
 def stream_key(stream: str) -> bytes:
     """Index prefix of a stream; NUL is refused in stream names, so prefixes never overlap."""
     return stream.encode("utf-8") + b"\x00"
+
+
+def cluster_key(stream: str, suffix: bytes) -> bytes:
+    """The projection key `suffix` of stream `stream`: `CLUSTER_PREFIX` + `stream_key(stream)` +
+    `suffix`. Keys of one stream sort together, by suffix, and LMDB format 4 stores them next to
+    the stream's index, so an append and its projection update touch one page."""
+    if not isinstance(stream, str) or not stream or "\x00" in stream:
+        raise InvalidArgumentError(
+            f"cluster_key: expected a non-empty stream name without NUL, got {stream!r}"
+        )
+    if not isinstance(suffix, bytes):
+        raise InvalidArgumentError(
+            f"cluster_key: `suffix` must be bytes, got {type(suffix).__name__}"
+        )
+    return CLUSTER_PREFIX + stream.encode("utf-8") + b"\x00" + suffix
 
 
 class StorageTxn(ABC):

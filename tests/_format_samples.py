@@ -4,8 +4,8 @@ The bytes these encode to are frozen in `tests/fixtures/log-format-v1.jsonl`. Ch
 the test fails: that is the point. A new event type adds a new sample at the end and a new line
 to the fixture (written by `python -m tests._format_samples > tests/fixtures/log-format-v1.jsonl`,
 once, reviewed by hand). The store layouts are frozen the same way in
-`tests/fixtures/log-store-v1.jsonl` and `log-store-v2.jsonl` (`--store-v1`, `--store-v2`); a new
-sample changes those two files too, since they hold every record.
+`tests/fixtures/log-store-v1.jsonl` to `log-store-v4.jsonl` (`--store-v1` to `--store-v4`); a new
+sample changes those files too, since they hold every record.
 """
 
 from __future__ import annotations
@@ -289,6 +289,9 @@ def build_log_lines() -> list[str]:
 
 STORE_KV = (b"sample/projection", b"state")
 """One projection entry beside the samples in the store fixtures."""
+STORE_CLUSTER_KV = (b"@s-1\x00/state", b"clustered")
+"""One projection entry of stream `s-1` (`eventlog.cluster_key`), in the fixtures from format 4 on,
+which stores it beside the stream's index."""
 
 
 def build_store_lines(format_version: int) -> list[str]:
@@ -307,6 +310,8 @@ def build_store_lines(format_version: int) -> list[str]:
                 log.append(stream, [event], expected_version=ANY, meta={"i": index}, recorded_at=T0)
             with log.transaction() as tx:
                 tx.kv_put(*STORE_KV)
+                if format_version >= 4:
+                    tx.kv_put(*STORE_CLUSTER_KV)
         env = lmdb.open(where, readonly=True, max_dbs=8, lock=False)
         try:
             with env.begin() as txn:
@@ -334,5 +339,7 @@ if __name__ == "__main__":
         print("\n".join(build_store_lines(2)))
     elif sys.argv[1:] == ["--store-v3"]:
         print("\n".join(build_store_lines(3)))
+    elif sys.argv[1:] == ["--store-v4"]:
+        print("\n".join(build_store_lines(4)))
     else:
         print("\n".join(build_log_lines()))

@@ -1,6 +1,6 @@
 """Under the log's API: the entries of a closed LMDB store, in any on-disk format, for the tests
 that damage a store on purpose. The store's own `EventLog` must be closed first (one environment
-per path per process). Formats 2 and 3 keep everything in LMDB's main database
+per path per process). Formats 2 to 4 keep everything in LMDB's main database
 (`eventlog/_lmdb_tree.py`); format 1 in five named databases. Records are read as they are, packed
 ones unpacked (format 3), and put back as given: a format-3 store reads a record stored as it is,
 so a test changes the bytes of the record itself, not of its compressed form."""
@@ -16,6 +16,7 @@ from pathlib import Path
 import lmdb
 
 from eventlog import _lmdb_tree as tree
+from eventlog._lmdb_cluster import FORMAT_4, stored_key
 from eventlog._packing import unpack
 from eventlog._storage import stream_key
 
@@ -32,7 +33,8 @@ class RawLog:
         self.env = env
         self.txn = txn
         marker = txn.get(tree.MARKER_KEY)
-        self.format_version = 1 if marker is None else 3 if marker == tree.FORMAT_3 else 2
+        markers = {tree.FORMAT_3: 3, FORMAT_4: 4}
+        self.format_version = 1 if marker is None else markers.get(bytes(marker), 2)
         if self.format_version >= 2:
             self.events = self._kv_db = self.index = env.open_db(None, txn=txn)
         else:
@@ -69,19 +71,23 @@ class RawLog:
         return self.txn.delete(self.key(position), db=self.events)
 
     def _kv_key(self, key: bytes) -> bytes:
+        if self.format_version == 4:
+            return stored_key(key)
         return tree.KV + key if self.format_version >= 2 else key
 
     def kv(self) -> dict[bytes, bytes]:
-        """Every projection entry."""
+        """Every projection entry (in format 4, cluster keys too, under their projection keys)."""
         if self.format_version == 1:
             return {bytes(k): bytes(v) for k, v in self.txn.cursor(db=self._kv_db)}
-        cursor = self.txn.cursor()
         out: dict[bytes, bytes] = {}
-        if cursor.set_range(tree.KV):
-            for key, value in cursor.iternext():
-                if key[:1] != tree.KV:
-                    break
-                out[bytes(key[1:])] = bytes(value)
+        for found, value in self.txn.cursor():
+            key = bytes(found)
+            if key[:1] == tree.KV:
+                out[key[1:]] = bytes(value)
+            elif key[:1] == tree.INDEX and self.format_version == 4:
+                end = key.find(b"\x00", 1)
+                if key[end + 1 : end + 5] == tree.CLUSTER_CHUNK:
+                    out[b"@" + key[1 : end + 1] + key[end + 5 :]] = bytes(value)
         return out
 
     def kv_put(self, key: bytes, value: bytes) -> None:

@@ -1,5 +1,6 @@
 """The LMDB layouts are frozen: a store laid out as `tests/fixtures/log-store-v1.jsonl` (format 1,
-five named databases) or `log-store-v2.jsonl` (format 2, one tree) opens, reads, verifies and keeps
+five named databases), `log-store-v2.jsonl` (format 2, one tree) or the v3 and v4 fixtures (records
+packed; format 4 with a cluster key beside its stream's index) opens, reads, verifies and keeps
 appending in its own format; a new store is laid out exactly as the fixture of its format; and
 `export_log` + `import_log` move a log between the formats with the same records and chain."""
 
@@ -17,10 +18,15 @@ from eventlog._packing import PACKED_PREFIX, pack, unpack
 from eventlog.events import Message, MessageInjected
 from replay import export_log, import_log
 from sessions import SessionStore
-from tests._format_samples import SAMPLES, STORE_KV, T0, build_store_lines
+from tests._format_samples import SAMPLES, STORE_CLUSTER_KV, STORE_KV, T0, build_store_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
-MARKERS = {1: b"sessionlog-log/1", 2: b"sessionlog-log/2", 3: b"sessionlog-log/3"}
+MARKERS = {
+    1: b"sessionlog-log/1",
+    2: b"sessionlog-log/2",
+    3: b"sessionlog-log/3",
+    4: b"sessionlog-log/4",
+}
 
 
 def fixture_lines(format_version: int) -> list[str]:
@@ -76,7 +82,31 @@ def test_format_3_is_format_2_with_records_packed() -> None:
         assert value.startswith(PACKED_PREFIX) == (pack(record) is not record)
 
 
-@pytest.mark.parametrize("format_version", [1, 2, 3])
+def test_format_4_is_format_3_with_the_cluster_key_beside_its_stream() -> None:
+    # Built in one process (one zstd), format 4's entries are format 3's, but for the marker and
+    # the cluster key, stored after stream `s-1`'s index chunk; its fixture keeps those keys.
+    v3 = [json.loads(line) for line in build_store_lines(3)]
+    v4 = [json.loads(line) for line in build_store_lines(4)]
+    cluster = (tree.INDEX + b"s-1\x00" + tree.CLUSTER_CHUNK + b"/state").hex()
+    assert cluster == (tree.chunk_key(b"s-1\x00", 1)[:-4] + b"\xff" * 4 + b"/state").hex()
+    assert [entry["key"] for entry in v4] == [entry["key"] for entry in fixture_lines_json(4)]
+    at = [entry["key"] for entry in v4].index(cluster)
+    assert v4[at - 1]["key"] == tree.chunk_key(b"s-1\x00", 1).hex()  # right after its index
+    assert v4[at]["value"] == STORE_CLUSTER_KV[1].hex()
+    del v4[at]
+    assert [entry["key"] for entry in v4] == [entry["key"] for entry in v3]
+    for old, new in zip(v3, v4, strict=True):
+        if old["key"] == tree.MARKER_KEY.hex():
+            assert bytes.fromhex(new["value"]) == MARKERS[4]
+        else:
+            assert new == old
+
+
+def fixture_lines_json(format_version: int) -> list[dict[str, str]]:
+    return [json.loads(line) for line in fixture_lines(format_version)]
+
+
+@pytest.mark.parametrize("format_version", [1, 2, 3, 4])
 def test_a_store_of_either_format_reads_verifies_and_keeps_its_format(
     format_version: int, tmp_path: Path
 ) -> None:
@@ -93,6 +123,9 @@ def test_a_store_of_either_format_reads_verifies_and_keeps_its_format(
             assert [e.data for e in log.read_stream(stream, limit=100)] == mine
         with log.view() as view:
             assert view.kv_get(STORE_KV[0]) == STORE_KV[1]
+            if format_version >= 4:
+                assert view.kv_get(STORE_CLUSTER_KV[0]) == STORE_CLUSTER_KV[1]
+                assert view.kv_scan() == sorted([STORE_KV, STORE_CLUSTER_KV])
         later = MessageInjected(message=Message(role="user", content="later"))
         log.append("s-1", [later], expected_version=ANY)
     other = 2 if format_version == 1 else 1
@@ -102,7 +135,9 @@ def test_a_store_of_either_format_reads_verifies_and_keeps_its_format(
     assert marker_of(path) == MARKERS[format_version]
 
 
-@pytest.mark.parametrize(("source", "target"), [(1, 2), (2, 1), (2, 3), (3, 1), (3, 2)])
+@pytest.mark.parametrize(
+    ("source", "target"), [(1, 2), (2, 1), (2, 3), (3, 1), (3, 2), (3, 4), (4, 3), (4, 1), (1, 4)]
+)
 def test_import_log_moves_a_log_between_formats(source: int, target: int, tmp_path: Path) -> None:
     from_path, to_path, export = tmp_path / "from", tmp_path / "to", tmp_path / "log.jsonl"
     EventLog.open(from_path, format_version=source).close()
@@ -125,11 +160,11 @@ def test_import_log_moves_a_log_between_formats(source: int, target: int, tmp_pa
     assert marker_of(to_path) == MARKERS[target]
 
 
-@pytest.mark.parametrize("asked", [4, 0, True, 3.0, "3"])
+@pytest.mark.parametrize("asked", [5, 0, True, 4.0, "4"])
 def test_an_unknown_format_version_is_refused_before_anything_is_created(
     tmp_path: Path, asked: object
 ) -> None:
-    # True and 3.0 hash like 1 and 3: only an int names a format (True once made a format-1 store).
+    # True and 4.0 hash like 1 and 4: only an int names a format (True once made a format-1 store).
     with pytest.raises(InvalidArgumentError, match="format_version: expected one of"):
         EventLog.open(tmp_path / "store", format_version=asked)  # type: ignore[arg-type]
     assert not (tmp_path / "store" / "data.mdb").exists()
@@ -154,7 +189,7 @@ def test_a_stream_longer_than_one_index_chunk_reads_by_version(tmp_path: Path) -
         assert log.verify().ok
 
 
-@pytest.mark.parametrize("format_version", [1, 2, 3])
+@pytest.mark.parametrize("format_version", [1, 2, 3, 4])
 def test_appends_after_a_truncation_continue_each_stream(
     format_version: int, tmp_path: Path
 ) -> None:

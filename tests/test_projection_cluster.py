@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import eventlog
 import projections as pj
 from projections import _keys, _state
 from projections._queries import read_refs
@@ -116,6 +117,11 @@ def test_a_session_that_went_back_starts_a_new_segment_and_writes_the_old_chunk_
     assert after.ranges == ((segment, 0, 2), (segment + 1, 0, 1)) and after.held == segment + 1
     assert len(dump(store)[_state.ref_chunk_key(segment, 0)]) == 4 * _state.REF_BYTES
     assert contents(store, "a") == ["m0", "m1", "x"]
+
+
+def test_the_projections_cluster_keys_are_the_logs() -> None:
+    assert _state.transcript_key("s-1") == eventlog.cluster_key("s-1", b"t")
+    assert _state.folded_key("$bearer") == eventlog.cluster_key("$bearer", b"P")
 
 
 def test_the_position_folded_is_found_from_the_newest_event(tmp_path: Path) -> None:

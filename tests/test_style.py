@@ -64,11 +64,12 @@ LMDB_BACKEND = {
     "eventlog/_lmdb.py",
     "eventlog/_lmdb_base.py",
     "eventlog/_lmdb_tree.py",
+    "eventlog/_lmdb_cluster.py",
     "eventlog/_lmdb_errors.py",
     "eventlog/_compaction.py",
 }
 """The LMDB backend: the storage and its format 1, what both formats share, format 2's one tree,
-its error translation, and the compaction of its files."""
+format 4's projection keys in it, its error translation, and the compaction of its files."""
 
 
 def test_lmdb_is_only_touched_by_its_backend() -> None:
