@@ -218,15 +218,22 @@ def projected_position(view: LogView, *, below: int | None = None) -> int:
         known = state.cache.get(keys.POSITION_KEY)
         if known is not None:
             return int(known)
-    floor = view.anchor[0]
-    top = view.head if below is None else below
+    floor, head = view.anchor[0], view.head
+    top = head if below is None else below
     page = 1  # the newest event alone first: it is the one, unless a bare log appended
     while top > floor:
         low = max(floor + 1, top - page + 1)
         for envelope in reversed(view.events_at(range(low, top + 1))):
             value = _kv.get(view, st.folded_key(envelope.stream))
-            if value is not None and int.from_bytes(value, "big") == envelope.position:
-                return envelope.position
+            folded = 0 if value is None else int.from_bytes(value, "big")
+            if folded == envelope.position:
+                return folded
+            if folded > head:  # state folded from a longer log than this one
+                raise IntegrityError(
+                    f"the projection reflects position {folded} of stream "
+                    f"{envelope.stream!r}, but the log ends at {head}",
+                    head,
+                )
         top, page = low - 1, FOLDED_WALK_PAGE
     return floor
 

@@ -144,3 +144,15 @@ def _refs_of(store: SessionStore, sid: str) -> list[tuple[int, int]]:
         assert found is not None
         segment, start, end = found.ranges[0]
         return read_refs(view, segment, start, end, found)
+
+
+def test_a_projection_folded_from_a_longer_log_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with SessionStore.open(path) as store:
+        store.open_session("a")
+        store.inject("a", user("x"))
+        head = store.log.head
+        with store.log.transaction(fold=False) as tx:  # as a restore of an older log would be
+            tx.kv_put(_state.folded_key("a"), (head + 5).to_bytes(8, "big"))
+    with pytest.raises(eventlog.IntegrityError, match=f"but the log ends at {head}"):
+        SessionStore.open(path)
