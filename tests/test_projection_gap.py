@@ -8,6 +8,7 @@ import pytest
 
 from eventlog import EventLog, LengthConflictError, UnknownSessionError
 from eventlog import events as ev
+from projections import projected_position
 from sessions import SessionStore
 from tests.conftest import STORE_KINDS, run_processes
 
@@ -55,6 +56,19 @@ def test_a_transaction_of_several_commands_folds_the_gap_once(
     assert contents(store, sid) == ["bare", "y"]
     assert contents(store, other) == ["x"]
     assert store.verify(projections=True).ok
+
+
+def test_a_refused_command_does_not_take_back_the_fold_before_it(
+    store: SessionStore, store_target: str
+) -> None:
+    sid = store.open_session()
+    store.inject(sid, {"role": "user", "content": "a"})  # its segment, held: folding more
+    run_processes(append_bare, [(store_target, sid, ["bare"])])  # only defers its values
+    with pytest.raises(UnknownSessionError):
+        store.inject("nobody", {"role": "user", "content": "x"})
+    with store.log.view() as view:
+        assert projected_position(view) == view.head  # folded in a commit of its own
+    assert contents(store, sid) == ["a", "bare"]
 
 
 def delete_bare(target: str, sid: str) -> None:
