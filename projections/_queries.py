@@ -111,20 +111,16 @@ def read_refs(
         return []
     size, width = st.REFS_PER_CHUNK, st.REF_BYTES
     first, last = start // size, (end - 1) // size
-    held = transcript is not None and transcript.held == segment
-    stored = min(last, transcript.held_chunk - 1) if held else last  # type: ignore[union-attr]
-    found = (
-        _kv.scan(
-            view,
-            start=st.ref_chunk_key(segment, first),
-            stop=st.ref_chunk_key(segment, stored + 1),
+    held = transcript if transcript is not None and transcript.held == segment else None
+    stop = last + 1 if held is None else min(last + 1, held.held_chunk)  # the chunks under `g/`
+    values: list[bytes] = []
+    if first < stop:
+        found = _kv.scan(
+            view, start=st.ref_chunk_key(segment, first), stop=st.ref_chunk_key(segment, stop)
         )
-        if stored >= first
-        else []
-    )
-    values = [value for _, value in found]
-    if held and last >= transcript.held_chunk:  # type: ignore[union-attr]
-        values.append(transcript.tail)  # type: ignore[union-attr]
+        values = [value for _, value in found]
+    if held is not None and first <= held.held_chunk <= last:
+        values.append(held.tail)
     full = size * width
     if len(values) != last - first + 1 or any(len(value) != full for value in values[:-1]):
         raise IntegrityError(

@@ -134,46 +134,29 @@ def extend(
         return transcript
     ranges = transcript.ranges
     segment, start, end = ranges[-1] if ranges and not fresh else (0, 0, 0)
-    length = transcript.length + count
-    size = st.REFS_PER_CHUNK
+    size, taken, grows = st.REFS_PER_CHUNK, False, False
     if segment and segment == transcript.held:
-        tail, chunk = transcript.tail, transcript.held_chunk
-        if end == chunk * size + len(tail) // st.REF_BYTES:  # the common append: where it holds
-            end, chunk, tail = _grow(tx, segment, chunk, tail + packed)
-            return msgspec.structs.replace(
-                transcript,
-                ranges=(*ranges[:-1], (segment, start, end)),
-                length=length,
-                held_chunk=chunk,
-                tail=tail,
-            )
-        segment = 0  # it went back inside its segment: what follows goes into a new one
+        # The common append, where it holds; unless it went back inside its segment.
+        chunk, data = transcript.held_chunk, transcript.tail + packed
+        grows = end == chunk * size + len(transcript.tail) // st.REF_BYTES
     elif segment:
         chunk = end // size
         held = tail_chunk(tx, st.ref_chunk_key(segment, chunk), end)
         if held is not None:  # a segment no one holds, and it ends here: take it
-            transcript = release(tx, transcript)
-            data = held + packed
-            for number, piece in enumerate(_pieces(data), chunk):  # every one under `g/` too,
-                _kv.put(tx, st.ref_chunk_key(segment, number), piece)  # so no sharer takes it
-            end = chunk * size + len(data) // st.REF_BYTES
-            last = (len(data) - 1) // (size * st.REF_BYTES)
-            return msgspec.structs.replace(
-                transcript,
-                ranges=(*ranges[:-1], (segment, start, end)),
-                length=length,
-                held=segment,
-                held_chunk=chunk + last,
-                tail=data[last * size * st.REF_BYTES :],
-            )
-        segment = 0
-    transcript = release(tx, transcript)
-    segment = new_segment(tx)
-    end, chunk, tail = _grow(tx, segment, 0, packed)
+            transcript, data = release(tx, transcript), held + packed
+            taken = grows = True
+    if grows:
+        ranges = ranges[:-1]
+    else:  # what follows goes into a new segment of its own
+        transcript = release(tx, transcript)
+        segment, start, chunk, data = new_segment(tx), 0, 0, packed
+    end, chunk, tail = _grow(tx, segment, chunk, data)
+    if taken:  # its new end under `g/` too, so no other sharer grows it
+        _kv.put(tx, st.ref_chunk_key(segment, chunk), tail)
     return msgspec.structs.replace(
         transcript,
-        ranges=(*ranges, (segment, 0, end)),
-        length=length,
+        ranges=(*ranges, (segment, start, end)),
+        length=transcript.length + count,
         held=segment,
         held_chunk=chunk,
         tail=tail,
