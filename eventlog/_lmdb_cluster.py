@@ -194,19 +194,8 @@ class ClusteredTreeTxn(PackedTreeTxn):
     def kv_clear(self) -> None:
         super().kv_clear()
         try:
-            cursor = self._txn.cursor()
-            found = cursor.set_range(INDEX)
-            while found:
-                key = bytes(cursor.key())
-                if key[:1] != INDEX:
-                    break
-                end = key.find(b"\x00", 1)
-                if key[end + 1 : end + 5] == CLUSTER_CHUNK:
-                    found = cursor.delete()  # and the cursor is on the next key
-                elif end < 0:
-                    found = cursor.next()
-                else:  # an index chunk: on to its stream's cluster keys
-                    found = cursor.set_range(key[: end + 1] + CLUSTER_CHUNK)
+            for key, _ in self._walk_clusters(INDEX, _INDEX_END, False, None):
+                self._txn.delete(stored_key(key))
         except lmdb.Error as exc:
             raise translate(exc, "clearing projection state") from exc
 
