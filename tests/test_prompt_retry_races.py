@@ -79,6 +79,19 @@ async def parked(task: asyncio.Task[Any]) -> None:
     assert not task.done(), task
 
 
+async def first_and_retry(
+    runtime: Runtime, held: HeldProvider
+) -> tuple[str, asyncio.Task[Any], asyncio.Task[Any]]:
+    """A new session whose request `r1` is in `held`'s model call, and a retry of `r1` waiting
+    for it."""
+    sid = str((await runtime.create("agent"))["session_id"])
+    first = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
+    await within(held.entered.wait())
+    retry = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
+    await parked(retry)
+    return sid, first, retry
+
+
 async def error_of(task: asyncio.Task[Any]) -> BaseException:
     """What `task` raised (it must raise, and within `WAIT_S`)."""
     try:
@@ -199,11 +212,7 @@ def test_a_retry_waiting_when_its_request_is_cancelled_gets_the_cancellation(
 
     async def body() -> str:
         async with Runtime(store, providers=[held], default_provider="held") as runtime:
-            sid = str((await runtime.create("agent"))["session_id"])
-            first = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-            await within(held.entered.wait())
-            retry = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-            await parked(retry)
+            sid, first, retry = await first_and_retry(runtime, held)
             cancelling = asyncio.create_task(runtime.cancel(sid, "r1"))
             await within(held.cancelling.wait())
             late = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
@@ -229,11 +238,7 @@ def test_a_waiting_retry_whose_caller_gives_up_leaves_the_first_run_going(
 
     async def body() -> str:
         async with Runtime(store, providers=[held], default_provider="held") as runtime:
-            sid = str((await runtime.create("agent"))["session_id"])
-            first = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-            await within(held.entered.wait())
-            retry = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-            await parked(retry)
+            sid, first, retry = await first_and_retry(runtime, held)
             retry.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await within(retry)
@@ -260,11 +265,7 @@ def test_a_retry_waiting_when_the_lease_is_lost_gets_lease_lost(store: SessionSt
     async def body() -> str:
         runtime = Runtime(store, providers=[held], default_provider="held")
         await runtime.start()
-        sid = str((await runtime.create("agent"))["session_id"])
-        first = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-        await within(held.entered.wait())
-        retry = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-        await parked(retry)
+        sid, first, retry = await first_and_retry(runtime, held)
         for lease in runtime._lease.held:
             lease.lost = True
         for flight in list(runtime._flights.values()):
@@ -291,11 +292,7 @@ def test_a_store_closed_under_a_waiting_retry_ends_both_calls_with_log_closed(
         store = SessionStore.open(tmp_path / "store")
         runtime = Runtime(store, providers=[held], default_provider="held")
         await runtime.start()
-        sid = str((await runtime.create("agent"))["session_id"])
-        first = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-        await within(held.entered.wait())
-        retry = asyncio.create_task(runtime.prompt(sid, "job", request_id="r1"))
-        await parked(retry)
+        sid, first, retry = await first_and_retry(runtime, held)
         await within(asyncio.to_thread(store.close))
         held.release.set()
         assert isinstance(await error_of(first), LogClosedError)
