@@ -102,13 +102,20 @@ def import_all_first(store: SessionStore, live: Path, lines: list[bytes]) -> Cal
     return racing
 
 
-def test_a_grown_log_is_hashed_before_the_write_transaction(
-    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def grown_codex(store: SessionStore, tmp_path: Path) -> tuple[list[bytes], Path]:
+    """The Codex log's lines, and its file: the first half imported into `store`, then the file
+    grown to the whole log."""
     lines, live = lines_of(CODEX), tmp_path / CODEX.name
     live.write_bytes(b"".join(lines[: len(lines) // 2]))
     one(store, live)
     live.write_bytes(b"".join(lines))
+    return lines, live
+
+
+def test_a_grown_log_is_hashed_before_the_write_transaction(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines, live = grown_codex(store, tmp_path)
     committed: list[str] = []
 
     def another_writer() -> None:  # would wait for the import's transaction, were one open
@@ -211,10 +218,7 @@ def test_a_grown_logs_messages_are_compared_before_the_write_transaction(
 def test_a_second_writer_commits_while_the_messages_are_compared(
     store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lines, live = lines_of(CODEX), tmp_path / CODEX.name
-    live.write_bytes(b"".join(lines[: len(lines) // 2]))
-    one(store, live)
-    live.write_bytes(b"".join(lines))
+    _, live = grown_codex(store, tmp_path)
     committed: list[str] = []
 
     def another_writer() -> None:  # would wait for the import's transaction, were one open
@@ -362,10 +366,7 @@ def test_a_session_that_cannot_be_read_before_the_transaction_is_compared_inside
     """A reading of the stored messages that fails before the transaction (the store refused
     it) is not an outcome: the transaction reads them again, as every import did before, and
     raises or goes on as that reading does."""
-    lines, live = lines_of(CODEX), tmp_path / CODEX.name
-    live.write_bytes(b"".join(lines[: len(lines) // 2]))
-    one(store, live)
-    live.write_bytes(b"".join(lines))
+    _, live = grown_codex(store, tmp_path)
     real, inside = store.message_structs, []
 
     def refused_outside(*args: Any, **kwargs: Any) -> Any:
