@@ -389,16 +389,12 @@ def test_subagent_files_grow_with_their_session(store: SessionStore, tmp_path: P
 def test_a_subagent_file_that_grew_is_imported_though_its_session_file_did_not(
     store: SessionStore, tmp_path: Path
 ) -> None:
-    from tests.test_agent_logs_subagents import SESSION, split_session
+    from tests.test_agent_logs_subagents import partly_written
 
-    whole = tmp_path / "whole"
-    files = split_session(whole, nested=True, name_agents=True)
-    live = tmp_path / "live"
-    shutil.copytree(whole, live)
-    main, agent = live / f"{SESSION}.jsonl", live / files["b0a1"].relative_to(whole)
-    agent.write_bytes(b"".join(lines_of(files["b0a1"])[:3]))
+    whole, files, main, agent = partly_written(tmp_path)
     (agent.parent / files["c2d3"].name).unlink()  # not written yet
     one(store, main)
+    live = main.parent
     shutil.rmtree(live)
     shutil.copytree(whole, live)  # the session's own file is unchanged
     grown = one(store, main)

@@ -11,7 +11,6 @@ the transaction to show the outcome is the one the change made first would give.
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -142,14 +141,9 @@ def test_a_grown_log_is_hashed_before_the_write_transaction(
 def test_a_grown_subagent_file_is_hashed_before_the_write_transaction(
     store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.test_agent_logs_subagents import SESSION, split_session
+    from tests.test_agent_logs_subagents import partly_written
 
-    whole = tmp_path / "whole"
-    files = split_session(whole, nested=True, name_agents=True)
-    live = tmp_path / "live"
-    shutil.copytree(whole, live)
-    main, agent = live / f"{SESSION}.jsonl", live / files["b0a1"].relative_to(whole)
-    agent.write_bytes(b"".join(lines_of(files["b0a1"])[:3]))
+    _, files, main, agent = partly_written(tmp_path)
     one(store, main)
     agent.write_bytes(files["b0a1"].read_bytes())  # only the subagent's file grew
     seen = watch_hashing(monkeypatch, store)

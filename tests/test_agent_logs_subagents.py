@@ -9,6 +9,7 @@ given the agent's id, and the spawning call's result naming it."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,18 @@ def split_session(folder: Path, *, nested: bool, name_agents: bool) -> dict[str,
     kept = [json.dumps(records[n]) for n in sorted(records) if n not in moved]
     (folder / f"{SESSION}.jsonl").write_text("".join(line + "\n" for line in kept))
     return files
+
+
+def partly_written(tmp_path: Path) -> tuple[Path, dict[str, Path], Path, Path]:
+    """The sample split into files under `tmp_path/whole` (`split_session`, nested, agents
+    named) and copied to `tmp_path/live`, where subagent b0a1's file holds its first three lines
+    only: the whole folder, its files, and the live session file and b0a1 file."""
+    whole, live = tmp_path / "whole", tmp_path / "live"
+    files = split_session(whole, nested=True, name_agents=True)
+    shutil.copytree(whole, live)
+    main, agent = live / f"{SESSION}.jsonl", live / files["b0a1"].relative_to(whole)
+    agent.write_bytes(b"".join(files["b0a1"].read_bytes().splitlines(keepends=True)[:3]))
+    return whole, files, main, agent
 
 
 def snapshots(store: SessionStore, found: replay.AgentLogImport) -> list[dict[str, Any]]:
