@@ -191,6 +191,37 @@ class ClusteredTreeTxn(PackedTreeTxn):
                 found = cursor.set_range(key[: end + 1] + CLUSTER_CHUNK)
         return out
 
+    @reads
+    def kv_cluster_values(self, prefix: bytes, suffix: bytes) -> list[tuple[bytes, bytes]]:
+        # Per stream: a seek to the wanted key past the stream's index chunks, and a step on to
+        # the next stream's first key (`_walk_clusters` reads every key of every cluster).
+        low = INDEX + prefix
+        tail = CLUSTER_CHUNK + suffix
+        cursor = self._txn.cursor()
+        out: list[tuple[bytes, bytes]] = []
+        found = cursor.set_range(low)
+        while found:
+            key = bytes(cursor.key())
+            if not key.startswith(low):
+                break
+            end = key.find(b"\x00", 1)
+            if end < 0:  # no index key has no NUL: step over it
+                found = cursor.next()
+                continue
+            stream = key[: end + 1]
+            wanted = stream + tail
+            if key < wanted:
+                if not cursor.set_range(wanted):
+                    break
+                key = bytes(cursor.key())
+            if key == wanted:
+                out.append((key[1:end], bytes(cursor.value())))
+                found = cursor.next()
+            elif key.startswith(stream):  # past the wanted key: on to the next stream
+                found = cursor.set_range(stream[:-1] + b"\x01")
+            # else: already on the next stream's first key
+        return out
+
     def kv_clear(self) -> None:
         super().kv_clear()
         try:

@@ -52,6 +52,14 @@ def cluster_key(stream: str, suffix: bytes) -> bytes:
     return CLUSTER_PREFIX + stream.encode("utf-8") + b"\x00" + suffix
 
 
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The first key after every key that starts with `prefix` (None: no key is after them)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 class StorageTxn(ABC):
     """One backend transaction. Read-only ones refuse the write methods.
 
@@ -204,6 +212,20 @@ class StorageTxn(ABC):
         """`kv_put` of each pair."""
         for key, value in items:
             self.kv_put(key, value)
+
+    def kv_cluster_values(self, prefix: bytes, suffix: bytes) -> list[tuple[bytes, bytes]]:
+        """For each stream whose name (UTF-8) starts with `prefix` and has a projection key
+        `cluster_key(name, suffix)`, in name order: the name and that key's value. What a listing
+        of many sessions reads, one key each, without the other keys of their clusters."""
+        start = CLUSTER_PREFIX + prefix
+        stop = prefix_end(start)
+        tail = b"\x00" + suffix
+        cut = len(tail)
+        return [
+            (key[1:-cut], value)
+            for key, value in self.kv_scan(start, stop, False, None)
+            if key.endswith(tail) and key.index(b"\x00") == len(key) - cut
+        ]
 
     def kv_clear(self) -> None:
         """Delete every projection key (the log is untouched)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from eventlog import _chain, limits
 from eventlog._checks import check_key, check_page, check_stream
 from eventlog._codec import GENESIS_HASH, Envelope
-from eventlog._storage import StorageTxn
+from eventlog._storage import StorageTxn, prefix_end
 from eventlog.errors import IntegrityError, InvalidArgumentError, TruncatedError
 
 if TYPE_CHECKING:
@@ -218,15 +218,22 @@ class LogView:
                 f"kv_scan: `limit` must be an int >= 0 or None, got {limit!r}"
             )
         lo = prefix if start is None or start < prefix else start
-        hi = _prefix_end(prefix) if prefix else None
+        hi = prefix_end(prefix) if prefix else None
         if stop is not None and (hi is None or stop < hi):
             hi = stop
         return self._txn.kv_scan(lo, hi, reverse, limit)
 
-
-def _prefix_end(prefix: bytes) -> bytes | None:
-    """The first key after every key that starts with `prefix`."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
+    def kv_cluster_values(self, prefix: str, suffix: bytes) -> list[tuple[str, bytes]]:
+        """For each stream whose name starts with `prefix` and has the projection key
+        `cluster_key(name, suffix)`, in name order: the name and the key's value (one key of
+        each stream's cluster read, where a scan of `cluster_key(prefix...)` reads them all)."""
+        if not isinstance(prefix, str) or "\x00" in prefix:
+            raise InvalidArgumentError(
+                f"kv_cluster_values: `prefix` must be a str without NUL, got {prefix!r}"
+            )
+        if not isinstance(suffix, bytes):
+            raise InvalidArgumentError(
+                f"kv_cluster_values: `suffix` must be bytes, got {type(suffix).__name__}"
+            )
+        found = self._txn.kv_cluster_values(prefix.encode("utf-8"), suffix)
+        return [(name.decode("utf-8"), value) for name, value in found]

@@ -145,6 +145,14 @@ def scan(
     return view.kv_scan(prefix, start=start, stop=stop, limit=limit)
 
 
+def cluster_values(view: LogView, prefix: str, suffix: bytes) -> list[tuple[str, bytes]]:
+    """`LogView.kv_cluster_values`, after writing what this transaction deferred."""
+    state = pending(view)
+    if state is not None and state.deferred:
+        state.before_commit(cast(Transaction, view))
+    return view.kv_cluster_values(prefix, suffix)
+
+
 def put(tx: Transaction, key: bytes, value: Buffer) -> None:
     tx.kv_put(key, value)  # which has the `Pending` forget what it held of `key`
 

@@ -187,11 +187,8 @@ def iter_scratchpads(view: LogView, *, prefix: str) -> Iterator[StateScratchpad]
 def iter_transcripts(view: LogView, *, prefix: str) -> Iterator[tuple[str, Transcript]]:
     """The id and transcript of each session whose id starts with `prefix`, in id order, read
     in one pass (a listing's per-session figures without a read per session)."""
-    suffix = b"\x00" + keys.TRANSCRIPT_SUFFIX
-    for key, value in _kv.scan(view, keys.CLUSTER_PREFIX + prefix.encode()):
-        # Each stream's cluster also holds its folded position; a session id has no NUL.
-        if key.endswith(suffix) and key.index(b"\x00") == len(key) - len(suffix):
-            yield key[1 : -len(suffix)].decode(), TRANSCRIPT_CODEC.decode(value)
+    for session_id, value in _kv.cluster_values(view, prefix, keys.TRANSCRIPT_SUFFIX):
+        yield session_id, TRANSCRIPT_CODEC.decode(value)
 
 
 def active_count(view: LogView) -> int:

@@ -46,6 +46,8 @@ BAD = (b"@", b"@\x00", b"@\x00x", b"@a", b"@abc\xff")
 BOUNDS = (b"", b"#", b"@", b"@\x00", b"@a", b"@a\x00", b"@a\x00x", b"@a\x01", b"@ab", b"@b\x00")
 BOUNDS_PAST = (b"@\xc3", b"A", b"Az", b"\xff\xff")
 """Bounds for scans: in and around the cluster keys, and past them."""
+NAME_PREFIXES = ("", "a", "ab", "b", "c", "ü", "a\x01")
+"""Prefixes of stream names, for `kv_cluster_values`."""
 PREFIXES = (b"", b"@", b"@a", b"@a\x00", b"@ab\x00", b"@a\x00\xff", b"?", b"A", b"@\xc3\xbc\x00")
 
 
@@ -183,6 +185,17 @@ class Format4AgainstMemory(RuleBasedStateMachine):
     def scan(self, prefix: bytes, start: bytes | None, stop: bytes | None) -> None:
         with self.lmdb.view() as mine, self.memory.view() as theirs:
             assert scans(mine, prefix, start, stop) == scans(theirs, prefix, start, stop)
+
+    @rule(prefix=st.sampled_from(NAME_PREFIXES), suffix=st.sampled_from(SUFFIXES))
+    def cluster_values(self, prefix: str, suffix: bytes) -> None:
+        with self.lmdb.view() as mine, self.memory.view() as theirs:
+            expected = [
+                (key[1:].split(b"\x00", 1)[0].decode(), value)
+                for key, value in theirs.kv_scan(CLUSTER_PREFIX + prefix.encode())
+                if key.split(b"\x00", 1)[1] == suffix
+            ]
+            assert theirs.kv_cluster_values(prefix, suffix) == expected
+            assert mine.kv_cluster_values(prefix, suffix) == expected
 
     @invariant()
     def same_projection_state(self) -> None:

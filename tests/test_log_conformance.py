@@ -28,6 +28,7 @@ from eventlog import (
     InvalidArgumentError,
     LimitExceededError,
     LogClosedError,
+    cluster_key,
     limits,
 )
 from eventlog.events import (
@@ -488,6 +489,39 @@ def test_kv_scan_inside_a_transaction_sees_pending_state(log: EventLog) -> None:
         assert tx.kv_scan(b"p/") == [(b"p/1", b"uno"), (b"p/3", b"three")]
         assert tx.kv_scan(b"p/", reverse=True, limit=1) == [(b"p/3", b"three")]
     assert kv_all(log) == [(b"p/1", b"uno"), (b"p/3", b"three"), (b"q/1", b"other")]
+
+
+def test_kv_cluster_values_reads_one_suffix_of_each_stream_under_a_prefix(log: EventLog) -> None:
+    names = ["a", "a\x01", "ab", "abc", "b", "ü"]
+    with log.transaction() as tx:
+        for name in names:
+            tx.append(name, [said(name)], expected_version=ANY)  # index chunks around them
+            for suffix in (b"P", b"t", b"tt", b"u"):
+                tx.kv_put(cluster_key(name, suffix), name.encode() + suffix)
+        tx.kv_put(cluster_key("c", b"t"), b"no events")
+        tx.kv_put(b"a\x00t", b"not a cluster key")
+    with log.view() as view:
+        assert view.kv_cluster_values("a", b"t") == [
+            ("a", b"at"),
+            ("a\x01", b"a\x01t"),
+            ("ab", b"abt"),
+            ("abc", b"abct"),
+        ]
+        assert view.kv_cluster_values("", b"tt") == [(n, n.encode() + b"tt") for n in names]
+        assert view.kv_cluster_values("", b"t")[-3:] == [
+            ("b", b"bt"),
+            ("c", b"no events"),
+            ("ü", "ü".encode() + b"t"),
+        ]
+        assert view.kv_cluster_values("ab", b"x") == []
+        assert view.kv_cluster_values("d", b"t") == []
+    with log.transaction() as tx:  # inside a transaction: its own writes and deletions
+        tx.kv_delete(cluster_key("ab", b"t"))
+        tx.kv_put(cluster_key("abd", b"t"), b"new")
+        assert tx.kv_cluster_values("ab", b"t") == [("abc", b"abct"), ("abd", b"new")]
+        for prefix, suffix in ((b"a", b"t"), ("a\x00", b"t"), ("a", "t")):
+            with pytest.raises(InvalidArgumentError, match="kv_cluster_values"):
+                tx.kv_cluster_values(prefix, suffix)  # type: ignore[arg-type]
 
 
 def test_kv_values_are_bytes_whatever_buffer_was_given(log: EventLog) -> None:
