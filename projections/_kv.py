@@ -47,14 +47,14 @@ class Pending:
     def before_commit(self, tx: Transaction) -> None:
         """Write every deferred value (the log calls this just before the outermost commit)."""
         deferred, self.deferred = self.deferred, {}
+        if not deferred:
+            return
+        items = [(key, encode(value)) for key, (value, encode) in deferred.items()]
+        tx.kv_put_many(items)  # one storage call: a shared commit defers two keys a command
         cache = self.cache
-        written = 0
-        for key, (value, encode) in deferred.items():
-            data = encode(value)
-            tx.kv_put(key, data)
+        for key, (value, _) in deferred.items():
             cache[key] = value
-            written += len(data)
-        self.decoded_bytes += written
+        self.decoded_bytes += sum(len(data) for _, data in items)
 
     def forget(self, key: bytes) -> None:
         """Drop the decoded value and any deferred write of `key`: the transaction wrote it."""
