@@ -40,12 +40,28 @@ from eventlog.errors import (
     LogClosedError,
     SessionLogError,
     StorageError,
+    StoreFormatError,
 )
 
 FORMAT_1 = b"sessionlog-log/1"
 FORMAT = FORMAT_4
 """The format a new store is created with."""
 FORMATS = {1: FORMAT_1, 2: tree.FORMAT, 3: tree.FORMAT_3, 4: FORMAT_4}
+_MARKER_STEM = b"sessionlog-log/"
+
+
+def _newer(marker: bytes) -> bool:
+    """Whether `marker` names a format of this store past every one this version reads."""
+    number = marker.removeprefix(_MARKER_STEM)
+    return (
+        number != marker
+        and number.isdigit()
+        and number[:1] != b"0"
+        and len(number) <= 9
+        and int(number) > max(FORMATS)
+    )
+
+
 TREE_TXN_TYPES: dict[bytes, type[tree.TreeTxn]] = {
     tree.FORMAT: tree.TreeTxn,
     tree.FORMAT_3: tree.PackedTreeTxn,
@@ -201,6 +217,13 @@ class LmdbStorage:
 
     def _check_format(self, marker: bytes | memoryview | None, expected: bytes) -> None:
         found = None if marker is None else bytes(marker)
+        if found is not None and _newer(found):
+            raise StoreFormatError(
+                f"`{self.path}` has format {found!r}, written by a newer version of sessionlog; "
+                f"this version reads {b' and '.join(FORMATS.values())!r}",
+                expected=list(FORMATS.values()),
+                got=found,
+            )
         if found != expected:
             raise CorruptStoreError(
                 f"`{self.path}` has format {found!r}; this version reads "

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from eventlog.errors import CorruptStoreError, StorageError
+from eventlog.errors import CorruptStoreError, StorageError, StoreFormatError
 
 FORMAT = "sessionlog-log/1"
 SCHEMA_VERSION = 3
@@ -58,9 +58,11 @@ def setup(conn: psycopg.Connection[Any], schema: str | None, readonly: bool, whe
         if version == SCHEMA_VERSION:
             return schema
         if readonly:
-            raise CorruptStoreError(
+            raise StoreFormatError(
                 f"{where}: schema `{schema}` is at version {version}, this version reads "
-                f"{SCHEMA_VERSION}; open it once writable to migrate it"
+                f"{SCHEMA_VERSION}; open it once writable to migrate it",
+                expected=SCHEMA_VERSION,
+                got=version,
             )
         for step in range(version + 1, SCHEMA_VERSION + 1):
             for statement in _MIGRATIONS[step]:
@@ -85,8 +87,20 @@ def _schema_version(conn: psycopg.Connection[Any], schema: str, where: str) -> i
             )
         return 0
     rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-    version = int(rows.get("schema_version", "0"))
-    if rows.get("format") != FORMAT or version > SCHEMA_VERSION:
+    stated = rows.get("schema_version", "0")
+    if not (isinstance(stated, str) and stated.isdigit() and len(stated) <= 9):
+        raise CorruptStoreError(
+            f"{where}: schema `{schema}` states schema version {stated!r}, not a number"
+        )
+    version = int(stated)
+    if rows.get("format") == FORMAT and version > SCHEMA_VERSION:
+        raise StoreFormatError(
+            f"{where}: schema `{schema}` is at version {version}, written by a newer version "
+            f"of sessionlog; this version reads {FORMAT!r} up to version {SCHEMA_VERSION}",
+            expected=SCHEMA_VERSION,
+            got=version,
+        )
+    if rows.get("format") != FORMAT:
         raise CorruptStoreError(
             f"{where}: schema `{schema}` has format {rows.get('format')!r} version "
             f"{version}; this version reads {FORMAT!r} up to version {SCHEMA_VERSION}"

@@ -123,6 +123,13 @@ class StorageError(SessionLogError, OSError):
     """The storage layer failed for a reason outside the caller's input (disk, locks, map)."""
 
 
+class StoreFormatError(StorageError):
+    """A sessionlog store in a format this version cannot read as it is: one written by a newer
+    version (open it with that version or a later one), or an older PostgreSQL schema opened
+    read-only (open it once writable to migrate it). Nothing is wrong with its contents. `got`
+    is the store's format, `expected` what this version reads."""
+
+
 class StoreBusyError(StorageError):
     """An operation that needs a store to itself (compacting its files) found another process
     with it open; nothing was changed."""

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from eventlog._codec import BODY_START
@@ -293,6 +294,22 @@ def test_a_store_that_is_not_one_is_an_integrity_failure(tmp_path: Path) -> None
         done = run(*args, store=store)
         assert done.returncode == 4, (args, done.stderr)
     assert (store / "data.mdb").read_bytes() == b"not a database" * 1000
+
+
+def test_a_store_of_a_newer_format_is_a_plain_error_not_an_integrity_failure(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "newer"
+    env = lmdb.open(str(store), subdir=True)
+    with env.begin(write=True) as txn:
+        txn.put(b"mformat", b"sessionlog-log/12")  # the marker of a one-tree store
+    env.close()
+    before = (store / "data.mdb").read_bytes()
+    for args in (("verify",), ("ls",)):
+        done = run(*args, store=store)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "sessionlog-log/12" in done.stderr and "newer version" in done.stderr
+    assert (store / "data.mdb").read_bytes() == before
 
 
 def test_rebuild_reports_the_position(scratch: Path) -> None:

@@ -29,6 +29,7 @@ from eventlog import (
     EventLog,
     InvalidArgumentError,
     StorageError,
+    StoreFormatError,
     cluster_key,
 )
 from eventlog import _lmdb as lmdb_backend
@@ -446,9 +447,14 @@ def test_an_unknown_marker_is_refused_and_nothing_is_written(
 ) -> None:
     path = tmp_path / "log"
     before = unknown_tree_store(path, b"sessionlog-log/9")
-    with pytest.raises(CorruptStoreError, match=r"has format b'sessionlog-log/9'; this version "):
+    with pytest.raises(StoreFormatError, match=r"has format b'sessionlog-log/9', written by a "):
         EventLog.open(path, readonly=readonly)
     assert (path / "data.mdb").read_bytes() == before
+    other = tmp_path / "other"
+    before = unknown_tree_store(other, b"sessionlog-log/09")  # not a format number we write
+    with pytest.raises(CorruptStoreError, match=r"has format b'sessionlog-log/09'; this version "):
+        EventLog.open(other, readonly=readonly)
+    assert (other / "data.mdb").read_bytes() == before
 
 
 def test_code_that_reads_no_format_4_refuses_a_format_4_store(
@@ -462,6 +468,8 @@ def test_code_that_reads_no_format_4_refuses_a_format_4_store(
     monkeypatch.setattr(lmdb_backend, "TREE_TXN_TYPES", older)
     monkeypatch.setattr(lmdb_backend, "FORMATS", {k: lmdb_backend.FORMATS[k] for k in (1, 2, 3)})
     monkeypatch.setattr(lmdb_backend, "FORMAT", b"sessionlog-log/3")
-    with pytest.raises(CorruptStoreError, match="has format b'sessionlog-log/4'; this version"):
+    with pytest.raises(
+        StoreFormatError, match="has format b'sessionlog-log/4', written by a newer"
+    ):
         EventLog.open(path, format_version=3)
     assert (path / "data.mdb").read_bytes() == before

@@ -23,6 +23,7 @@ from eventlog import (
     EventLog,
     IntegrityError,
     SessionLogError,
+    StoreFormatError,
     limits,
 )
 from eventlog._codec import BODY_START, HASH_START, chain_hash
@@ -372,6 +373,10 @@ def main_db_only(env: lmdb.Environment, txn: lmdb.Transaction) -> None:
 
 
 def other_format(env: lmdb.Environment, txn: lmdb.Transaction) -> None:
+    txn.put(b"format", b"other-log/1", db=env.open_db(b"meta", txn=txn))
+
+
+def newer_format(env: lmdb.Environment, txn: lmdb.Transaction) -> None:
     txn.put(b"format", b"sessionlog-log/999", db=env.open_db(b"meta", txn=txn))
 
 
@@ -380,7 +385,7 @@ def other_format(env: lmdb.Environment, txn: lmdb.Transaction) -> None:
     [
         (named_db, "not a sessionlog log"),
         (main_db_only, "not a sessionlog log"),
-        (other_format, "sessionlog-log/999"),
+        (other_format, "other-log/1"),
     ],
     ids=["named sub-database", "main database only", "another format"],
 )
@@ -398,6 +403,21 @@ def test_a_foreign_lmdb_store_is_refused_and_left_alone(
         assert str(path) in str(raised.value)
     with raw(path) as env, env.begin() as txn:
         assert (env.dbs(txn), list(txn.cursor())) == before, "the foreign store was changed"
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_store_of_a_newer_format_is_refused_as_such_and_left_alone(
+    tmp_path: Path, readonly: bool
+) -> None:
+    path = tmp_path / "newer"
+    make_foreign(path, newer_format)
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(StoreFormatError, match="newer version of sessionlog") as raised:
+        EventLog.open(path, readonly=readonly)
+    assert not isinstance(raised.value, IntegrityError)  # nothing in it is damaged
+    assert raised.value.got == b"sessionlog-log/999"
+    assert b"sessionlog-log/4" in raised.value.expected  # type: ignore[operator]
+    assert (path / "data.mdb").read_bytes() == before
 
 
 # (d) the last event of a verify page, and the newest event, are index-checked like the rest

@@ -19,6 +19,7 @@ from eventlog import (
     CorruptStoreError,
     EventLog,
     StorageError,
+    StoreFormatError,
     _postgres,
 )
 from eventlog.events import Message, MessageInjected
@@ -48,8 +49,9 @@ def test_a_new_schema_records_its_version_and_a_v1_schema_is_migrated() -> None:
         conn.execute("DROP TABLE idempotency")
         conn.execute("DROP TABLE stream_floors")
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    with pytest.raises(CorruptStoreError, match="version 1"):
+    with pytest.raises(StoreFormatError, match="version 1") as raised:
         EventLog.open(url, readonly=True)
+    assert (raised.value.got, raised.value.expected) == (1, _postgres.SCHEMA_VERSION)
     with EventLog.open(url) as log:
         assert log.read()[0].data == said("one")
         assert log.append("s", [said("two")], expected_version=1, meta={"idempotency_key": "k"})
@@ -67,7 +69,12 @@ def test_a_schema_from_a_newer_version_or_of_other_tables_is_refused_untouched()
     with _pg.connect(_pg.database_url(), autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"'.encode())
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(CorruptStoreError, match="version 99"):
+    with pytest.raises(StoreFormatError, match="version 99, written by a newer version"):
+        EventLog.open(url)
+    with _pg.connect(_pg.database_url(), autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"'.encode())
+        conn.execute("UPDATE meta SET value = 'x9' WHERE key = 'schema_version'")
+    with pytest.raises(CorruptStoreError, match="states schema version 'x9', not a number"):
         EventLog.open(url)
     other = _pg.fresh_schema_url()
     other_schema = other.rsplit("schema=", 1)[1]
