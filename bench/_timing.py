@@ -217,6 +217,30 @@ def compare(
     )
 
 
+def information(
+    name: str,
+    description: str,
+    unit: str,
+    baseline: tuple[Round, str],
+    subject: Round,
+    rounds: int,
+    **options: Any,
+) -> Result:
+    """`compare` for a row without a target, its figures information only: `baseline` is the
+    baseline's round and its description; `options` are `compare`'s other keywords."""
+    return compare(
+        name=name,
+        description=description,
+        unit=unit,
+        baseline=baseline[0],
+        subject=subject,
+        baseline_description=baseline[1],
+        rounds=rounds,
+        target=None,
+        **options,
+    )
+
+
 def run_threads(target: Callable[[str], object], names: Sequence[str]) -> None:
     """`target(name)` on a thread of its own for each of `names`, all started before any is
     joined (concurrent writers, in the benches that time them)."""

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench import _scaffold
-from bench._timing import Result, Sample, Stopwatch, compare
+from bench._timing import Result, Sample, Stopwatch, information
 from eventlog import EventLog
 from sessions import DirectorySink, RetentionPolicy, SessionStore
 from sessions._retention import archive_lines, log_records, stream_records
@@ -133,19 +133,18 @@ def _compare(
     baseline: tuple[Callable[[], Sample], str],
     subject: Callable[[], Sample],
 ) -> Result:
-    """`compare` as every row here runs it: no target (the figures are information), no
-    warm-up round (each round builds its own store copy, untimed)."""
-    return compare(
-        name=name,
-        description=description,
-        unit=unit,
-        baseline=baseline[0],
-        subject=subject,
-        baseline_description=baseline[1],
-        rounds=ctx.sizes.rounds,
-        target=None,
+    """A row as every row here runs: no target (the figures are information), no warm-up round
+    (each round builds its own store copy, untimed)."""
+    sizes = ctx.sizes
+    return information(
+        name,
+        description,
+        unit,
+        baseline,
+        subject,
+        sizes.rounds,
         warmup=0,
-        budget_s=ctx.sizes.budget_s,
+        budget_s=sizes.budget_s,
         progress=ctx.progress,
     )
 
