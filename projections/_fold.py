@@ -82,10 +82,6 @@ def _save_transcript(tx: Transaction, session_id: str, transcript: Transcript) -
     _kv.defer(tx, st.transcript_key(session_id), transcript, TRANSCRIPT_CODEC.encode)
 
 
-def _int8(value: int) -> bytes:
-    return value.to_bytes(8, "big")
-
-
 def _count(tx: Transaction, key: bytes, delta: int) -> None:
     current = _kv.get(tx, key)
     value = (int.from_bytes(current, "big") if current else 0) + delta
@@ -177,7 +173,7 @@ def _remember_key(tx: Transaction, envelope: Envelope) -> None:
     """Record the command's idempotency key, if it carries one, for the session's incarnation."""
     key = getattr(envelope.data, "idempotency_key", None)
     if key is not None:
-        _kv.put(tx, st.idempotency_key(envelope.stream, key), _int8(envelope.position))
+        _kv.put(tx, st.idempotency_key(envelope.stream, key), st.int8(envelope.position))
 
 
 def _touch(transcript: Transcript, envelope: Envelope) -> Transcript:

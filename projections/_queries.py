@@ -247,15 +247,11 @@ def note_folded(tx: Transaction, envelopes: Sequence[Envelope]) -> None:
     for stream, position in newest.items():
         key = _folded_key(stream)
         cache[key] = position  # as `_kv.defer` keeps it, without checking our own key
-        deferred[key] = (position, _int8)
+        deferred[key] = (position, st.int8)
     cache[keys.POSITION_KEY] = envelopes[-1].position
 
 
 _folded_key = functools.lru_cache(maxsize=4096)(st.folded_key)
-
-
-def _int8(value: int) -> bytes:
-    return value.to_bytes(8, "big")
 
 
 def dump(view: LogView) -> list[tuple[bytes, bytes]]:

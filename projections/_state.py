@@ -78,6 +78,11 @@ def folded_key(stream: str) -> bytes:
     return cluster_key(stream, FOLDED_SUFFIX)
 
 
+def int8(value: int) -> bytes:
+    """A count or a log position as the projection keeps it: 8 bytes, big-endian."""
+    return value.to_bytes(8, "big")
+
+
 REFS_PER_CHUNK = 128
 """Slots per reference chunk: a full chunk (1,280 bytes) still fits inside an LMDB page, and
 reading a 1,000-message transcript takes eight values instead of a thousand."""
