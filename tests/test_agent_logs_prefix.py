@@ -111,21 +111,26 @@ def grown_codex(store: SessionStore, tmp_path: Path) -> tuple[list[bytes], Path]
     return lines, live
 
 
+def second_writer(store: SessionStore, committed: list[str], during: str) -> Callable[[], None]:
+    """A call that opens session `other` from a thread of its own and asserts it committed within
+    `_WRITER_WAIT_S`: it would wait instead for the import's transaction, were one open."""
+
+    def another_writer() -> None:
+        thread = threading.Thread(target=lambda: committed.append(store.open_session("other")))
+        thread.start()
+        thread.join(_WRITER_WAIT_S)
+        assert committed == ["other"], f"a second writer waited for {during}"
+
+    return another_writer
+
+
 def test_a_grown_log_is_hashed_before_the_write_transaction(
     store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines, live = grown_codex(store, tmp_path)
     committed: list[str] = []
-
-    def another_writer() -> None:  # would wait for the import's transaction, were one open
-        if committed:
-            return
-        thread = threading.Thread(target=lambda: committed.append(store.open_session("other")))
-        thread.start()
-        thread.join(_WRITER_WAIT_S)
-        assert committed == ["other"], "a second writer waited for the prefix's hashing"
-
-    seen = watch_hashing(monkeypatch, store, another_writer)
+    writer = second_writer(store, committed, "the prefix's hashing")
+    seen = watch_hashing(monkeypatch, store, lambda: None if committed else writer())
     grown = one(store, live)
     assert grown.updated and seen and not any(seen)
     assert committed == ["other"]
@@ -214,14 +219,8 @@ def test_a_second_writer_commits_while_the_messages_are_compared(
 ) -> None:
     _, live = grown_codex(store, tmp_path)
     committed: list[str] = []
-
-    def another_writer() -> None:  # would wait for the import's transaction, were one open
-        thread = threading.Thread(target=lambda: committed.append(store.open_session("other")))
-        thread.start()
-        thread.join(_WRITER_WAIT_S)
-        assert committed == ["other"], "a second writer waited for the messages' comparison"
-
-    read = watch_reading(monkeypatch, store, once_outside(store, another_writer))
+    writer = second_writer(store, committed, "the messages' comparison")
+    read = watch_reading(monkeypatch, store, once_outside(store, writer))
     grown = one(store, live)
     assert grown.updated and grown.sessions[0].appended > 0
     assert read and not any(read) and committed == ["other"]
