@@ -46,13 +46,16 @@ class Pending:
 
     def before_commit(self, tx: Transaction) -> None:
         """Write every deferred value (the log calls this just before the outermost commit)."""
-        deferred, self.deferred = self.deferred, {}
-        if not deferred:
+        if not self.deferred:
             return
-        items = [(key, encode(value)) for key, (value, encode) in deferred.items()]
+        # Kept deferred until written: a refused write (a value past its limit, the transaction
+        # past its bytes) that a caller catches inside the transaction must not drop them.
+        deferred = list(self.deferred.items())
+        items = [(key, encode(value)) for key, (value, encode) in deferred]
         tx.kv_put_many(items)  # one storage call: a shared commit defers two keys a command
+        self.deferred = {}
         cache = self.cache
-        for key, (value, _) in deferred.items():
+        for key, (value, _) in deferred:
             cache[key] = value
         self.decoded_bytes += sum(len(data) for _, data in items)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog import EventLog
+from eventlog import EventLog, LimitExceededError, cluster_key, limits
 from projections import _kv
 
 
@@ -81,3 +81,21 @@ def test_delete_and_clear_drop_deferred_values(log: EventLog) -> None:
         assert _kv.pending(tx) is None
         assert _kv.scan(tx) == []
     assert kv_all(log) == []
+
+
+def test_a_refused_flush_inside_a_transaction_keeps_every_deferred_value(log: EventLog) -> None:
+    # A scan writes the deferred values first; when that write is refused and the caller goes on,
+    # the values must still be deferred: the commit then writes them, or is refused itself.
+    small, big = cluster_key("a", b"t"), cluster_key("b", b"t")
+    with pytest.raises(LimitExceededError), log.transaction() as tx:
+        _kv.defer(tx, small, b"small", bytes)
+        _kv.defer(tx, big, b"x" * (limits.kv_value_bytes_max + 1), bytes)
+        with pytest.raises(LimitExceededError):
+            _kv.cluster_values(tx, "", b"t")
+        state = _kv.pending(tx)
+        assert state is not None and set(state.deferred) == {small, big}
+    assert kv_all(log) == []  # nothing committed without the values its events folded into
+    with log.transaction() as tx:
+        _kv.defer(tx, small, b"small", bytes)
+        assert _kv.cluster_values(tx, "", b"t") == [("a", b"small")]
+    assert kv_all(log) == [(small, b"small")]
