@@ -235,5 +235,16 @@ class LogView:
             raise InvalidArgumentError(
                 f"kv_cluster_values: `suffix` must be bytes, got {type(suffix).__name__}"
             )
-        found = self._txn.kv_cluster_values(prefix.encode("utf-8"), suffix)
-        return [(name.decode("utf-8"), value) for name, value in found]
+        try:
+            encoded = prefix.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"kv_cluster_values: `prefix` {prefix!r} is not valid UTF-8: {exc}"
+            ) from exc
+        out: list[tuple[str, bytes]] = []
+        for name, value in self._txn.kv_cluster_values(encoded, suffix):
+            try:
+                out.append((name.decode("utf-8"), value))
+            except UnicodeDecodeError:
+                continue  # `kv_put` took a key whose "name" is no UTF-8: no stream's key
+        return out

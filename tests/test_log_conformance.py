@@ -519,7 +519,7 @@ def test_kv_cluster_values_reads_one_suffix_of_each_stream_under_a_prefix(log: E
         tx.kv_delete(cluster_key("ab", b"t"))
         tx.kv_put(cluster_key("abd", b"t"), b"new")
         assert tx.kv_cluster_values("ab", b"t") == [("abc", b"abct"), ("abd", b"new")]
-        for prefix, suffix in ((b"a", b"t"), ("a\x00", b"t"), ("a", "t")):
+        for prefix, suffix in ((b"a", b"t"), ("a\x00", b"t"), ("a", "t"), ("\ud800", b"t")):
             with pytest.raises(InvalidArgumentError, match="kv_cluster_values"):
                 tx.kv_cluster_values(prefix, suffix)  # type: ignore[arg-type]
 
@@ -972,3 +972,12 @@ def test_identical_input_gives_identical_hashes_on_both_logs(
     # The hash covers recorded_at: a microsecond apart is a different chain from the first event.
     assert shifted.head == memory.head
     assert all(a.hash != b.hash for a, b in zip(memory.read(), shifted.read(), strict=True))
+
+
+def test_kv_cluster_values_passes_over_a_key_whose_name_is_no_utf8(log: EventLog) -> None:
+    # `kv_put` takes any `@` + bytes + NUL + suffix; a listing must not fail on such a key.
+    with log.transaction() as tx:
+        tx.kv_put(b"@\xff\x00t", b"odd")
+        tx.kv_put(cluster_key("ok", b"t"), b"fine")
+    with log.view() as view:
+        assert view.kv_cluster_values("", b"t") == [("ok", b"fine")]
