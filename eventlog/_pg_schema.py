@@ -57,6 +57,11 @@ def setup(conn: psycopg.Connection[Any], schema: str | None, readonly: bool, whe
         version = _schema_version(conn, schema, where)
         if version == SCHEMA_VERSION:
             return schema
+        if readonly and version == 0:
+            raise StorageError(
+                f"{where}: schema `{schema}` holds no sessionlog log; open it once writable "
+                "to create one"
+            )
         if readonly:
             raise StoreFormatError(
                 f"{where}: schema `{schema}` is at version {version}, this version reads "
@@ -88,9 +93,14 @@ def _schema_version(conn: psycopg.Connection[Any], schema: str, where: str) -> i
         return 0
     rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     stated = rows.get("schema_version", "0")
-    if not (isinstance(stated, str) and stated.isdigit() and len(stated) <= 9):
+    if not (isinstance(stated, str) and stated.isascii() and stated.isdigit()):
         raise CorruptStoreError(
             f"{where}: schema `{schema}` states schema version {stated!r}, not a number"
+        )
+    if len(stated) > 9 or int(stated) == 0:  # a meta table is written with a version from 1
+        raise CorruptStoreError(
+            f"{where}: schema `{schema}` states schema version {stated!r}, which no version "
+            "of sessionlog writes"
         )
     version = int(stated)
     if rows.get("format") == FORMAT and version > SCHEMA_VERSION:

@@ -76,6 +76,17 @@ def test_a_schema_from_a_newer_version_or_of_other_tables_is_refused_untouched()
         conn.execute("UPDATE meta SET value = 'x9' WHERE key = 'schema_version'")
     with pytest.raises(CorruptStoreError, match="states schema version 'x9', not a number"):
         EventLog.open(url)
+    for stated in ("\u00b2", "\u0663", "0"):  # superscript two, Arabic-Indic three; no version 0
+        with _pg.connect(_pg.database_url(), autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"'.encode())
+            conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (stated,))
+        for readonly in (False, True):
+            with pytest.raises(CorruptStoreError, match="states schema version"):
+                EventLog.open(url, readonly=readonly)
+    missing = _pg.fresh_schema_url()  # no schema at all, opened read-only: no store, no format
+    with pytest.raises(StorageError, match="holds no sessionlog log") as raised:
+        EventLog.open(missing, readonly=True)
+    assert not isinstance(raised.value, StoreFormatError)
     other = _pg.fresh_schema_url()
     other_schema = other.rsplit("schema=", 1)[1]
     with _pg.connect(_pg.database_url(), autocommit=True) as conn:
