@@ -39,7 +39,7 @@ from bench._timing import Result, Sample, Stopwatch, information, table
 from bench.engine_bench import make_messages
 from bench.log_bench import _position_key, _raw_env, durable_puts
 from eventlog._codec import BODY_START, HASH_START, Envelope, _encode_into, envelope_decoder
-from eventlog._lmdb_tree import event_key
+from eventlog._lmdb_tree import POSITION_BYTES, chunk_key, event_key, slot
 from eventlog._packing import PACK_MIN_BYTES, pack, unpacker
 from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
@@ -62,6 +62,7 @@ def _append_rows(tmp: Path, rounds: int) -> list[Result]:
     floor_env = _raw_env(tmp / "floor", sync=True)
     raw_next = floor_next = 1
     prev = bytes(32)
+    versions: dict[str, int] = {}
 
     def raw() -> Sample:
         nonlocal raw_next
@@ -78,19 +79,24 @@ def _append_rows(tmp: Path, rounds: int) -> list[Result]:
         position = floor_next
         floor_next += BATCH
         at = datetime.now(UTC)
-        tails: dict[str, bytes] = {}
         with Stopwatch() as watch, floor_env.begin(write=True) as txn:
-            put = txn.put
+            put, get = txn.put, txn.get
+            dirty: dict[bytes, bytes] = {}  # the index chunks this transaction rewrites
             for index, message in enumerate(messages[:BATCH]):
                 stream = f"s{index % SESSIONS}"
+                version = versions[stream] = versions.get(stream, 0) + 1
                 event = MessageInjected(message=_plain(message))
-                record, prev = _record(prev, position, stream, position, event, at)
+                record, prev = _record(prev, position, stream, version, event, at)
                 stored = pack(record) if packed and len(record) >= PACK_MIN_BYTES else record
                 put(event_key(position), stored, True, False, True)
-                tails[stream] = tails.get(stream, b"")[-378:] + position.to_bytes(6, "big")
+                key = chunk_key(stream.encode() + b"\x00", version)
+                held = dirty.get(key)
+                if held is None:  # a chunk begun by an earlier transaction is read, as the log does
+                    held = bytes(get(key) or b"") if slot(version) else b""
+                dirty[key] = held + position.to_bytes(POSITION_BYTES, "big")
                 position += 1
-            for stream, chunk in tails.items():
-                put(b"i" + stream.encode() + b"\x00", chunk)
+            for key, chunk in dirty.items():
+                put(key, chunk)
         return watch.sample(BATCH)
 
     try:
