@@ -27,6 +27,8 @@ import lmdb
 import msgspec
 
 from bench.peers._workloads import WARM_APPENDS, make_messages
+from eventlog._lmdb import TREE_TXN_TYPES
+from eventlog._lmdb_cluster import logical_key
 from eventlog._packing import unpack
 from projections._keys import kind_of
 
@@ -42,9 +44,9 @@ def region(key: bytes) -> str:
     first = key[:1]
     if first == b"\xff":
         return "events"
-    end = key.find(b"\x00", 1)
-    if first == b"i" and key[end + 1 : end + 5] == b"\xff" * 4:  # format 4: a cluster key
-        kind = kind_of(b"@" + key[1 : end + 1] + key[end + 5 :]) or "?"
+    logical = logical_key(key) if first == b"i" else None
+    if logical is not None:  # format 4: a cluster key
+        kind = kind_of(logical) or "?"
         return "projection " + (kind if kind.endswith("/") or kind == "@" else "single keys")
     if first == b"k":
         kind = kind_of(key[1:]) or "?"
@@ -84,8 +86,8 @@ def split(path: Path, messages: int) -> dict[str, Any]:
         nodes: list[int] = []
         content = unpacked = 0
         with env.begin(buffers=True) as txn:
-            tree_formats = (b"sessionlog-log/2", b"sessionlog-log/3", b"sessionlog-log/4")
-            if txn.get(b"mformat") not in tree_formats:
+            marker = txn.get(b"mformat")
+            if marker is None or bytes(marker) not in TREE_TXN_TYPES:
                 raise SystemExit(f"{path}: not a format-2, 3 or 4 sessionlog store")
             for key, value in txn.cursor():
                 name = region(bytes(key))

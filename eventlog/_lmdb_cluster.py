@@ -51,6 +51,15 @@ def stored_key(key: bytes) -> bytes:
     return stored
 
 
+def logical_key(stored: bytes) -> bytes | None:
+    """The projection key a key of the index region holds (`stored_key`'s inverse); None for
+    an index chunk."""
+    end = stored.find(b"\x00", 1)
+    if end < 0 or stored[end + 1 : end + 5] != CLUSTER_CHUNK:
+        return None
+    return CLUSTER_PREFIX + stored[1 : end + 1] + stored[end + 5 :]
+
+
 def _bound(logical: bytes | None) -> bytes:
     """Where a logical bound from `@` up to `A` (None: `A`) falls among the stored keys: every
     cluster key below it logically is stored below the result, every other one at or above."""
@@ -178,9 +187,9 @@ class ClusteredTreeTxn(PackedTreeTxn):
             key = bytes(cursor.key())
             if key < low or key >= high:
                 break
+            logical = logical_key(key)
             end = key.find(b"\x00", 1)
-            if key[end + 1 : end + 5] == CLUSTER_CHUNK:
-                logical = CLUSTER_PREFIX + key[1 : end + 1] + key[end + 5 :]
+            if logical is not None:
                 out.append((logical, bytes(cursor.value())))
                 found = cursor.prev() if reverse else cursor.next()
             elif end < 0:  # no index key has no NUL: step over it

@@ -16,7 +16,7 @@ from pathlib import Path
 import lmdb
 
 from eventlog import _lmdb_tree as tree
-from eventlog._lmdb_cluster import FORMAT_4, stored_key
+from eventlog._lmdb_cluster import FORMAT_4, logical_key, stored_key
 from eventlog._packing import unpack
 from eventlog._storage import stream_key
 
@@ -85,9 +85,9 @@ class RawLog:
             if key[:1] == tree.KV:
                 out[key[1:]] = bytes(value)
             elif key[:1] == tree.INDEX and self.format_version == 4:
-                end = key.find(b"\x00", 1)
-                if key[end + 1 : end + 5] == tree.CLUSTER_CHUNK:
-                    out[b"@" + key[1 : end + 1] + key[end + 5 :]] = bytes(value)
+                logical = logical_key(key)
+                if logical is not None:
+                    out[logical] = bytes(value)
         return out
 
     def kv_put(self, key: bytes, value: bytes) -> None:
