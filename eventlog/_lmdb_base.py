@@ -232,15 +232,19 @@ class LmdbTxnBase(StorageTxn):
         self.kv_put_many(((key, value),))
 
     def kv_put_many(self, items: Sequence[tuple[bytes, Buffer]]) -> None:
-        self._store.write_bytes += sum(len(k) + len(v) for k, v in items) + len(items) * (
+        prefix = self.KV_PREFIX
+        self._put_stored([(prefix + k, v) for k, v in items])
+
+    def _put_stored(self, stored: Sequence[tuple[bytes, Buffer]]) -> None:
+        """Put projection entries whose keys are already the stored ones."""
+        self._store.write_bytes += sum(len(k) + len(v) for k, v in stored) + len(stored) * (
             ENTRY_OVERHEAD_BYTES
         )
-        prefix = self.KV_PREFIX
         try:
-            if len(items) == 1:  # straight in: a cursor opened for one key costs 7,000 instructions
-                self._txn.put(prefix + items[0][0], items[0][1], db=self._store.kv)
+            if len(stored) == 1:  # straight in: a cursor opened for one key costs 7,000 instructions
+                self._txn.put(*stored[0], db=self._store.kv)
             else:
-                self._txn.cursor(self._store.kv).putmulti([(prefix + k, v) for k, v in items])
+                self._txn.cursor(self._store.kv).putmulti(stored)
         except lmdb.Error as exc:
             self._store.note_failure(exc)
             raise self._store.write_failure(exc, "writing projection state") from exc

@@ -110,20 +110,6 @@ class ClusteredTreeTxn(PackedTreeTxn):
             return
         self._put_stored([(stored_key(key), value) for key, value in items])  # refused first
 
-    def _put_stored(self, stored: list[tuple[bytes, Buffer]]) -> None:
-        """Put entries whose keys are already the stored ones."""
-        self._store.write_bytes += sum(len(k) + len(v) for k, v in stored) + len(stored) * (
-            ENTRY_OVERHEAD_BYTES
-        )
-        try:
-            if len(stored) == 1:
-                self._txn.put(*stored[0])
-            else:
-                self._txn.cursor().putmulti(stored)
-        except lmdb.Error as exc:
-            self._store.note_failure(exc)
-            raise self._store.write_failure(exc, "writing projection state") from exc
-
     @reads
     def kv_delete(self, key: bytes) -> bool:
         return bool(self._txn.delete(stored_key(key) if key[:1] == CLUSTER_PREFIX else KV + key))
