@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 from eventlog import (
+    CLUSTER_PREFIX,
     EventLog,
     InvalidArgumentError,
     LogView,
@@ -75,7 +76,7 @@ def _keys(view: LogView) -> Iterator[tuple[bytes, bytes]]:
 
 
 def _changed(stored: LogView, key: bytes, value: bytes, expected: bytes) -> str:
-    if key.startswith(keys.CLUSTER_PREFIX) and key.endswith(b"\x00" + keys.FOLDED_SUFFIX):
+    if key.startswith(CLUSTER_PREFIX) and key.endswith(b"\x00" + keys.FOLDED_SUFFIX):
         behind = projected_position(stored)
         return (
             f"projection key {_show(key)} differs: the projections reflect position {behind}, "

@@ -7,6 +7,8 @@ projection check) can say what any key is.
 
 from __future__ import annotations
 
+from eventlog import CLUSTER_PREFIX  # `@<stream>\0<suffix>`: `eventlog.cluster_key`
+
 # Single keys.
 POSITION_KEY = b"P"
 """Not stored (layout 7 keeps a position per stream, `FOLDED_SUFFIX`): what a transaction
@@ -20,9 +22,6 @@ KEY_SLOT_KEY = b"k/slot"
 
 # Prefixes, each followed by what the table says.
 STATE_PREFIX = b"h/"
-CLUSTER_PREFIX = b"@"
-"""`@<stream>\0<suffix>`: kept with the stream's index where the store can
-(`eventlog.cluster_key`)."""
 TRANSCRIPT_SUFFIX = b"t"
 FOLDED_SUFFIX = b"P"
 REF_PREFIX = b"g/"

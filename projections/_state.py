@@ -33,10 +33,9 @@ from typing import Any
 import blake3
 import msgspec
 
-from eventlog import StructCodec
+from eventlog import StructCodec, cluster_key
 from projections._keys import (
     CHILD_PREFIX,
-    CLUSTER_PREFIX,
     FOLDED_SUFFIX,
     IDEMPOTENCY_PREFIX,
     REF_PREFIX,
@@ -62,11 +61,6 @@ DELETED = "deleted"
 
 def state_key(session_id: str) -> bytes:
     return STATE_PREFIX + session_id.encode()
-
-
-def cluster_key(stream: str, suffix: bytes) -> bytes:
-    """A key kept with the stream's index where the store can (`eventlog.cluster_key`)."""
-    return CLUSTER_PREFIX + stream.encode() + b"\x00" + suffix
 
 
 def transcript_key(session_id: str) -> bytes:
