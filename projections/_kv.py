@@ -142,18 +142,21 @@ def scan(
     limit: int | None = None,
 ) -> list[tuple[bytes, bytes]]:
     """`LogView.kv_scan` in key order, after writing what this transaction deferred."""
-    state = pending(view)
-    if state is not None and state.deferred:
-        state.before_commit(cast(Transaction, view))  # only a transaction has a `Pending`
+    flush(view)
     return view.kv_scan(prefix, start=start, stop=stop, limit=limit)
 
 
 def cluster_values(view: LogView, prefix: str, suffix: bytes) -> list[tuple[str, bytes]]:
     """`LogView.kv_cluster_values`, after writing what this transaction deferred."""
+    flush(view)
+    return view.kv_cluster_values(prefix, suffix)
+
+
+def flush(view: LogView) -> None:
+    """Write what this transaction has deferred so far (nothing in a read view)."""
     state = pending(view)
     if state is not None and state.deferred:
-        state.before_commit(cast(Transaction, view))
-    return view.kv_cluster_values(prefix, suffix)
+        state.before_commit(cast(Transaction, view))  # only a transaction has a `Pending`
 
 
 def put(tx: Transaction, key: bytes, value: Buffer) -> None:

@@ -29,9 +29,7 @@ def project(tx: Transaction, envelopes: list[Envelope]) -> None:
     if not envelopes:
         # A fold of its own (`EventLog._begin_outermost` commits it apart when it wrote): its
         # deferred values are put now, so a command refused after it does not take it back.
-        state = _kv.pending(tx)
-        if state is not None and state.deferred:
-            state.before_commit(tx)
+        _kv.flush(tx)
         return
     if len(envelopes) == 1:
         apply(tx, envelopes[0])

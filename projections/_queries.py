@@ -102,16 +102,16 @@ def ranges_shared(before: Ranges, after: Ranges) -> tuple[int, Ranges]:
 
 
 def read_refs(
-    view: LogView, segment: int, start: int, end: int, transcript: Transcript | None = None
+    view: LogView, segment: int, start: int, end: int, transcript: Transcript
 ) -> list[tuple[int, int]]:
-    """The (position, index) references in slots ``[start, end)`` of a segment: from `g/`, and
-    from `transcript` for the chunk it holds (`Transcript.held`), which is the segment's last:
-    a reader of a session's ranges passes its transcript."""
+    """The (position, index) references in slots ``[start, end)`` of a segment of `transcript`'s
+    ranges: from `g/`, and from `transcript` for the chunk it holds (`Transcript.held`), which
+    is the segment's last."""
     if start >= end:
         return []
     size, width = st.REFS_PER_CHUNK, st.REF_BYTES
     first, last = start // size, (end - 1) // size
-    held = transcript if transcript is not None and transcript.held == segment else None
+    held = transcript if transcript.held == segment else None
     stop = last + 1 if held is None else min(last + 1, held.held_chunk)  # the chunks under `g/`
     values: list[bytes] = []
     if first < stop:
@@ -217,7 +217,7 @@ def projected_position(view: LogView, *, below: int | None = None) -> int:
     while top > floor:
         low = max(floor + 1, top - page + 1)
         for envelope in reversed(view.events_at(range(low, top + 1))):
-            value = _kv.get(view, st.folded_key(envelope.stream))
+            value = _kv.get(view, _folded_key(envelope.stream))
             folded = 0 if value is None else int.from_bytes(value, "big")
             if folded == envelope.position:
                 return folded
