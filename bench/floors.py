@@ -41,6 +41,7 @@ from bench.log_bench import _position_key, _raw_env, durable_puts
 from eventlog._codec import BODY_START, HASH_START, Envelope, _encode_into, envelope_decoder
 from eventlog._lmdb_tree import POSITION_BYTES, chunk_key, event_key, slot
 from eventlog._packing import PACK_MIN_BYTES, pack, unpacker
+from eventlog._storage import stream_key
 from eventlog.events import Message, MessageInjected
 from sessions import SessionStore
 from sessions._messages import plain_message
@@ -89,7 +90,7 @@ def _append_rows(tmp: Path, rounds: int) -> list[Result]:
                 record, prev = _record(prev, position, stream, version, event, at)
                 stored = pack(record) if packed and len(record) >= PACK_MIN_BYTES else record
                 put(event_key(position), stored, True, False, True)
-                key = chunk_key(stream.encode() + b"\x00", version)
+                key = chunk_key(stream_key(stream), version)
                 held = dirty.get(key)
                 if held is None:  # a chunk begun by an earlier transaction is read, as the log does
                     held = bytes(get(key) or b"") if slot(version) else b""
