@@ -138,3 +138,16 @@ def raw_log(path: Path) -> Iterator[RawLog]:
             yield RawLog(env, txn)
     finally:
         env.close()
+
+
+def tree_store_marked(path: Path, marker: bytes) -> bytes:
+    """A one-tree store whose marker is `marker`, holding one projection entry besides; its data
+    file's bytes (to check that opening it writes nothing)."""
+    env = lmdb.open(str(path), subdir=True)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(tree.MARKER_KEY, marker)
+            txn.put(b"k?", b"state")
+    finally:
+        env.close()
+    return (path / "data.mdb").read_bytes()

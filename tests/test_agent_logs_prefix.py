@@ -111,9 +111,11 @@ def grown_codex(store: SessionStore, tmp_path: Path) -> tuple[list[bytes], Path]
     return lines, live
 
 
-def second_writer(store: SessionStore, committed: list[str], during: str) -> Callable[[], None]:
+def second_writer(store: SessionStore, during: str) -> tuple[Callable[[], None], list[str]]:
     """A call that opens session `other` from a thread of its own and asserts it committed within
-    `_WRITER_WAIT_S`: it would wait instead for the import's transaction, were one open."""
+    `_WRITER_WAIT_S` (it would wait instead for the import's transaction, were one open), and the
+    list of the sessions it committed."""
+    committed: list[str] = []
 
     def another_writer() -> None:
         thread = threading.Thread(target=lambda: committed.append(store.open_session("other")))
@@ -121,15 +123,14 @@ def second_writer(store: SessionStore, committed: list[str], during: str) -> Cal
         thread.join(_WRITER_WAIT_S)
         assert committed == ["other"], f"a second writer waited for {during}"
 
-    return another_writer
+    return another_writer, committed
 
 
 def test_a_grown_log_is_hashed_before_the_write_transaction(
     store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines, live = grown_codex(store, tmp_path)
-    committed: list[str] = []
-    writer = second_writer(store, committed, "the prefix's hashing")
+    writer, committed = second_writer(store, "the prefix's hashing")
     seen = watch_hashing(monkeypatch, store, lambda: None if committed else writer())
     grown = one(store, live)
     assert grown.updated and seen and not any(seen)
@@ -218,8 +219,7 @@ def test_a_second_writer_commits_while_the_messages_are_compared(
     store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, live = grown_codex(store, tmp_path)
-    committed: list[str] = []
-    writer = second_writer(store, committed, "the messages' comparison")
+    writer, committed = second_writer(store, "the messages' comparison")
     read = watch_reading(monkeypatch, store, once_outside(store, writer))
     grown = one(store, live)
     assert grown.updated and grown.sessions[0].appended > 0

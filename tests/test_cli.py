@@ -17,14 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from eventlog._codec import BODY_START
 from replay._validate import bundle_id
 from sessions import SessionStore
 from tests._pg import fresh_schema_url
-from tests._raw_lmdb import raw_log
+from tests._raw_lmdb import raw_log, tree_store_marked
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("sessionlog")
@@ -300,11 +299,7 @@ def test_a_store_of_a_newer_format_is_a_plain_error_not_an_integrity_failure(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "newer"
-    env = lmdb.open(str(store), subdir=True)
-    with env.begin(write=True) as txn:
-        txn.put(b"mformat", b"sessionlog-log/12")  # the marker of a one-tree store
-    env.close()
-    before = (store / "data.mdb").read_bytes()
+    before = tree_store_marked(store, b"sessionlog-log/12")
     for args in (("verify",), ("ls",)):
         done = run(*args, store=store)
         assert done.returncode == 1, (args, done.stderr)

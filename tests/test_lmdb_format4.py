@@ -37,6 +37,7 @@ from eventlog import _lmdb_tree as tree
 from eventlog._lmdb_base import LmdbTxnBase
 from eventlog._storage import Buffer, StorageTxn, stream_key
 from eventlog.events import Message, MessageInjected
+from tests._raw_lmdb import tree_store_marked
 
 STREAMS = ("a", "ab", "b", "ü")
 SUFFIXES = (b"", b"\x00", b"\x00\xff", b"\xff", b"\xff\xff\xff\xff", b"x", b"x/1")
@@ -429,29 +430,17 @@ def test_a_new_store_is_format_4(tmp_path: Path) -> None:
     assert raw_entries(tmp_path / "log")[tree.MARKER_KEY] == b"sessionlog-log/4"
 
 
-def unknown_tree_store(path: Path, marker: bytes) -> bytes:
-    """A one-tree store whose marker is `marker`; its data file's bytes."""
-    env = lmdb.open(str(path), subdir=True)
-    try:
-        with env.begin(write=True) as txn:
-            txn.put(tree.MARKER_KEY, marker)
-            txn.put(b"k?", b"state")
-    finally:
-        env.close()
-    return (path / "data.mdb").read_bytes()
-
-
 @pytest.mark.parametrize("readonly", [False, True])
 def test_an_unknown_marker_is_refused_and_nothing_is_written(
     tmp_path: Path, readonly: bool
 ) -> None:
     path = tmp_path / "log"
-    before = unknown_tree_store(path, b"sessionlog-log/9")
+    before = tree_store_marked(path, b"sessionlog-log/9")
     with pytest.raises(StoreFormatError, match=r"has format b'sessionlog-log/9', written by a "):
         EventLog.open(path, readonly=readonly)
     assert (path / "data.mdb").read_bytes() == before
     other = tmp_path / "other"
-    before = unknown_tree_store(other, b"sessionlog-log/09")  # not a format number we write
+    before = tree_store_marked(other, b"sessionlog-log/09")  # not a format number we write
     with pytest.raises(CorruptStoreError, match=r"has format b'sessionlog-log/09'; this version "):
         EventLog.open(other, readonly=readonly)
     assert (other / "data.mdb").read_bytes() == before
