@@ -241,7 +241,8 @@ class LmdbTxnBase(StorageTxn):
             ENTRY_OVERHEAD_BYTES
         )
         try:
-            if len(stored) == 1:  # straight in: a cursor opened for one key costs 7,000 instructions
+            if len(stored) == 1:
+                # Straight in: a cursor opened for one key costs 7,000 instructions.
                 self._txn.put(*stored[0], db=self._store.kv)
             else:
                 self._txn.cursor(self._store.kv).putmulti(stored)
