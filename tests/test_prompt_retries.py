@@ -15,7 +15,7 @@ import pytest
 import projections
 from eventlog import LimitExceededError
 from eventlog import events as ev
-from sessions import SessionStore
+from sessions import SessionStore, UnknownSessionError
 from sessions.runtime import (
     Completion,
     MockProvider,
@@ -46,9 +46,11 @@ def types_of(store: SessionStore, sid: str) -> list[str]:
     return [envelope.type for envelope in store.log.read_stream(sid)]
 
 
-def test_a_retried_request_id_answers_the_first_run_and_calls_no_model(
+def test_a_retried_request_id_answers_the_first_run_and_calls_no_model_also_after_close(
     store: SessionStore,
 ) -> None:
+    # After `close` a retry used to be refused as an unknown session: a caller that lost the
+    # answer could not tell whether its request had run.
     mock = MockProvider()
 
     async def body() -> str:
@@ -58,6 +60,14 @@ def test_a_retried_request_id_answers_the_first_run_and_calls_no_model(
             again = await runtime.prompt(sid, "list the files", request_id="r1")
             assert again == first
             assert mock.calls == 1
+            await runtime.close(sid)
+            head = store.log.head
+            assert await runtime.prompt(sid, "list the files", request_id="r1") == first
+            with pytest.raises(RequestConflictError):
+                await runtime.prompt(sid, "another job", request_id="r1")
+            with pytest.raises(UnknownSessionError):  # a new request finds no open session
+                await runtime.prompt(sid, "list the files", request_id="r2")
+            assert store.log.head == head and mock.calls == 1
             return sid
 
     sid = run(body)
@@ -224,9 +234,11 @@ def test_after_a_transient_failure_only_a_new_request_id_runs_again(store: Sessi
     run(body)
 
 
+@pytest.mark.parametrize("by_close", [False, True])
 def test_a_retry_of_a_cancelled_request_is_cancelled_again_without_a_call(
-    store: SessionStore,
+    store: SessionStore, by_close: bool
 ) -> None:
+    # Cancelled by closing its session, the retry used to find no session.
     slow = SlowProvider()
 
     async def body() -> None:
@@ -234,12 +246,17 @@ def test_a_retry_of_a_cancelled_request_is_cancelled_again_without_a_call(
             sid = str((await runtime.create("agent"))["session_id"])
             task = asyncio.create_task(runtime.prompt(sid, "long job", request_id="r9"))
             await slow.entered.wait()
-            assert await runtime.cancel(sid, "r9") is True
+            if by_close:
+                await runtime.close(sid, reason="expired")
+            else:
+                assert await runtime.cancel(sid, "r9") is True
             with pytest.raises(PromptCancelledError):
                 await task
-            with pytest.raises(PromptCancelledError, match=r"`r9`.*cancelled \(cancelled\)"):
+            head = store.log.head
+            why = "expired" if by_close else "cancelled"
+            with pytest.raises(PromptCancelledError, match=rf"`r9`.*cancelled \({why}\)"):
                 await runtime.prompt(sid, "long job", request_id="r9")
-            assert slow.calls == 1
+            assert slow.calls == 1 and store.log.head == head
 
     run(body)
 
@@ -333,6 +350,9 @@ def test_a_retry_on_an_encrypted_session_compares_and_answers_the_sealed_records
                 assert again == first and first["text"] == "mock reply to: sealed-question-7f3a"
                 with pytest.raises(RequestConflictError):
                     await runtime.prompt(sid, "another-question", request_id="r1")
+                await runtime.close(sid)
+                closed = await runtime.prompt(sid, "sealed-question-7f3a", request_id="r1")
+                assert closed == first
                 assert mock.calls == 1
 
     run(body)
@@ -398,5 +418,20 @@ def test_a_retry_of_a_cancelled_request_on_an_encrypted_session_says_its_reason(
                     await task
                 with pytest.raises(PromptCancelledError, match=r"cancelled \(cancelled\);"):
                     await runtime.prompt(sid, "long job", request_id="r9")  # not its sealed text
+
+    run(body)
+
+
+def test_a_deleted_session_answers_no_retry(store: SessionStore) -> None:
+    mock = MockProvider()
+
+    async def body() -> None:
+        async with Runtime(store, providers=[mock]) as runtime:
+            sid = str((await runtime.create("agent"))["session_id"])
+            await runtime.prompt(sid, "list the files", request_id="r1")
+            await asyncio.to_thread(store.delete, sid)
+            with pytest.raises(UnknownSessionError):
+                await runtime.prompt(sid, "list the files", request_id="r1")
+            assert mock.calls == 1
 
     run(body)

@@ -149,11 +149,14 @@ def test_a_retry_arriving_after_stop_began_answers_the_cancellation_stop_recorde
         assert types_of(store, sid) == ["session_opened", "prompt_started", "prompt_cancelled"]
 
 
+@pytest.mark.parametrize("to_the_stopping_one", [False, True])
 def test_a_prompt_sent_while_stop_runs_starts_nothing_and_writes_nothing(
-    store: SessionStore,
+    store: SessionStore, to_the_stopping_one: bool
 ) -> None:
     # It used to start: its model was called after `stop` had taken its list of prompts, `stop`
-    # returned with it still running, and its session stayed recorded busy.
+    # returned with it still running, and its session stayed recorded busy. Sent to the session
+    # whose prompt `stop` is cancelling, it was refused as busy, which tells a caller to try
+    # again later, when nothing will start.
     held, other = HeldProvider(), HeldProvider("other")
 
     async def body() -> tuple[str, str]:
@@ -166,10 +169,11 @@ def test_a_prompt_sent_while_stop_runs_starts_nothing_and_writes_nothing(
         stopping = asyncio.create_task(runtime.stop())
         await within(held.cancelling.wait())
         head = store.log.head
+        late = sid if to_the_stopping_one else idle
         with pytest.raises(RuntimeStoppedError, match="`r2` of session") as caught:
-            await within(runtime.prompt(idle, "late", request_id="r2"))
-        assert (caught.value.session_id, caught.value.request_id) == (idle, "r2")
-        assert store.log.head == head and other.calls == 0
+            await within(runtime.prompt(late, "late", request_id="r2"))
+        assert (caught.value.session_id, caught.value.request_id) == (late, "r2")
+        assert store.log.head == head and other.calls == 0 and held.calls == 1
         held.let_go.set()
         await within(stopping)
         assert isinstance(await error_of(first), PromptCancelledError)

@@ -164,12 +164,20 @@ def start_prompt(
     loop: tuple[str, str | None, str | None],
     warnings: list[dict[str, Any]],
 ) -> Started | Replay:
-    """Answer a request id the session already ran with its recorded outcome (`_replay.py`);
-    else refuse a busy or failed session, or append `prompt_started` with the merged parameters
-    and return the transcript the provider is to see."""
+    """Answer a request id the session already ran with its recorded outcome (`_replay.py`),
+    also once it is closed; else refuse a closed, busy or failed session, or append
+    `prompt_started` with the merged parameters and return the transcript the provider is to
+    see."""
     loop_id, parallel_group = loop[0], loop[2]
 
     def decide(tx: Transaction) -> Started | Replay:
+        closed = pj.load_state(tx, session_id)
+        if closed is not None and closed.status == pj.CLOSED:
+            # A retry of a request the session ran before it was closed (a caller that lost the
+            # answer to a crash, or to the close cancelling it) answers what that run recorded.
+            replay = recorded(tx, store, closed, request_id, prompt)
+            if replay is not None:
+                return replay
         state, runtime = _session(tx, session_id, "prompt")
         replay = recorded(tx, store, state, request_id, prompt)
         if replay is not None:  # before busy and failed: a retry answers what its first run did

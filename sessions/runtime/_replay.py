@@ -99,7 +99,8 @@ async def join(
     """Return None once this process runs no prompt on `sid` and may start one. A retry of the
     request running (same id, same prompt) waits for it to end, so it can answer what it
     recorded; while another request runs, a retry of one that ended answers what it recorded
-    (`finished`, through `read`), and anything else is refused as busy; the same id with another
+    (`finished`, through `read`), and anything else is refused as busy (as stopped once the
+    runtime is `stopping`: nothing starts after the run being cancelled); the same id with another
     prompt as a conflict. Once the runtime is `stopping`, what `stopped` answers instead."""
     while (running := flights.get(sid)) is not None:
         if running.request_id != rid:
@@ -109,6 +110,8 @@ async def join(
             if replay is not None:
                 return replay
             if flights.get(sid) is running:  # else it ended meanwhile: look again
+                if stopping():  # it is being cancelled, and nothing starts after it
+                    raise RuntimeStoppedError(sid, rid)
                 raise SessionBusyError(sid, running.request_id)
             continue
         if running.prompt is not None and not same_prompt(running.prompt, prompt):

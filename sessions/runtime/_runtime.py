@@ -356,7 +356,8 @@ class Runtime:
 
     async def close(self, session_id: str, *, reason: str = "closed") -> dict[str, Any]:
         """Close a session, cancelling its prompt if one is running; afterwards the session is not
-        found. Calls `after_task(record)` and `on_session_close(session_id, reason)`."""
+        found, except by a retry of a request it ran, which answers what that run recorded. Calls
+        `after_task(record)` and `on_session_close(session_id, reason)`."""
         sid = check_session_id(session_id, where="close")
         flight = self._flights.get(sid)
         if flight is not None:
@@ -454,10 +455,11 @@ class Runtime:
 
         A `request_id` is idempotent per session: a retry with one the session already ran calls
         no model and answers that run's recorded outcome (its result, or the error it raised),
-        after waiting for it if it is still running; the same id with another prompt (text or
-        files) is refused with `RequestConflictError`, and nothing is written. Once `stop` has
-        begun, nothing starts: a retry (one already waiting included) answers the outcome its
-        request recorded, and a prompt whose request has none raises `RuntimeStoppedError`.
+        after waiting for it if it is still running, and also after the session was closed; the
+        same id with another prompt (text or files) is refused with `RequestConflictError`, and
+        nothing is written. Once `stop` has begun, nothing starts: a retry (one already waiting
+        included) answers the outcome its request recorded, and a prompt whose request has none
+        raises `RuntimeStoppedError`.
         """
         sid = check_session_id(session_id, where="prompt")
         text = check_prompt(prompt, "prompt")
