@@ -9,7 +9,7 @@ the day it is added.
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -190,4 +190,32 @@ def test_a_crafted_event_neither_fails_its_append_nor_bricks_the_store(
     with SessionStore.open(tmp_path / "copy") as copy:
         assert import_log(copy, export).written == head
     with SessionStore.open(tmp_path / "copy") as copy:
+        assert_sound(copy)
+
+
+@pytest.mark.parametrize("parent", ["", "s1\x00t", "p" * 600], ids=["empty", "nul", "too-long"])
+def test_a_fork_from_a_parent_no_stream_can_be_opens_an_empty_session(
+    tmp_path: Path, parent: str
+) -> None:
+    """A fork event's parent id is not a stream name the log checked. One that no stream can have
+    (empty, with a NUL, longer than a stream name may be) made the fold ask for a projection key
+    that cannot exist: the append failed, and a log holding such an event could not be imported."""
+    forked = ev.SessionForked(
+        session_id="child",
+        parent_id=parent,
+        parent_version=1,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        keep_first=1,
+    )
+    with with_state(SessionStore.open(tmp_path / "source")) as store:
+        store.log.append("child", [forked], expected_version=ANY)
+        snapshot = store.snapshot("child")
+        assert snapshot is not None and snapshot["transcript"] == []
+        assert "child" not in store.ancestry("s1")["child_ids"]  # listed under no session
+        assert_sound(store)
+        export = tmp_path / "log.jsonl"
+        export_log(store, export)
+        head = store.log.head
+    with SessionStore.open(tmp_path / "copy") as copy:
+        assert import_log(copy, export).written == head
         assert_sound(copy)
