@@ -225,11 +225,14 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
     previous = load_state(tx, envelope.stream)
     if previous is not None and previous.status == ACTIVE:
         return
+    parent_id: str | None = data.parent_id
     if _names_a_stream(data.parent_id):
         parent = load_state(tx, data.parent_id)
         parent_transcript = load_transcript(tx, data.parent_id) or EMPTY_TRANSCRIPT
     else:  # no stream has that name, so no session was ever opened there: a fork of nothing
         parent, parent_transcript = None, EMPTY_TRANSCRIPT
+        if len(data.parent_id.encode()) > limits.stream_name_bytes_max:
+            parent_id = None  # kept as the event says it, unless no key could hold it
     if parent_transcript.held:  # the child shares it: every slot it uses goes out under `g/`
         parent_transcript = _refs.release(tx, parent_transcript)
         _save_transcript(tx, data.parent_id, parent_transcript)
@@ -244,7 +247,7 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
         opened_version=envelope.version,
         created_at=data.created_at,
         last_activity_at=envelope.recorded_at,
-        parent_id=data.parent_id,
+        parent_id=parent_id,
         branched_at_event_index=data.branched_at_event_index,
     )
     if parent is None:
