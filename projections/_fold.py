@@ -225,14 +225,16 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
     previous = load_state(tx, envelope.stream)
     if previous is not None and previous.status == ACTIVE:
         return
+    # The log checks an event's stream, not the ids in it: a fork appended through a bare log
+    # (or imported) may name a parent that no stream can be, where no session was ever opened.
     parent_id: str | None = data.parent_id
-    if _names_a_stream(data.parent_id):
+    parent: SessionState | None = None
+    parent_transcript = EMPTY_TRANSCRIPT
+    if len(data.parent_id.encode()) > limits.stream_name_bytes_max:
+        parent_id = None  # kept as the event gives it, unless no key could hold it
+    elif data.parent_id and "\x00" not in data.parent_id:
         parent = load_state(tx, data.parent_id)
         parent_transcript = load_transcript(tx, data.parent_id) or EMPTY_TRANSCRIPT
-    else:  # no stream has that name, so no session was ever opened there: a fork of nothing
-        parent, parent_transcript = None, EMPTY_TRANSCRIPT
-        if len(data.parent_id.encode()) > limits.stream_name_bytes_max:
-            parent_id = None  # kept as the event says it, unless no key could hold it
     if parent_transcript.held:  # the child shares it: every slot it uses goes out under `g/`
         parent_transcript = _refs.release(tx, parent_transcript)
         _save_transcript(tx, data.parent_id, parent_transcript)
@@ -273,13 +275,6 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
     _begin_incarnation(tx, state, _touch(transcript, envelope), first=previous is None)
     if parent is not None:  # children are listed under an incarnation; no state, no listing
         _kv.put(tx, st.child_key(data.parent_id, envelope.position), envelope.stream.encode())
-
-
-def _names_a_stream(name: str) -> bool:
-    """Whether the log could hold a stream called `name`. The log checks an event's own stream,
-    not the ids inside it: a fork appended through a bare log (or imported) may name a parent
-    that no stream can be, and the projections have no key for such a name."""
-    return bool(name) and "\x00" not in name and len(name.encode()) <= limits.stream_name_bytes_max
 
 
 def _begin_incarnation(
