@@ -226,15 +226,15 @@ def _fork(tx: Transaction, envelope: Envelope) -> None:
     if previous is not None and previous.status == ACTIVE:
         return
     # The log checks an event's stream, not the ids in it: a fork appended through a bare log
-    # (or imported) may name a parent that no stream can be, where no session was ever opened.
-    parent_id: str | None = data.parent_id
+    # (or imported) may name a parent that no stream can be, where no session was ever opened,
+    # and one too long for a state key, which the child's state then does not keep.
+    pid = data.parent_id
     parent: SessionState | None = None
     parent_transcript = EMPTY_TRANSCRIPT
-    if len(data.parent_id.encode()) > limits.stream_name_bytes_max:
-        parent_id = None  # kept as the event gives it, unless no key could hold it
-    elif data.parent_id and "\x00" not in data.parent_id:
-        parent = load_state(tx, data.parent_id)
-        parent_transcript = load_transcript(tx, data.parent_id) or EMPTY_TRANSCRIPT
+    if pid and "\x00" not in pid and len(pid.encode()) <= limits.stream_name_bytes_max:
+        parent = load_state(tx, pid)
+        parent_transcript = load_transcript(tx, pid) or EMPTY_TRANSCRIPT
+    parent_id = pid if len(st.state_key(pid)) <= limits.kv_key_bytes_max else None
     if parent_transcript.held:  # the child shares it: every slot it uses goes out under `g/`
         parent_transcript = _refs.release(tx, parent_transcript)
         _save_transcript(tx, data.parent_id, parent_transcript)

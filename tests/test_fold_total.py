@@ -212,7 +212,7 @@ def test_a_fork_from_a_parent_no_stream_can_be_opens_an_empty_session(
         store.log.append("child", [forked], expected_version=ANY)
         snapshot = store.snapshot("child")
         assert snapshot is not None and snapshot["transcript"] == []
-        kept = None if len(parent) > 256 else parent  # a name no key could hold is not kept
+        kept = None if len(parent) > 256 else parent  # 600 bytes: no state key could hold it
         assert store.ancestry("child") == {"parent_id": kept, "child_ids": [], "root_id": "child"}
         assert "child" not in store.ancestry("s1")["child_ids"]
         assert_sound(store)
