@@ -97,12 +97,12 @@ def _schema_version(conn: psycopg.Connection[Any], schema: str, where: str) -> i
         raise CorruptStoreError(
             f"{where}: schema `{schema}` states schema version {stated!r}, not a number"
         )
-    if len(stated) > 9 or int(stated) == 0:  # a meta table is written with a version from 1
+    version = int(stated) if len(stated) <= 9 else 0
+    if version == 0:  # a meta table is written with a version from 1
         raise CorruptStoreError(
             f"{where}: schema `{schema}` states schema version {stated!r}, which no version "
             "of sessionlog writes"
         )
-    version = int(stated)
     if rows.get("format") == FORMAT and version > SCHEMA_VERSION:
         raise StoreFormatError(
             f"{where}: schema `{schema}` is at version {version}, written by a newer version "
