@@ -174,11 +174,12 @@ class ClusteredTreeTxn(PackedTreeTxn):
             if key < low or key >= high:
                 break
             logical = logical_key(key)
-            end = key.find(b"\x00", 1)
             if logical is not None:
                 out.append((logical, bytes(cursor.value())))
                 found = cursor.prev() if reverse else cursor.next()
-            elif end < 0:  # no index key has no NUL: step over it
+                continue
+            end = key.find(b"\x00", 1)
+            if end < 0:  # no index key has no NUL: step over it
                 found = cursor.prev() if reverse else cursor.next()
             elif reverse:  # an index chunk: the stream's keys below it are all chunks
                 found = cursor.prev() if cursor.set_range(key[: end + 1]) else cursor.last()
